@@ -1,0 +1,111 @@
+package state
+
+import (
+	"slices"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/resource/meta"
+	"github.com/cosi-project/runtime/pkg/resource/protobuf"
+	"github.com/cosi-project/runtime/pkg/resource/typed"
+)
+
+// MachineIntentType is the type of the MachineIntent resource.
+const MachineIntentType = resource.Type("MachineIntents.anvil.dev")
+
+// MachineIntent is what was asked of a machine: acceptance, allocation, power, wipe,
+// reboot, cordon. Only validated transitions (the control API, later Omni sync) write it.
+// A machine without one is pending.
+type MachineIntent = typed.Resource[MachineIntentSpec, MachineIntentExtension]
+
+// Acceptance is a machine's acceptance state.
+type Acceptance string
+
+// Acceptance states.
+const (
+	AcceptancePending  Acceptance = "pending"
+	AcceptanceAccepted Acceptance = "accepted"
+	AcceptanceRejected Acceptance = "rejected"
+)
+
+// PowerState is a desired or observed power state.
+type PowerState string
+
+// Power states. PowerDefault leaves the choice to the provider's policy.
+const (
+	PowerDefault PowerState = "default"
+	PowerOn      PowerState = "on"
+	PowerOff     PowerState = "off"
+	PowerUnknown PowerState = "unknown"
+)
+
+// MachineIntentSpec is the desired state of a machine.
+type MachineIntentSpec struct {
+	Acceptance Acceptance  `yaml:"acceptance" protobuf:"1"`
+	Allocation *Allocation `yaml:"allocation,omitempty" protobuf:"2"`
+	Power      PowerState  `yaml:"power,omitempty" protobuf:"3"`
+	// WipeID names the wipe owed: when it differs from the observed wiped ID, the
+	// machine must be wiped before it is handed out again.
+	WipeID string `yaml:"wipeID,omitempty" protobuf:"4"`
+	// RebootID asks for a reboot each time it changes.
+	RebootID string `yaml:"rebootID,omitempty" protobuf:"5"`
+	// Cordoned machines are not handed out.
+	Cordoned bool `yaml:"cordoned,omitempty" protobuf:"6"`
+}
+
+// Allocation is what a machine is handed to: a Talos version and the schematic it boots.
+type Allocation struct {
+	// ID names this allocation: the metadata token is bound to it, and "installed" is
+	// recorded against it.
+	ID           string    `yaml:"id" protobuf:"1"`
+	TalosVersion string    `yaml:"talosVersion" protobuf:"2"`
+	SchematicID  string    `yaml:"schematicID,omitempty" protobuf:"3"`
+	Extensions   []string  `yaml:"extensions,omitempty" protobuf:"4"`
+	KernelArgs   []string  `yaml:"kernelArgs,omitempty" protobuf:"5"`
+	// Config is the Talos machine configuration served by the metadata server.
+	Config      string    `yaml:"config,omitempty" protobuf:"6"`
+	AllocatedAt time.Time `yaml:"allocatedAt" protobuf:"7"`
+}
+
+// DeepCopy implements typed.DeepCopyable.
+func (s MachineIntentSpec) DeepCopy() MachineIntentSpec {
+	if s.Allocation != nil {
+		a := *s.Allocation
+		a.Extensions = slices.Clone(a.Extensions)
+		a.KernelArgs = slices.Clone(a.KernelArgs)
+		s.Allocation = &a
+	}
+
+	return s
+}
+
+// NewMachineIntent returns a pending MachineIntent for the machine.
+func NewMachineIntent(id resource.ID) *MachineIntent {
+	return typed.NewResource[MachineIntentSpec, MachineIntentExtension](
+		resource.NewMetadata(NamespaceName, MachineIntentType, id, resource.VersionUndefined),
+		MachineIntentSpec{Acceptance: AcceptancePending, Power: PowerDefault},
+	)
+}
+
+// MachineIntentExtension provides the resource definition of MachineIntent.
+type MachineIntentExtension struct{}
+
+// ResourceDefinition implements typed.Extension.
+func (MachineIntentExtension) ResourceDefinition() meta.ResourceDefinitionSpec {
+	return meta.ResourceDefinitionSpec{
+		Type:             MachineIntentType,
+		Aliases:          []resource.Type{"machineintent", "machineintents", "intent", "intents"},
+		DefaultNamespace: NamespaceName,
+		Sensitivity:      meta.Sensitive, // the allocation carries the machine config
+		PrintColumns: []meta.PrintColumn{
+			{Name: "Acceptance", JSONPath: "{.acceptance}"},
+			{Name: "Talos", JSONPath: "{.allocation.talosVersion}"},
+			{Name: "Power", JSONPath: "{.power}"},
+			{Name: "Cordoned", JSONPath: "{.cordoned}"},
+		},
+	}
+}
+
+func init() {
+	mustRegister(protobuf.RegisterDynamic[MachineIntentSpec](MachineIntentType, &MachineIntent{}))
+}

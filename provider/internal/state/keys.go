@@ -1,0 +1,89 @@
+package state
+
+import (
+	"crypto/hkdf"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+const (
+	keyFile = "provider.key"
+	keySize = 32
+)
+
+// Keys are the provider's secrets, all derived from one master key kept in the state
+// directory (mode 0600): the key that encrypts the store at rest and the key that signs
+// boot and metadata tokens.
+type Keys struct {
+	storage []byte
+	tokens  []byte
+}
+
+// TokenKey returns the key that signs tokens.
+func (k *Keys) TokenKey() []byte { return k.tokens }
+
+// LoadKeys reads the master key from dir, generating it on first start.
+func LoadKeys(dir string) (*Keys, error) {
+	path := filepath.Join(dir, keyFile)
+
+	master, err := os.ReadFile(path)
+
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		master = make([]byte, keySize)
+		if _, err = rand.Read(master); err != nil {
+			return nil, fmt.Errorf("error generating the provider key: %w", err)
+		}
+
+		if err = writeFileSync(path, master, 0o600); err != nil {
+			return nil, fmt.Errorf("error writing the provider key: %w", err)
+		}
+	case err != nil:
+		return nil, fmt.Errorf("error reading the provider key: %w", err)
+	case len(master) != keySize:
+		return nil, fmt.Errorf("provider key %s has %d bytes, want %d", path, len(master), keySize)
+	}
+
+	return DeriveKeys(master)
+}
+
+// DeriveKeys derives the provider's keys from a master key.
+func DeriveKeys(master []byte) (*Keys, error) {
+	storage, err := hkdf.Key(sha256.New, master, nil, "anvil storage", keySize)
+	if err != nil {
+		return nil, fmt.Errorf("error deriving the storage key: %w", err)
+	}
+
+	tokens, err := hkdf.Key(sha256.New, master, nil, "anvil tokens", keySize)
+	if err != nil {
+		return nil, fmt.Errorf("error deriving the token key: %w", err)
+	}
+
+	return &Keys{storage: storage, tokens: tokens}, nil
+}
+
+func writeFileSync(path string, data []byte, perm os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+
+	if _, err = f.Write(data); err != nil {
+		f.Close() //nolint:errcheck
+
+		return err
+	}
+
+	if err = f.Sync(); err != nil {
+		f.Close() //nolint:errcheck
+
+		return err
+	}
+
+	return f.Close()
+}

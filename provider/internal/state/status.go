@@ -1,0 +1,62 @@
+package state
+
+import (
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/resource/meta"
+	"github.com/cosi-project/runtime/pkg/resource/protobuf"
+	"github.com/cosi-project/runtime/pkg/resource/typed"
+)
+
+// MachineStatusType is the type of the MachineStatus resource.
+const MachineStatusType = resource.Type("MachineStatuses.anvil.dev")
+
+// MachineStatus is what was observed of a machine beyond its identity: installation,
+// wipes, power. MachineStatusController is its only writer.
+type MachineStatus = typed.Resource[MachineStatusSpec, MachineStatusExtension]
+
+// MachineStatusSpec is the observed state of a machine.
+type MachineStatusSpec struct {
+	// InstalledAllocation is the ID of the allocation Talos reported installed under;
+	// the machine is installed while it equals the current allocation's ID.
+	InstalledAllocation string    `yaml:"installedAllocation,omitempty" protobuf:"1"`
+	InstalledAt         time.Time `yaml:"installedAt,omitzero" protobuf:"2"`
+	// InstalledBy says where the fact came from: "event-sink" or "manual".
+	InstalledBy string `yaml:"installedBy,omitempty" protobuf:"3"`
+	// WipedID is the ID of the last wipe completed.
+	WipedID string     `yaml:"wipedID,omitempty" protobuf:"4"`
+	Power   PowerState `yaml:"power,omitempty" protobuf:"5"`
+}
+
+// DeepCopy implements typed.DeepCopyable.
+func (s MachineStatusSpec) DeepCopy() MachineStatusSpec { return s }
+
+// NewMachineStatus returns an empty MachineStatus for the machine.
+func NewMachineStatus(id resource.ID) *MachineStatus {
+	return typed.NewResource[MachineStatusSpec, MachineStatusExtension](
+		resource.NewMetadata(NamespaceName, MachineStatusType, id, resource.VersionUndefined),
+		MachineStatusSpec{Power: PowerUnknown},
+	)
+}
+
+// MachineStatusExtension provides the resource definition of MachineStatus.
+type MachineStatusExtension struct{}
+
+// ResourceDefinition implements typed.Extension.
+func (MachineStatusExtension) ResourceDefinition() meta.ResourceDefinitionSpec {
+	return meta.ResourceDefinitionSpec{
+		Type:             MachineStatusType,
+		Aliases:          []resource.Type{"machinestatus", "machinestatuses", "ms"},
+		DefaultNamespace: NamespaceName,
+		PrintColumns: []meta.PrintColumn{
+			{Name: "Installed", JSONPath: "{.installedAllocation}"},
+			{Name: "Wiped", JSONPath: "{.wipedID}"},
+			{Name: "Power", JSONPath: "{.power}"},
+		},
+	}
+}
+
+func init() {
+	mustRegister(protobuf.RegisterDynamic[MachineStatusSpec](MachineStatusType, &MachineStatus{}))
+}

@@ -1,0 +1,135 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/resource/meta"
+	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/state/impl/inmem"
+	"github.com/cosi-project/runtime/pkg/state/impl/namespaced"
+	"github.com/cosi-project/runtime/pkg/state/impl/store"
+	"github.com/cosi-project/runtime/pkg/state/impl/store/bolt"
+	"github.com/cosi-project/runtime/pkg/state/impl/store/encryption"
+	"github.com/cosi-project/runtime/pkg/state/registry"
+	"go.etcd.io/bbolt"
+)
+
+const dbFile = "state.db"
+
+// Store is the provider's resource state: persistent namespaces in BoltDB, the rest in
+// memory.
+type Store struct {
+	state.State
+
+	backing *bolt.BackingStore
+	keys    *Keys
+}
+
+// Open opens (creating if needed) the store in dir. The key that encrypts it at rest is
+// read from dir, or generated there on first start.
+func Open(ctx context.Context, dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("error creating state directory: %w", err)
+	}
+
+	keys, err := LoadKeys(dir)
+	if err != nil {
+		return nil, err
+	}
+
+	marshaler := encryption.NewMarshaler(
+		store.ProtobufMarshaler{},
+		encryption.NewCipher(encryption.KeyProviderFunc(func() ([]byte, error) { return keys.storage, nil })),
+	)
+
+	backing, err := bolt.NewBackingStore(func() (*bbolt.DB, error) {
+		// A timeout turns "another provider holds this state" into an error, not a hang.
+		return bbolt.Open(filepath.Join(dir, dbFile), 0o600, &bbolt.Options{Timeout: 5 * time.Second})
+	}, marshaler)
+	if err != nil {
+		if errors.Is(err, bbolt.ErrTimeout) {
+			return nil, fmt.Errorf("error opening state %s: it is locked by another process", dir)
+		}
+
+		return nil, fmt.Errorf("error opening state %s: %w", dir, err)
+	}
+
+	core := namespaced.NewState(func(ns resource.Namespace) state.CoreState {
+		if ns == NamespaceName {
+			return inmem.NewStateWithOptions(
+				inmem.WithBackingStore(backing.WithNamespace(ns)),
+				inmem.WithHistoryGap(20),
+			)(ns)
+		}
+
+		return inmem.NewState(ns)
+	})
+
+	s := &Store{State: state.WrapCore(core), backing: backing, keys: keys}
+
+	if err := s.registerDefinitions(ctx); err != nil {
+		s.Close() //nolint:errcheck
+
+		return nil, err
+	}
+
+	return s, nil
+}
+
+// Keys returns the provider's secret keys.
+func (s *Store) Keys() *Keys { return s.keys }
+
+// Close closes the database.
+func (s *Store) Close() error {
+	return s.backing.Close()
+}
+
+// Definitions lists every resource type the provider serves.
+func Definitions() []meta.ResourceWithRD {
+	return []meta.ResourceWithRD{
+		&Machine{}, &MachineIntent{}, &MachineStatus{}, &DHCPLease{},
+	}
+}
+
+// registerDefinitions writes namespaces and resource definitions into the meta namespace,
+// so that clients (anvilctl) learn types, aliases and columns from the state itself.
+func (s *Store) registerDefinitions(ctx context.Context) error {
+	namespaces := registry.NewNamespaceRegistry(s.State)
+	if err := namespaces.RegisterDefault(ctx); err != nil {
+		return fmt.Errorf("error registering namespaces: %w", err)
+	}
+
+	for ns, description := range map[resource.Namespace]string{
+		NamespaceName:        "Machines, what was asked of them, what was observed, DHCP leases.",
+		RuntimeNamespaceName: "What only matters while the provider runs.",
+	} {
+		if err := namespaces.Register(ctx, ns, description); err != nil {
+			return fmt.Errorf("error registering namespace %s: %w", ns, err)
+		}
+	}
+
+	definitions := registry.NewResourceRegistry(s.State)
+	if err := definitions.RegisterDefault(ctx); err != nil {
+		return fmt.Errorf("error registering resource definitions: %w", err)
+	}
+
+	for _, r := range Definitions() {
+		if err := definitions.Register(ctx, r); err != nil {
+			return fmt.Errorf("error registering %s: %w", r.ResourceDefinition().Type, err)
+		}
+	}
+
+	return nil
+}
+
+func mustRegister(err error) {
+	if err != nil {
+		panic(err) // only at init, for a programming error in a spec
+	}
+}

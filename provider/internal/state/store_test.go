@@ -1,0 +1,75 @@
+package state_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+func TestStorePersistsAcrossReopen(t *testing.T) {
+	t.Parallel()
+
+	dir := t.TempDir()
+	ctx := t.Context()
+	now := time.Now().UTC().Truncate(time.Second)
+
+	st, err := state.Open(ctx, dir)
+	require.NoError(t, err)
+
+	m := state.NewMachine("4c4c4544-0000-1000-8000-000000000001")
+	m.TypedSpec().UUID = m.Metadata().ID()
+	m.TypedSpec().MACs = []string{"52:54:00:00:00:01"}
+	m.TypedSpec().Arch = "amd64"
+	m.TypedSpec().FirstSeen = now
+	require.NoError(t, st.Create(ctx, m))
+
+	in := state.NewMachineIntent(m.Metadata().ID())
+	in.TypedSpec().Acceptance = state.AcceptanceAccepted
+	in.TypedSpec().Allocation = &state.Allocation{ID: "a1", TalosVersion: "v1.9.0", Extensions: []string{"siderolabs/intel-ucode"}, AllocatedAt: now}
+	require.NoError(t, st.Create(ctx, in))
+	require.NoError(t, st.Close())
+
+	st, err = state.Open(ctx, dir)
+	require.NoError(t, err)
+
+	t.Cleanup(func() { require.NoError(t, st.Close()) })
+
+	got, err := safe.StateGetByID[*state.Machine](ctx, st, m.Metadata().ID())
+	require.NoError(t, err)
+	require.Equal(t, m.TypedSpec(), got.TypedSpec())
+
+	gotIntent, err := safe.StateGetByID[*state.MachineIntent](ctx, st, m.Metadata().ID())
+	require.NoError(t, err)
+	require.Equal(t, in.TypedSpec(), gotIntent.TypedSpec())
+}
+
+func TestStoreRefusesSecondOpener(t *testing.T) {
+	t.Parallel()
+
+	dir := t.TempDir()
+
+	st, err := state.Open(t.Context(), dir)
+	require.NoError(t, err)
+
+	t.Cleanup(func() { require.NoError(t, st.Close()) })
+
+	_, err = state.Open(t.Context(), dir)
+	require.ErrorContains(t, err, "locked by another process")
+}
+
+func TestKeysAreStable(t *testing.T) {
+	t.Parallel()
+
+	dir := t.TempDir()
+
+	a, err := state.LoadKeys(dir)
+	require.NoError(t, err)
+
+	b, err := state.LoadKeys(dir)
+	require.NoError(t, err)
+	require.Equal(t, a.TokenKey(), b.TokenKey())
+}
