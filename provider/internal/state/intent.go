@@ -57,11 +57,11 @@ type MachineIntentSpec struct {
 type Allocation struct {
 	// ID names this allocation: the metadata token is bound to it, and "installed" is
 	// recorded against it.
-	ID           string    `yaml:"id" protobuf:"1"`
-	TalosVersion string    `yaml:"talosVersion" protobuf:"2"`
-	SchematicID  string    `yaml:"schematicID,omitempty" protobuf:"3"`
-	Extensions   []string  `yaml:"extensions,omitempty" protobuf:"4"`
-	KernelArgs   []string  `yaml:"kernelArgs,omitempty" protobuf:"5"`
+	ID           string   `yaml:"id" protobuf:"1"`
+	TalosVersion string   `yaml:"talosVersion" protobuf:"2"`
+	SchematicID  string   `yaml:"schematicID,omitempty" protobuf:"3"`
+	Extensions   []string `yaml:"extensions,omitempty" protobuf:"4"`
+	KernelArgs   []string `yaml:"kernelArgs,omitempty" protobuf:"5"`
 	// Config is the Talos machine configuration served by the metadata server.
 	Config      string    `yaml:"config,omitempty" protobuf:"6"`
 	AllocatedAt time.Time `yaml:"allocatedAt" protobuf:"7"`
