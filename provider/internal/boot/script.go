@@ -1,0 +1,164 @@
+package boot
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/siderolabs/image-factory/pkg/schematic"
+
+	"github.com/anvil-metal/anvil/internal/bootparams"
+	"github.com/anvil-metal/anvil/internal/token"
+	"github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+// DiskMethod is how an iPXE client is sent to its own disk.
+type DiskMethod string
+
+// Boot-from-disk methods, named like the established provider's.
+const (
+	DiskIPXEExit    DiskMethod = "ipxe-exit"
+	DiskIPXESanboot DiskMethod = "ipxe-sanboot"
+	DiskHTTP404     DiskMethod = "http-404"
+)
+
+// ParseDiskMethod validates a boot-from-disk method name.
+func ParseDiskMethod(s string) (DiskMethod, error) {
+	switch m := DiskMethod(s); m {
+	case DiskIPXEExit, DiskIPXESanboot, DiskHTTP404:
+		return m, nil
+	default:
+		return "", fmt.Errorf("unknown boot-from-disk method %q (want %s, %s or %s)", s, DiskIPXEExit, DiskIPXESanboot, DiskHTTP404)
+	}
+}
+
+// iPXE settings the provider's script sets before it chains to the Image Factory, which
+// expands them in the kernel arguments the schematic carries; so the per-allocation
+// token is only ever in the machine's own boot script, never in the schematic.
+const (
+	ipxeMachineSetting = "anvil_machine"
+	ipxeTokenSetting   = "anvil_token"
+)
+
+// Scripts renders iPXE scripts. It is built once at start.
+type Scripts struct {
+	// BaseURL is the provider's HTTP base, e.g. http://10.77.0.1:50042.
+	BaseURL string
+	// APIEndpoint is host:port of the provider's API (event sink, agent API).
+	APIEndpoint string
+	// FactoryPXEBaseURL is the Image Factory PXE base, e.g. https://pxe.factory.talos.dev.
+	FactoryPXEBaseURL string
+	// Platform is the Talos platform booted by PXE (metal).
+	Platform string
+	// DiskMethod is the default boot-from-disk method.
+	DiskMethod DiskMethod
+	// Assets are the agent boot assets.
+	Assets *AgentAssets
+	// TokenKey signs agent and metadata tokens.
+	TokenKey []byte
+}
+
+// Script is a rendered answer to a boot-script request.
+type Script struct {
+	Status int
+	Body   string
+	// AgentToken holds the claims of the agent token the script carries, when it boots
+	// the agent; the provider records its issue time so that older tokens are superseded.
+	AgentToken token.Claims
+}
+
+// StartScript is the script the ProxyDHCP hands to iPXE: it asks iPXE for what
+// identifies the machine and chains to the boot script with it.
+func (s *Scripts) StartScript() string {
+	return "#!ipxe\n" +
+		"chain " + s.BaseURL + "/ipxe/boot.ipxe?uuid=${uuid}&mac=${netX/mac:hexhyp}&arch=${buildarch}&platform=${platform} ||\n" +
+		"echo Anvil: the provider did not answer; retrying in 10 s\n" +
+		"sleep 10\n" +
+		"chain " + s.BaseURL + "/ipxe/start.ipxe\n"
+}
+
+// Render returns the script for the decision; claims.Issued stamps an agent token.
+func (s *Scripts) Render(req Request, d Decision, claims token.Claims) Script {
+	switch d.Kind {
+	case KindTalos:
+		return s.talos(req, d.Allocation)
+	case KindDisk:
+		return s.disk()
+	default:
+		return s.agent(req, claims)
+	}
+}
+
+func (s *Scripts) agent(req Request, claims token.Claims) Script {
+	set, ok := s.Assets.For(req.Arch)
+	if !ok {
+		// No agent for this architecture: say so on the console and try again later, so
+		// the machine boots as soon as the assets are built.
+		return Script{Status: http.StatusOK, Body: "#!ipxe\n" +
+			"echo Anvil: the provider has no agent boot assets for " + req.Arch + " (make agent-initramfs); retrying in 30 s\n" +
+			"sleep 30\n" +
+			"chain " + s.BaseURL + "/ipxe/start.ipxe\n"}
+	}
+
+	claims.Kind = token.KindAgent
+	claims.MachineID = req.MachineID
+
+	var b strings.Builder
+
+	b.WriteString("#!ipxe\nimgfree\nkernel ")
+	b.WriteString(s.BaseURL + "/assets/agent/" + set.Kernel)
+	// Debian's 2019 iPXE needs initrd=<name> on the kernel line under EFI.
+	b.WriteString(" initrd=" + set.Initramfs)
+
+	if set.Cmdline != "" {
+		b.WriteString(" " + set.Cmdline)
+	}
+
+	fmt.Fprintf(&b, " %s=%s %s=%s %s=%s\n", bootparams.Provider, s.APIEndpoint, bootparams.MachineID, req.MachineID,
+		bootparams.Token, token.Sign(s.TokenKey, claims))
+	b.WriteString("initrd " + s.BaseURL + "/assets/agent/" + set.Initramfs + "\nboot\n")
+
+	return Script{Status: http.StatusOK, Body: b.String(), AgentToken: claims}
+}
+
+func (s *Scripts) talos(req Request, alloc *state.Allocation) Script {
+	tok := token.Sign(s.TokenKey, MetadataClaims(req.MachineID, alloc.ID))
+
+	return Script{Status: http.StatusOK, Body: "#!ipxe\n" +
+		"set " + ipxeMachineSetting + " " + req.MachineID + "\n" +
+		"set " + ipxeTokenSetting + " " + tok + "\n" +
+		"chain --replace " + s.FactoryPXEBaseURL + "/pxe/" + alloc.SchematicID + "/" + alloc.TalosVersion + "/" + s.Platform + "-" + req.Arch + "\n"}
+}
+
+func (s *Scripts) disk() Script {
+	switch s.DiskMethod {
+	case DiskHTTP404:
+		return Script{Status: http.StatusNotFound, Body: "boot from disk\n"}
+	case DiskIPXESanboot:
+		return Script{Status: http.StatusOK, Body: "#!ipxe\necho Anvil: booting from disk\nsanboot --no-describe --drive 0x80 || exit\n"}
+	default:
+		return Script{Status: http.StatusOK, Body: "#!ipxe\necho Anvil: booting from disk\nexit\n"}
+	}
+}
+
+// MetadataClaims are the claims of a machine's metadata token for an allocation.
+func MetadataClaims(machineID, allocationID string) token.Claims {
+	return token.Claims{Kind: token.KindMetadata, MachineID: machineID, Binding: allocationID}
+}
+
+// Schematic returns the Image Factory schematic an allocation boots: the user's
+// extensions and kernel arguments, and the provider's own arguments — the metadata URL
+// (with iPXE settings the boot script fills in) and the event sink.
+func (s *Scripts) Schematic(extensions, kernelArgs []string) schematic.Schematic {
+	metadata := s.BaseURL + "/metadata/${" + ipxeMachineSetting + "}?token=${" + ipxeTokenSetting + "}"
+
+	args := append([]string{}, kernelArgs...)
+	args = append(args, "talos.config="+metadata, "talos.events.sink="+s.APIEndpoint)
+
+	var sc schematic.Schematic
+
+	sc.Customization.ExtraKernelArgs = args
+	sc.Customization.SystemExtensions.OfficialExtensions = append([]string{}, extensions...)
+
+	return sc
+}

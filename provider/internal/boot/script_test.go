@@ -1,0 +1,139 @@
+package boot_test
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/internal/token"
+	"github.com/anvil-metal/anvil/provider/internal/boot"
+	"github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+func testScripts(t *testing.T, withAssets bool) *boot.Scripts {
+	t.Helper()
+
+	dir := t.TempDir()
+
+	if withAssets {
+		for name, content := range map[string]string{
+			"vmlinuz-amd64":      "kernel",
+			"initramfs-amd64.xz": "initramfs",
+			"cmdline-amd64":      "console=ttyS0\n  quiet\n",
+		} {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
+		}
+	}
+
+	assets, err := boot.LoadAgentAssets(dir)
+	require.NoError(t, err)
+
+	return &boot.Scripts{
+		BaseURL:           "http://10.77.0.1:50042",
+		APIEndpoint:       "10.77.0.1:50042",
+		FactoryPXEBaseURL: "http://factory.lab:8080",
+		Platform:          "metal",
+		DiskMethod:        boot.DiskIPXEExit,
+		Assets:            assets,
+		TokenKey:          []byte("0123456789abcdef0123456789abcdef"),
+	}
+}
+
+var testReq = boot.Request{MachineID: "m1", UUID: "m1", MAC: "52:54:00:00:00:01", Arch: "amd64", Firmware: "bios"}
+
+func TestRenderAgent(t *testing.T) {
+	t.Parallel()
+
+	s := testScripts(t, true)
+	issued := time.Unix(1700000000, 5)
+
+	got := s.Render(testReq, boot.Decision{Kind: boot.KindAgent}, token.Claims{Issued: issued})
+	require.Equal(t, http.StatusOK, got.Status)
+	assert.Contains(t, got.Body, "kernel http://10.77.0.1:50042/assets/agent/vmlinuz-amd64 initrd=initramfs-amd64.xz console=ttyS0 quiet anvil.provider=10.77.0.1:50042 anvil.machine=m1 anvil.token=v1.")
+	assert.Contains(t, got.Body, "\ninitrd http://10.77.0.1:50042/assets/agent/initramfs-amd64.xz\nboot\n")
+
+	tok := got.Body[strings.Index(got.Body, "anvil.token=")+len("anvil.token="):]
+	tok = tok[:strings.IndexByte(tok, '\n')]
+	claims, err := token.Verify(s.TokenKey, tok)
+	require.NoError(t, err)
+	assert.Equal(t, token.KindAgent, claims.Kind)
+	assert.Equal(t, "m1", claims.MachineID)
+	assert.True(t, claims.Issued.Equal(issued))
+	assert.Equal(t, claims, got.AgentToken)
+
+	_, ok := s.Assets.For("arm64")
+	assert.False(t, ok)
+	assert.True(t, s.Assets.Has("vmlinuz-amd64"))
+	assert.False(t, s.Assets.Has("cmdline-amd64"))
+}
+
+func TestRenderAgentWithoutAssets(t *testing.T) {
+	t.Parallel()
+
+	got := testScripts(t, false).Render(testReq, boot.Decision{Kind: boot.KindAgent}, token.Claims{Issued: time.Now()})
+	assert.Equal(t, http.StatusOK, got.Status)
+	assert.Contains(t, got.Body, "no agent boot assets for amd64")
+	assert.Contains(t, got.Body, "chain http://10.77.0.1:50042/ipxe/start.ipxe")
+	assert.NotContains(t, got.Body, "anvil.token")
+}
+
+func TestRenderTalos(t *testing.T) {
+	t.Parallel()
+
+	s := testScripts(t, true)
+	alloc := &state.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: "abc123"}
+
+	got := s.Render(testReq, boot.Decision{Kind: boot.KindTalos, Allocation: alloc}, token.Claims{})
+	require.Equal(t, http.StatusOK, got.Status)
+	assert.Contains(t, got.Body, "set anvil_machine m1\n")
+	assert.Contains(t, got.Body, "set anvil_token "+token.Sign(s.TokenKey, boot.MetadataClaims("m1", "a1"))+"\n")
+	assert.True(t, strings.HasSuffix(got.Body, "chain --replace http://factory.lab:8080/pxe/abc123/v1.9.0/metal-amd64\n"), got.Body)
+	assert.Zero(t, got.AgentToken)
+}
+
+func TestRenderDisk(t *testing.T) {
+	t.Parallel()
+
+	for method, want := range map[boot.DiskMethod]struct {
+		status int
+		body   string
+	}{
+		boot.DiskIPXEExit:    {http.StatusOK, "\nexit\n"},
+		boot.DiskIPXESanboot: {http.StatusOK, "sanboot --no-describe --drive 0x80 || exit\n"},
+		boot.DiskHTTP404:     {http.StatusNotFound, "boot from disk"},
+	} {
+		s := testScripts(t, true)
+		s.DiskMethod = method
+
+		got := s.Render(testReq, boot.Decision{Kind: boot.KindDisk}, token.Claims{})
+		assert.Equal(t, want.status, got.Status, method)
+		assert.Contains(t, got.Body, want.body, method)
+	}
+
+	_, err := boot.ParseDiskMethod("pxe")
+	assert.ErrorContains(t, err, "unknown boot-from-disk method")
+}
+
+func TestSchematicCarriesProviderArgs(t *testing.T) {
+	t.Parallel()
+
+	s := testScripts(t, true)
+	sc := s.Schematic([]string{"siderolabs/intel-ucode"}, []string{"console=ttyS0"})
+
+	assert.Equal(t, []string{"siderolabs/intel-ucode"}, sc.Customization.SystemExtensions.OfficialExtensions)
+	assert.Equal(t, []string{
+		"console=ttyS0",
+		"talos.config=http://10.77.0.1:50042/metadata/${anvil_machine}?token=${anvil_token}",
+		"talos.events.sink=10.77.0.1:50042",
+	}, sc.Customization.ExtraKernelArgs)
+
+	id, err := sc.ID()
+	require.NoError(t, err)
+	assert.Len(t, id, 64)
+}
