@@ -1,0 +1,185 @@
+package pxe
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+)
+
+// Defaults of Config and TFTPConfig.
+const (
+	DefaultBIOSBootFile = "undionly.kpxe"
+	DefaultUEFIBootFile = "ipxe.efi"
+	DefaultTFTPRoot     = "/usr/lib/ipxe"
+	DefaultTFTPListen   = ":69"
+	DefaultLeaseTime    = time.Hour
+)
+
+// Config is what the DHCP servers (proxy and full) need to know.
+type Config struct {
+	// Interface is the interface to serve on: a name ("br0") or an IPv4 address on it.
+	// Required by the servers; Answer does not use it.
+	Interface string
+	// ServerIP is the provider's IPv4 address on that interface: siaddr, option 54
+	// (server identifier), option 66 and the BOOTP sname. Defaults to the IP given as
+	// Interface, or the interface's first IPv4 address.
+	ServerIP netip.Addr
+	// ScriptURL is the boot file handed to iPXE clients (option 77 contains "iPXE"),
+	// e.g. http://10.77.0.1:50042/ipxe/start.ipxe. Required.
+	ScriptURL string
+	// BIOSBootFile is the TFTP file for BIOS x86 PXE firmware (option 93 type 0).
+	// Default undionly.kpxe.
+	BIOSBootFile string
+	// UEFIBootFile is the TFTP file for x86 UEFI PXE firmware (types 6, 7, 9).
+	// Default ipxe.efi (snponly.efi also works).
+	UEFIBootFile string
+	// ARM64BootFile is the TFTP file for arm64 UEFI PXE firmware (type 11). Empty: arm64
+	// PXE firmware is not answered (Debian ships no arm64 iPXE).
+	ARM64BootFile string
+	// DHCPPort and PXEPort are the ports listened on; 0 means 67 and 4011. Tests and
+	// benchmarks move them.
+	DHCPPort int
+	PXEPort  int
+	// Pool turns on full DHCP mode (NewDHCPServer). Nil for the proxy.
+	Pool *Pool
+
+	serverIP   net.IP
+	serverName string
+}
+
+// Pool is the address pool of full DHCP mode.
+type Pool struct {
+	// Start and End bound the range handed out, both included.
+	Start, End netip.Addr
+	// Subnet is the network of the interface, e.g. 10.77.0.0/24 (option 1).
+	Subnet netip.Prefix
+	// Router (option 3) and DNS (option 6) are optional.
+	Router netip.Addr
+	DNS    []netip.Addr
+	// LeaseTime is option 51. Default one hour.
+	LeaseTime time.Duration
+}
+
+func (c *Config) dhcpPort() int {
+	if c.DHCPPort == 0 {
+		return 67
+	}
+
+	return c.DHCPPort
+}
+
+func (c *Config) pxePort() int {
+	if c.PXEPort == 0 {
+		return 4011
+	}
+
+	return c.PXEPort
+}
+
+// Validate fills defaults and checks the configuration; Answer needs a validated Config.
+// ServerIP must be set (the servers set it from Interface before validating).
+func (c *Config) Validate() error {
+	if c.BIOSBootFile == "" {
+		c.BIOSBootFile = DefaultBIOSBootFile
+	}
+
+	if c.UEFIBootFile == "" {
+		c.UEFIBootFile = DefaultUEFIBootFile
+	}
+
+	if c.ScriptURL == "" {
+		return errors.New("no iPXE script URL configured")
+	}
+
+	if !c.ServerIP.Is4() {
+		return fmt.Errorf("server IP %q is not an IPv4 address", c.ServerIP)
+	}
+
+	// Precomputed once: every reply carries them.
+	c.serverIP = net.IP(c.ServerIP.AsSlice())
+	c.serverName = c.ServerIP.String()
+
+	if c.Pool != nil {
+		p := c.Pool
+		if !p.Start.Is4() || !p.End.Is4() || p.End.Less(p.Start) {
+			return fmt.Errorf("invalid pool range %s-%s", p.Start, p.End)
+		}
+
+		if !p.Subnet.IsValid() || !p.Subnet.Contains(p.Start) || !p.Subnet.Contains(p.End) {
+			return fmt.Errorf("pool range %s-%s is not inside subnet %s", p.Start, p.End, p.Subnet)
+		}
+
+		if p.LeaseTime <= 0 {
+			p.LeaseTime = DefaultLeaseTime
+		}
+	}
+
+	return nil
+}
+
+// resolveInterface finds the interface named by Config.Interface (a name or one of its
+// IPv4 addresses) and its first IPv4 address.
+func resolveInterface(spec string) (*net.Interface, netip.Addr, error) {
+	if spec == "" {
+		return nil, netip.Addr{}, errors.New("no interface configured")
+	}
+
+	want, err := netip.ParseAddr(spec)
+	isIP := err == nil
+
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return nil, netip.Addr{}, fmt.Errorf("error listing interfaces: %w", err)
+	}
+
+	for i := range ifaces {
+		iface := &ifaces[i]
+		if !isIP && iface.Name != spec {
+			continue
+		}
+
+		addrs, err := iface.Addrs()
+		if err != nil {
+			return nil, netip.Addr{}, fmt.Errorf("error listing addresses of %s: %w", iface.Name, err)
+		}
+
+		var first netip.Addr
+
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+
+			ip, ok := netip.AddrFromSlice(ipn.IP)
+			if !ok {
+				continue
+			}
+
+			ip = ip.Unmap()
+			if !ip.Is4() {
+				continue
+			}
+
+			if isIP && ip == want {
+				return iface, ip, nil
+			}
+
+			if !first.IsValid() {
+				first = ip
+			}
+		}
+
+		if !isIP {
+			return iface, first, nil
+		}
+	}
+
+	if isIP {
+		return nil, netip.Addr{}, fmt.Errorf("no interface has address %s", spec)
+	}
+
+	return nil, netip.Addr{}, fmt.Errorf("interface %s not found", spec)
+}

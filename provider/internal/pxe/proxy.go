@@ -1,0 +1,223 @@
+package pxe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"runtime"
+	"sync"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"go.uber.org/zap"
+)
+
+// maxPacket is the receive buffer size: DHCP packets over Ethernet fit in 1500 bytes;
+// anything longer is truncated and then fails to parse (counted as malformed).
+const maxPacket = 2048
+
+// ProxyDHCP answers PXE clients on the DHCP port (67) and the PXE boot server port (4011)
+// with boot options only, beside the site's DHCP server.
+type ProxyDHCP struct {
+	cfg    Config
+	ifname string
+	logger *zap.Logger
+
+	dhcp *dhcpCounters
+	boot *dhcpCounters
+}
+
+// NewProxyDHCP checks the configuration and resolves the interface; Run binds.
+func NewProxyDHCP(cfg Config, logger *zap.Logger, metrics *Metrics) (*ProxyDHCP, error) {
+	ifname, err := prepareConfig(&cfg)
+	if err != nil {
+		return nil, err
+	}
+
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+
+	return &ProxyDHCP{
+		cfg:    cfg,
+		ifname: ifname,
+		logger: logger.With(zap.String("component", "proxydhcp")),
+		dhcp:   metrics.dhcp("proxy"),
+		boot:   metrics.dhcp("bootserver"),
+	}, nil
+}
+
+// prepareConfig resolves the interface, fills ServerIP from it and validates.
+func prepareConfig(cfg *Config) (string, error) {
+	iface, ip, err := resolveInterface(cfg.Interface)
+	if err != nil {
+		return "", fmt.Errorf("error resolving interface %q: %w", cfg.Interface, err)
+	}
+
+	if !cfg.ServerIP.IsValid() {
+		if !ip.IsValid() {
+			return "", fmt.Errorf("interface %s has no IPv4 address and no server IP is configured", iface.Name)
+		}
+
+		cfg.ServerIP = ip
+	}
+
+	if err := cfg.Validate(); err != nil {
+		return "", fmt.Errorf("error in DHCP configuration: %w", err)
+	}
+
+	return iface.Name, nil
+}
+
+// Run binds both ports and serves until ctx is done, then closes the sockets. The
+// sockets are bound before Run starts any goroutine, so a caller that runs Run on a
+// thread inside a network namespace gets sockets in that namespace.
+func (p *ProxyDHCP) Run(ctx context.Context) error {
+	dhcpConn, err := listenUDP(ctx, p.ifname, p.cfg.dhcpPort())
+	if err != nil {
+		return err
+	}
+
+	bootConn, err := listenUDP(ctx, p.ifname, p.cfg.pxePort())
+	if err != nil {
+		dhcpConn.Close() //nolint:errcheck
+
+		return err
+	}
+
+	p.logger.Info("serving ProxyDHCP",
+		zap.String("interface", p.ifname), zap.Stringer("server_ip", p.cfg.ServerIP),
+		zap.Int("dhcp_port", p.cfg.dhcpPort()), zap.Int("pxe_port", p.cfg.pxePort()))
+
+	return serveConns(ctx, p.logger, []servedConn{
+		{conn: dhcpConn, workers: runtime.GOMAXPROCS(0), onSendError: p.dhcp.sendErrs.Inc,
+			handle: func(buf []byte, src netip.AddrPort) ([]byte, netip.AddrPort) {
+				return p.handle(buf, src, false)
+			}},
+		{conn: bootConn, workers: 1, onSendError: p.boot.sendErrs.Inc,
+			handle: func(buf []byte, src netip.AddrPort) ([]byte, netip.AddrPort) {
+				return p.handle(buf, src, true)
+			}},
+	})
+}
+
+// handle returns the reply bytes and destination, or nil.
+func (p *ProxyDHCP) handle(pkt []byte, src netip.AddrPort, bootPort bool) ([]byte, netip.AddrPort) {
+	c := p.dhcp
+	if bootPort {
+		c = p.boot
+	}
+
+	c.received.Inc()
+
+	req, err := dhcpv4.FromBytes(pkt)
+	if err != nil {
+		c.malformed.Inc()
+
+		if ce := p.logger.Check(zap.DebugLevel, "malformed DHCP packet"); ce != nil {
+			ce.Write(zap.Stringer("from", src), zap.Error(err))
+		}
+
+		return nil, netip.AddrPort{}
+	}
+
+	resp, err := answer(&p.cfg, req, bootPort)
+	if err != nil {
+		if errors.Is(err, ErrMalformed) {
+			c.malformed.Inc()
+		} else {
+			c.ignored(ignoreReason(err))
+		}
+
+		if ce := p.logger.Check(zap.DebugLevel, "DHCP packet not answered"); ce != nil {
+			ce.Write(zap.Stringer("from", src), zap.Stringer("mac", req.ClientHWAddr), zap.Error(err))
+		}
+
+		return nil, netip.AddrPort{}
+	}
+
+	c.answered(resp.MessageType())
+
+	if ce := p.logger.Check(zap.DebugLevel, "answering PXE client"); ce != nil {
+		ce.Write(zap.Stringer("mac", req.ClientHWAddr), zap.Stringer("type", resp.MessageType()),
+			zap.String("boot_file", resp.BootFileNameOption()))
+	}
+
+	return resp.ToBytes(), ReplyTo(&p.cfg, req, src, bootPort)
+}
+
+// servedConn is one socket and what answers its packets.
+type servedConn struct {
+	conn    *net.UDPConn
+	workers int
+	handle  func(pkt []byte, src netip.AddrPort) ([]byte, netip.AddrPort)
+	// onSendError counts replies that could not be sent; may be nil.
+	onSendError func()
+}
+
+// serveConns runs the read loops of the sockets until ctx is done, then closes the
+// sockets and waits for the loops. Several workers may read one UDP socket: each datagram
+// goes to exactly one of them.
+func serveConns(ctx context.Context, logger *zap.Logger, conns []servedConn) error {
+	var (
+		wg       sync.WaitGroup
+		errOnce  sync.Once
+		firstErr error
+	)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	for _, sc := range conns {
+		for range max(sc.workers, 1) {
+			wg.Go(func() {
+				if err := readLoop(ctx, logger, sc); err != nil {
+					errOnce.Do(func() { firstErr = err })
+					cancel()
+				}
+			})
+		}
+	}
+
+	<-ctx.Done()
+
+	for _, sc := range conns {
+		sc.conn.Close() //nolint:errcheck // unblocks the readers
+	}
+
+	wg.Wait()
+
+	return firstErr
+}
+
+func readLoop(ctx context.Context, logger *zap.Logger, sc servedConn) error {
+	buf := make([]byte, maxPacket)
+
+	for {
+		n, src, err := sc.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+
+			return fmt.Errorf("error reading from %s: %w", sc.conn.LocalAddr(), err)
+		}
+
+		out, dst := sc.handle(buf[:n], src)
+		if out == nil {
+			continue
+		}
+
+		if _, err := sc.conn.WriteToUDPAddrPort(out, dst); err != nil {
+			if sc.onSendError != nil {
+				sc.onSendError()
+			}
+
+			// Not fatal: a client that went away must not stop the server.
+			if ce := logger.Check(zap.DebugLevel, "error sending DHCP reply"); ce != nil {
+				ce.Write(zap.Stringer("to", dst), zap.Error(err))
+			}
+		}
+	}
+}
