@@ -1,0 +1,52 @@
+package control
+
+import (
+	"time"
+
+	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
+	"github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+var powerFromProto = map[controlv1.PowerState]state.PowerState{
+	controlv1.PowerState_POWER_STATE_DEFAULT: state.PowerDefault,
+	controlv1.PowerState_POWER_STATE_ON:      state.PowerOn,
+	controlv1.PowerState_POWER_STATE_OFF:     state.PowerOff,
+}
+
+var powerToProto = map[state.PowerState]controlv1.PowerState{
+	state.PowerDefault: controlv1.PowerState_POWER_STATE_DEFAULT,
+	state.PowerOn:      controlv1.PowerState_POWER_STATE_ON,
+	state.PowerOff:     controlv1.PowerState_POWER_STATE_OFF,
+}
+
+var acceptanceToProto = map[state.Acceptance]controlv1.Acceptance{
+	state.AcceptancePending:  controlv1.Acceptance_ACCEPTANCE_PENDING,
+	state.AcceptanceAccepted: controlv1.Acceptance_ACCEPTANCE_ACCEPTED,
+	state.AcceptanceRejected: controlv1.Acceptance_ACCEPTANCE_REJECTED,
+}
+
+// intentToProto converts an intent for a reply; the machine config stays behind.
+func intentToProto(id string, spec *state.MachineIntentSpec) *controlv1.MachineIntent {
+	out := &controlv1.MachineIntent{
+		MachineId:  id,
+		Acceptance: acceptanceToProto[spec.Acceptance],
+		Power:      powerToProto[spec.Power],
+		WipeId:     spec.WipeID,
+		RebootId:   spec.RebootID,
+		Cordoned:   spec.Cordoned,
+	}
+
+	if a := spec.Allocation; a != nil {
+		out.Allocation = &controlv1.Allocation{
+			Id:           a.ID,
+			TalosVersion: a.TalosVersion,
+			SchematicId:  a.SchematicID,
+			Extensions:   a.Extensions,
+			KernelArgs:   a.KernelArgs,
+			ConfigSize:   uint32(len(a.Config)), //nolint:gosec // bounded by MaxConfigSize
+			AllocatedAt:  a.AllocatedAt.Format(time.RFC3339),
+		}
+	}
+
+	return out
+}
