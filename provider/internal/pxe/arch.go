@@ -59,9 +59,6 @@ func ClientArchFromCode(code iana.Arch) (ClientArch, bool) {
 	}
 }
 
-
-
-
 // RequestArch returns the architecture of a DHCP request: the first entry of option 93,
 // or, when the option is absent, the "Arch:NNNNN" field of a PXEClient vendor class
 // (PXE 2.1 puts it in both). A present but malformed option 93 is an error, so that a

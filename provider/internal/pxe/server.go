@@ -1,0 +1,376 @@
+package pxe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"go.uber.org/zap"
+)
+
+// How long an offered address is held for the client, and a declined one kept out of use.
+const (
+	offerHold    = 30 * time.Second
+	declineDelay = 10 * time.Minute
+)
+
+// DHCPServer is the full DHCP server, for networks without one: it hands out addresses
+// from Config.Pool to every client, and boot options (as the proxy does) to PXE clients.
+// It answers on the DHCP port only: with the boot file in the offer, PXE clients need no
+// boot server.
+type DHCPServer struct {
+	cfg    Config
+	ifname string
+	logger *zap.Logger
+	leases LeaseStore
+	c      *dhcpCounters
+	now    func() time.Time
+
+	// One goroutine serves packets, but the maps are also read by tests.
+	mu       sync.Mutex
+	byMAC    map[string]Lease
+	byAddr   map[netip.Addr]string
+	offers   map[string]offer
+	declined map[netip.Addr]time.Time
+}
+
+type offer struct {
+	addr  netip.Addr
+	until time.Time
+}
+
+// NewDHCPServer checks the configuration (cfg.Pool is required) and resolves the
+// interface; Run loads the leases and binds.
+func NewDHCPServer(cfg Config, leases LeaseStore, logger *zap.Logger, metrics *Metrics) (*DHCPServer, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("full DHCP mode needs an address pool")
+	}
+
+	if leases == nil {
+		return nil, errors.New("full DHCP mode needs a lease store")
+	}
+
+	ifname, err := prepareConfig(&cfg)
+	if err != nil {
+		return nil, err
+	}
+
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+
+	return &DHCPServer{
+		cfg:      cfg,
+		ifname:   ifname,
+		logger:   logger.With(zap.String("component", "dhcp")),
+		leases:   leases,
+		c:        metrics.dhcp("dhcp"),
+		now:      time.Now,
+		byMAC:    map[string]Lease{},
+		byAddr:   map[netip.Addr]string{},
+		offers:   map[string]offer{},
+		declined: map[netip.Addr]time.Time{},
+	}, nil
+}
+
+// Run loads the leases, binds the DHCP port and serves until ctx is done.
+func (s *DHCPServer) Run(ctx context.Context) error {
+	leases, err := s.leases.List(ctx)
+	if err != nil {
+		return fmt.Errorf("error loading DHCP leases: %w", err)
+	}
+
+	s.mu.Lock()
+	for _, l := range leases {
+		s.byMAC[l.MAC] = l
+		s.byAddr[l.Address] = l.MAC
+	}
+	s.mu.Unlock()
+
+	conn, err := listenUDP(ctx, s.ifname, s.cfg.dhcpPort())
+	if err != nil {
+		return err
+	}
+
+	p := s.cfg.Pool
+	s.logger.Info("serving DHCP", zap.String("interface", s.ifname), zap.Stringer("server_ip", s.cfg.ServerIP),
+		zap.Stringer("pool_start", p.Start), zap.Stringer("pool_end", p.End), zap.Int("leases", len(leases)))
+
+	// One worker: lease decisions are serialized, and Put is durable before the ACK.
+	return serveConns(ctx, s.logger, []servedConn{{
+		conn: conn, workers: 1, onSendError: s.c.sendErrs.Inc,
+		handle: func(pkt []byte, src netip.AddrPort) ([]byte, netip.AddrPort) {
+			return s.handle(ctx, pkt, src)
+		},
+	}})
+}
+
+func (s *DHCPServer) handle(ctx context.Context, pkt []byte, src netip.AddrPort) ([]byte, netip.AddrPort) {
+	s.c.received.Inc()
+
+	req, err := dhcpv4.FromBytes(pkt)
+	if err == nil && (req.OpCode != dhcpv4.OpcodeBootRequest || len(req.ClientHWAddr) != 6) {
+		err = fmt.Errorf("%w: not an Ethernet BOOTREQUEST", ErrMalformed)
+	}
+
+	if err != nil {
+		s.c.malformed.Inc()
+		s.logger.Debug("malformed DHCP packet", zap.Stringer("from", src), zap.Error(err))
+
+		return nil, netip.AddrPort{}
+	}
+
+	resp, err := s.Handle(ctx, req)
+	if err != nil {
+		switch {
+		case errors.Is(err, ErrMalformed):
+			s.c.malformed.Inc()
+		case errors.Is(err, ErrIgnore):
+			s.c.ignored(ignoreReason(err))
+		default:
+			s.c.ignored("error")
+			s.logger.Error("error handling DHCP request", zap.Stringer("mac", req.ClientHWAddr), zap.Error(err))
+
+			return nil, netip.AddrPort{}
+		}
+
+		s.logger.Debug("DHCP packet not answered", zap.Stringer("mac", req.ClientHWAddr), zap.Error(err))
+
+		return nil, netip.AddrPort{}
+	}
+
+	s.c.answered(resp.MessageType())
+	s.logger.Debug("answering DHCP client", zap.Stringer("mac", req.ClientHWAddr),
+		zap.Stringer("type", resp.MessageType()), zap.Stringer("address", resp.YourIPAddr))
+
+	dst := ReplyTo(&s.cfg, req, src, false)
+	if _, relayed := addr4(req.GatewayIPAddr); resp.MessageType() == dhcpv4.MessageTypeNak && !relayed {
+		// RFC 2131 4.3.2: a NAK goes to the broadcast address when not relayed.
+		dst = netip.AddrPortFrom(broadcast, dst.Port())
+	}
+
+	return resp.ToBytes(), dst
+}
+
+// Handle is the full DHCP decision for one parsed request, with lease bookkeeping: a
+// reply, or an error matching ErrIgnore or ErrMalformed (no reply), or another error
+// (the lease store failed; no reply).
+func (s *DHCPServer) Handle(ctx context.Context, req *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	mac := req.ClientHWAddr.String()
+	now := s.now()
+
+	switch req.MessageType() {
+	case dhcpv4.MessageTypeDiscover:
+		addr, ok := s.pick(mac, req, now)
+		if !ok {
+			return nil, errNoAddress
+		}
+
+		s.offers[mac] = offer{addr: addr, until: now.Add(offerHold)}
+
+		return s.reply(req, dhcpv4.MessageTypeOffer, addr), nil
+
+	case dhcpv4.MessageTypeRequest:
+		return s.request(ctx, mac, req, now)
+
+	case dhcpv4.MessageTypeRelease:
+		if l, ok := s.byMAC[mac]; ok && ipEqual(req.ClientIPAddr, l.Address) {
+			if err := s.forget(ctx, l); err != nil {
+				return nil, err
+			}
+		}
+
+		return nil, errMessageType // no reply to a RELEASE
+
+	case dhcpv4.MessageTypeDecline:
+		addr, ok := addr4(req.RequestedIPAddress())
+		if !ok {
+			return nil, fmt.Errorf("%w: DECLINE without address", ErrMalformed)
+		}
+
+		s.declined[addr] = now.Add(declineDelay)
+		delete(s.offers, mac)
+
+		if l, ok := s.byMAC[mac]; ok && l.Address == addr {
+			if err := s.forget(ctx, l); err != nil {
+				return nil, err
+			}
+		}
+
+		return nil, errMessageType // no reply to a DECLINE
+
+	default:
+		return nil, errMessageType
+	}
+}
+
+func (s *DHCPServer) request(ctx context.Context, mac string, req *dhcpv4.DHCPv4, now time.Time) (*dhcpv4.DHCPv4, error) {
+	if sid, ok := addr4(req.ServerIdentifier()); ok && sid != s.cfg.ServerIP {
+		// The client took another server's offer.
+		delete(s.offers, mac)
+
+		return nil, errNotForUs
+	}
+
+	addr, ok := addr4(req.RequestedIPAddress())
+	if !ok {
+		addr, ok = addr4(req.ClientIPAddr)
+	}
+
+	if !ok {
+		return nil, fmt.Errorf("%w: REQUEST without address", ErrMalformed)
+	}
+
+	if !s.inPool(addr) || !s.free(addr, mac, now) {
+		return s.nak(req), nil
+	}
+
+	l := Lease{MAC: mac, Address: addr, Hostname: req.HostName(), Expires: now.Add(s.cfg.Pool.LeaseTime)}
+
+	// An expired lease of another client on this address goes first.
+	if owner, ok := s.byAddr[addr]; ok && owner != mac {
+		if err := s.forget(ctx, s.byMAC[owner]); err != nil {
+			return nil, err
+		}
+	}
+
+	if err := s.leases.Put(ctx, l); err != nil {
+		return nil, err
+	}
+
+	if old, ok := s.byMAC[mac]; ok && old.Address != addr {
+		delete(s.byAddr, old.Address)
+	}
+
+	s.byMAC[mac] = l
+	s.byAddr[addr] = mac
+	delete(s.offers, mac)
+
+	return s.reply(req, dhcpv4.MessageTypeAck, addr), nil
+}
+
+// forget deletes a lease from the store and the maps.
+func (s *DHCPServer) forget(ctx context.Context, l Lease) error {
+	if err := s.leases.Delete(ctx, l.MAC); err != nil {
+		return err
+	}
+
+	delete(s.byMAC, l.MAC)
+
+	if s.byAddr[l.Address] == l.MAC {
+		delete(s.byAddr, l.Address)
+	}
+
+	return nil
+}
+
+// pick chooses the address to offer: the client's lease, its pending offer, the address
+// it asks for, or the first free one. The scan is bounded by the pool size.
+func (s *DHCPServer) pick(mac string, req *dhcpv4.DHCPv4, now time.Time) (netip.Addr, bool) {
+	if l, ok := s.byMAC[mac]; ok && s.inPool(l.Address) && s.free(l.Address, mac, now) {
+		return l.Address, true
+	}
+
+	if o, ok := s.offers[mac]; ok && now.Before(o.until) && s.free(o.addr, mac, now) {
+		return o.addr, true
+	}
+
+	if a, ok := addr4(req.RequestedIPAddress()); ok && s.inPool(a) && s.free(a, mac, now) {
+		return a, true
+	}
+
+	p := s.cfg.Pool
+	for a := p.Start; a.IsValid() && !p.End.Less(a); a = a.Next() {
+		if s.free(a, mac, now) {
+			return a, true
+		}
+	}
+
+	return netip.Addr{}, false
+}
+
+func (s *DHCPServer) inPool(a netip.Addr) bool {
+	p := s.cfg.Pool
+
+	return a.Is4() && !a.Less(p.Start) && !p.End.Less(a)
+}
+
+// free reports whether addr may go to mac: not ours or the router's, not recently
+// declined, not leased (unexpired) or offered to another client.
+func (s *DHCPServer) free(addr netip.Addr, mac string, now time.Time) bool {
+	if addr == s.cfg.ServerIP || addr == s.cfg.Pool.Router {
+		return false
+	}
+
+	if until, ok := s.declined[addr]; ok {
+		if now.Before(until) {
+			return false
+		}
+
+		delete(s.declined, addr)
+	}
+
+	if owner, ok := s.byAddr[addr]; ok && owner != mac && now.Before(s.byMAC[owner].Expires) {
+		return false
+	}
+
+	for m, o := range s.offers {
+		if o.addr == addr && m != mac && now.Before(o.until) {
+			return false
+		}
+	}
+
+	return true
+}
+
+func (s *DHCPServer) reply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType, addr netip.Addr) *dhcpv4.DHCPv4 {
+	p := s.cfg.Pool
+	resp := newReply(&s.cfg, req, mt)
+	resp.YourIPAddr = net.IP(addr.AsSlice())
+
+	resp.Options.Update(dhcpv4.OptSubnetMask(net.CIDRMask(p.Subnet.Bits(), 32)))
+	resp.Options.Update(dhcpv4.OptIPAddressLeaseTime(p.LeaseTime))
+
+	if p.Router.IsValid() {
+		resp.Options.Update(dhcpv4.OptRouter(net.IP(p.Router.AsSlice())))
+	}
+
+	if len(p.DNS) > 0 {
+		dns := make([]net.IP, len(p.DNS))
+		for i, d := range p.DNS {
+			dns[i] = net.IP(d.AsSlice())
+		}
+
+		resp.Options.Update(dhcpv4.OptDNS(dns...))
+	}
+
+	// Boot options only for PXE clients with a boot file we can vouch for; everyone else
+	// just gets an address.
+	if b, err := BootFor(&s.cfg, req); err == nil {
+		addBootOptions(&s.cfg, req, resp, b.File)
+	}
+
+	return resp
+}
+
+func (s *DHCPServer) nak(req *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
+	resp := newReply(&s.cfg, req, dhcpv4.MessageTypeNak)
+	resp.ClientIPAddr = net.IPv4zero
+	resp.SetBroadcast()
+
+	return resp
+}
+
+func ipEqual(ip net.IP, a netip.Addr) bool {
+	b, ok := addr4(ip)
+
+	return ok && b == a
+}
