@@ -1,0 +1,5 @@
+package pxe
+
+import "go.uber.org/zap"
+
+func zapNop() *zap.Logger { return zap.NewNop() }
