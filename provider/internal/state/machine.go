@@ -39,7 +39,7 @@ type MachineSpec struct {
 	LastDecision string `yaml:"lastDecision,omitempty" protobuf:"8"`
 	// AgentBootIssued is when the newest agent boot token was issued: older tokens are
 	// superseded.
-	AgentBootIssued time.Time `yaml:"agentBootIssued,omitzero" protobuf:"9"`
+	AgentBootIssued time.Time `yaml:"agentBootIssued,omitempty" protobuf:"9"`
 }
 
 // DeepCopy implements typed.DeepCopyable.

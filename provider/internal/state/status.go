@@ -21,7 +21,7 @@ type MachineStatusSpec struct {
 	// InstalledAllocation is the ID of the allocation Talos reported installed under;
 	// the machine is installed while it equals the current allocation's ID.
 	InstalledAllocation string    `yaml:"installedAllocation,omitempty" protobuf:"1"`
-	InstalledAt         time.Time `yaml:"installedAt,omitzero" protobuf:"2"`
+	InstalledAt         time.Time `yaml:"installedAt,omitempty" protobuf:"2"`
 	// InstalledBy says where the fact came from: "event-sink" or "manual".
 	InstalledBy string `yaml:"installedBy,omitempty" protobuf:"3"`
 	// WipedID is the ID of the last wipe completed.
