@@ -1,0 +1,149 @@
+package anvilctl
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/resource/meta"
+	"github.com/cosi-project/runtime/pkg/safe"
+	cosistate "github.com/cosi-project/runtime/pkg/state"
+	"github.com/spf13/cobra"
+
+	"github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+type getOptions struct {
+	output     string
+	namespace  string
+	showConfig bool
+}
+
+// machineAliases name the joined machine view rather than the bare Machine resource
+// (reach that by its full type, Machines.anvil.dev).
+var machineAliases = []string{"m", "machine", "machines"}
+
+func newGetCommand(a *app) *cobra.Command {
+	var opts getOptions
+
+	cmd := &cobra.Command{
+		Use:   "get <type> [id]",
+		Short: "Show resources: machines, or any type the provider serves (see 'get rd')",
+		Long: `Show resources.
+
+'get machines' joins each machine's identity, intent and status. Any other type or alias
+the provider lists in its resource definitions ('anvilctl get rd') shows that resource,
+as talosctl get does.`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !slices.Contains([]string{"table", "yaml", "json"}, opts.output) {
+				return fmt.Errorf("output %q is not one of table, yaml, json", opts.output)
+			}
+
+			st, err := a.state()
+			if err != nil {
+				return err
+			}
+
+			id := ""
+			if len(args) == 2 {
+				id = args[1]
+			}
+
+			p := &printer{w: cmd.OutOrStdout(), format: opts.output}
+
+			if slices.Contains(machineAliases, strings.ToLower(args[0])) {
+				return getMachines(cmd.Context(), st, p, id, opts)
+			}
+
+			return getResources(cmd.Context(), st, p, args[0], id, opts)
+		},
+	}
+
+	cmd.Flags().StringVarP(&opts.output, "output", "o", "table", "output format: table, yaml or json")
+	cmd.Flags().StringVarP(&opts.namespace, "namespace", "n", "", "namespace (default: the type's own)")
+	cmd.Flags().BoolVar(&opts.showConfig, "show-config", false, "print allocations' machine configs (they hold secrets)")
+
+	return cmd
+}
+
+// resolveType finds the resource definition named by a type, an alias or an ID.
+func resolveType(ctx context.Context, st cosistate.State, name string) (*meta.ResourceDefinition, error) {
+	rds, err := safe.StateListAll[*meta.ResourceDefinition](ctx, st)
+	if err != nil {
+		return nil, fmt.Errorf("error listing resource definitions: %w", err)
+	}
+
+	for rd := range rds.All() {
+		spec := rd.TypedSpec()
+		if strings.EqualFold(spec.Type, name) || strings.EqualFold(rd.Metadata().ID(), name) ||
+			slices.ContainsFunc(spec.AllAliases, func(alias resource.Type) bool { return strings.EqualFold(alias, name) }) {
+			return rd, nil
+		}
+	}
+
+	return nil, fmt.Errorf("resource type %q is not known (see 'anvilctl get rd')", name)
+}
+
+func getResources(ctx context.Context, st cosistate.State, p *printer, typeName, id string, opts getOptions) error {
+	rd, err := resolveType(ctx, st, typeName)
+	if err != nil {
+		return err
+	}
+
+	ns := opts.namespace
+	if ns == "" {
+		ns = rd.TypedSpec().DefaultNamespace
+	}
+
+	md := resource.NewMetadata(ns, rd.TypedSpec().Type, id, resource.VersionUndefined)
+
+	var items []resource.Resource
+
+	if id != "" {
+		r, err := st.Get(ctx, md)
+		if err != nil {
+			if cosistate.IsNotFoundError(err) {
+				return fmt.Errorf("%s %q is not known in namespace %s", rd.TypedSpec().Type, id, ns)
+			}
+
+			return fmt.Errorf("error getting %s %q: %w", rd.TypedSpec().Type, id, err)
+		}
+
+		items = []resource.Resource{r}
+	} else {
+		list, err := st.List(ctx, md)
+		if err != nil {
+			return fmt.Errorf("error listing %s: %w", rd.TypedSpec().Type, err)
+		}
+
+		items = list.Items
+	}
+
+	if !opts.showConfig {
+		for i, r := range items {
+			items[i] = redact(r)
+		}
+	}
+
+	return p.resources(rd.TypedSpec(), items, id != "")
+}
+
+// redact hides an intent's machine config, which carries the cluster's secrets.
+func redact(r resource.Resource) resource.Resource {
+	in, ok := r.(*state.MachineIntent)
+	if !ok || in.TypedSpec().Allocation == nil || in.TypedSpec().Allocation.Config == "" {
+		return r
+	}
+
+	out := in.DeepCopy().(*state.MachineIntent) //nolint:forcetypeassert,errcheck // DeepCopy keeps the type
+	out.TypedSpec().Allocation.Config = redactedConfig(len(in.TypedSpec().Allocation.Config))
+
+	return out
+}
+
+func redactedConfig(n int) string {
+	return fmt.Sprintf("(redacted: %d bytes, --show-config prints it)", n)
+}

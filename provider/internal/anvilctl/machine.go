@@ -1,0 +1,234 @@
+package anvilctl
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
+)
+
+// maxConfigRead bounds how much of --config is read; the server refuses more than 1 MiB
+// with a clear message, so one byte over is enough to let it say so.
+const maxConfigRead = 1<<20 + 1
+
+func newMachineCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "machine",
+		Aliases: []string{"m", "machines"},
+		Short:   "Change what is asked of a machine: accept, reject, allocate, power, …",
+	}
+
+	// Transitions that take only the machine ID.
+	for _, t := range []struct {
+		use, short string
+		call       func(context.Context, controlv1.TransitionServiceClient, string) (*controlv1.MachineIntent, error)
+	}{
+		{"accept", "Accept a pending or rejected machine: the provider may wipe and use it", func(ctx context.Context, c controlv1.TransitionServiceClient, id string) (*controlv1.MachineIntent, error) {
+			resp, err := c.Accept(ctx, &controlv1.AcceptRequest{MachineId: id})
+
+			return resp.GetIntent(), err
+		}},
+		{"reject", "Reject a machine: the provider leaves it alone (it boots from disk)", func(ctx context.Context, c controlv1.TransitionServiceClient, id string) (*controlv1.MachineIntent, error) {
+			resp, err := c.Reject(ctx, &controlv1.RejectRequest{MachineId: id})
+
+			return resp.GetIntent(), err
+		}},
+		{"deallocate", "Take an allocated machine back; it is wiped before it is handed out again", func(ctx context.Context, c controlv1.TransitionServiceClient, id string) (*controlv1.MachineIntent, error) {
+			resp, err := c.Deallocate(ctx, &controlv1.DeallocateRequest{MachineId: id})
+
+			return resp.GetIntent(), err
+		}},
+		{"cordon", "Keep a machine from being handed out", func(ctx context.Context, c controlv1.TransitionServiceClient, id string) (*controlv1.MachineIntent, error) {
+			resp, err := c.Cordon(ctx, &controlv1.CordonRequest{MachineId: id})
+
+			return resp.GetIntent(), err
+		}},
+		{"uncordon", "Lift a cordon", func(ctx context.Context, c controlv1.TransitionServiceClient, id string) (*controlv1.MachineIntent, error) {
+			resp, err := c.Uncordon(ctx, &controlv1.UncordonRequest{MachineId: id})
+
+			return resp.GetIntent(), err
+		}},
+	} {
+		cmd.AddCommand(&cobra.Command{
+			Use:   t.use + " <id>",
+			Short: t.short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, err := a.transitions()
+				if err != nil {
+					return err
+				}
+
+				in, err := t.call(cmd.Context(), c, args[0])
+				if err != nil {
+					return err
+				}
+
+				return printIntent(cmd.OutOrStdout(), in)
+			},
+		})
+	}
+
+	cmd.AddCommand(newInstalledCommand(a), newAllocateCommand(a), newPowerCommand(a))
+
+	return cmd
+}
+
+func newInstalledCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "installed <id>",
+		Short: "Record by hand that Talos is installed for the machine's current allocation",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.transitions()
+			if err != nil {
+				return err
+			}
+
+			resp, err := c.MarkInstalled(cmd.Context(), &controlv1.MarkInstalledRequest{MachineId: args[0]})
+			if err != nil {
+				return err
+			}
+
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "machine %s: installed (allocation %s)\n", args[0], resp.GetAllocationId())
+
+			return err
+		},
+	}
+}
+
+func newAllocateCommand(a *app) *cobra.Command {
+	var (
+		req        controlv1.AllocateRequest
+		kernelArgs []string
+		configFile string
+	)
+
+	cmd := &cobra.Command{
+		Use:   "allocate <id>",
+		Short: "Hand an accepted machine to Talos",
+		Example: `  anvilctl machine allocate 4c4c4544-... --talos-version v1.9.0 \
+    --extensions siderolabs/intel-ucode,siderolabs/iscsi-tools \
+    --kernel-args console=ttyS0 --config controlplane.yaml`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req.MachineId = args[0]
+
+			// One flag value may hold several args separated by spaces: no single kernel
+			// arg contains one, and commas belong to args (console=ttyS0,115200n8).
+			req.KernelArgs = nil
+			for _, v := range kernelArgs {
+				req.KernelArgs = append(req.KernelArgs, strings.Fields(v)...)
+			}
+
+			if configFile != "" {
+				config, err := readConfig(cmd.InOrStdin(), configFile)
+				if err != nil {
+					return err
+				}
+
+				req.Config = config
+			}
+
+			c, err := a.transitions()
+			if err != nil {
+				return err
+			}
+
+			resp, err := c.Allocate(cmd.Context(), &req)
+			if err != nil {
+				return err
+			}
+
+			return printIntent(cmd.OutOrStdout(), resp.GetIntent())
+		},
+	}
+
+	cmd.Flags().StringVar(&req.TalosVersion, "talos-version", "", "Talos version, v1.8.0 or later (required)")
+	cmd.Flags().StringSliceVar(&req.Extensions, "extensions", nil, "official system extensions, comma-separated (siderolabs/intel-ucode)")
+	cmd.Flags().StringArrayVar(&kernelArgs, "kernel-args", nil, "extra kernel args, space-separated or repeated")
+	cmd.Flags().StringVar(&configFile, "config", "", "Talos machine config file ('-' for stdin)")
+
+	return cmd
+}
+
+func readConfig(stdin io.Reader, path string) ([]byte, error) {
+	r := stdin
+
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("error reading the machine config: %w", err)
+		}
+
+		defer f.Close() //nolint:errcheck
+
+		r = f
+	}
+
+	config, err := io.ReadAll(io.LimitReader(r, maxConfigRead))
+	if err != nil {
+		return nil, fmt.Errorf("error reading the machine config: %w", err)
+	}
+
+	return config, nil
+}
+
+var powerStates = map[string]controlv1.PowerState{
+	"on":      controlv1.PowerState_POWER_STATE_ON,
+	"off":     controlv1.PowerState_POWER_STATE_OFF,
+	"default": controlv1.PowerState_POWER_STATE_DEFAULT,
+}
+
+func newPowerCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:       "power on|off|default <id>",
+		Short:     "Set the power state the provider keeps a machine in ('default': its policy)",
+		Args:      cobra.ExactArgs(2),
+		ValidArgs: []string{"on", "off", "default"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			power, ok := powerStates[args[0]]
+			if !ok {
+				return fmt.Errorf("power state %q is not one of on, off, default", args[0])
+			}
+
+			c, err := a.transitions()
+			if err != nil {
+				return err
+			}
+
+			resp, err := c.SetPower(cmd.Context(), &controlv1.SetPowerRequest{MachineId: args[1], Power: power})
+			if err != nil {
+				return err
+			}
+
+			return printIntent(cmd.OutOrStdout(), resp.GetIntent())
+		},
+	}
+}
+
+// printIntent prints a one-line summary of a machine's intent after a transition.
+func printIntent(w io.Writer, in *controlv1.MachineIntent) error {
+	parts := []string{strings.TrimPrefix(strings.ToLower(in.GetAcceptance().String()), "acceptance_")}
+
+	if a := in.GetAllocation(); a != nil {
+		parts = append(parts, fmt.Sprintf("allocated to Talos %s (allocation %s, schematic %s)", a.GetTalosVersion(), a.GetId(), a.GetSchematicId()))
+	} else {
+		parts = append(parts, "not allocated")
+	}
+
+	parts = append(parts, "power "+strings.TrimPrefix(strings.ToLower(in.GetPower().String()), "power_state_"))
+
+	if in.GetCordoned() {
+		parts = append(parts, "cordoned")
+	}
+
+	_, err := fmt.Fprintf(w, "machine %s: %s\n", in.GetMachineId(), strings.Join(parts, ", "))
+
+	return err
+}

@@ -1,0 +1,134 @@
+package anvilctl
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/safe"
+	cosistate "github.com/cosi-project/runtime/pkg/state"
+
+	"github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+// machineView is one machine with what was asked of it and what was observed.
+type machineView struct {
+	ID      string                   `yaml:"id"`
+	Machine state.MachineSpec        `yaml:"machine"`
+	Intent  state.MachineIntentSpec  `yaml:"intent"`
+	Status  *state.MachineStatusSpec `yaml:"status,omitempty"`
+}
+
+func getMachines(ctx context.Context, st cosistate.State, p *printer, id string, opts getOptions) error {
+	var machines []*state.Machine
+
+	if id != "" {
+		m, err := safe.StateGetByID[*state.Machine](ctx, st, id)
+		if err != nil {
+			if cosistate.IsNotFoundError(err) {
+				return fmt.Errorf("machine %q is not known", id)
+			}
+
+			return fmt.Errorf("error getting machine %q: %w", id, err)
+		}
+
+		machines = append(machines, m)
+	} else {
+		list, err := safe.StateListAll[*state.Machine](ctx, st)
+		if err != nil {
+			return fmt.Errorf("error listing machines: %w", err)
+		}
+
+		machines = slices.Collect(list.All())
+	}
+
+	// Lists rather than one Get per machine: two calls whatever the number of machines.
+	intents, err := safe.StateListAll[*state.MachineIntent](ctx, st)
+	if err != nil {
+		return fmt.Errorf("error listing machine intents: %w", err)
+	}
+
+	statuses, err := safe.StateListAll[*state.MachineStatus](ctx, st)
+	if err != nil {
+		return fmt.Errorf("error listing machine statuses: %w", err)
+	}
+
+	views := make([]machineView, 0, len(machines))
+
+	for _, m := range machines {
+		v := machineView{ID: m.Metadata().ID(), Machine: m.TypedSpec().DeepCopy(), Intent: *state.NewMachineIntent(m.Metadata().ID()).TypedSpec()}
+
+		if in, ok := intents.Find(func(in *state.MachineIntent) bool { return in.Metadata().ID() == v.ID }); ok {
+			v.Intent = in.TypedSpec().DeepCopy()
+		}
+
+		if s, ok := statuses.Find(func(s *state.MachineStatus) bool { return s.Metadata().ID() == v.ID }); ok {
+			spec := s.TypedSpec().DeepCopy()
+			v.Status = &spec
+		}
+
+		if a := v.Intent.Allocation; a != nil && a.Config != "" && !opts.showConfig {
+			a.Config = redactedConfig(len(a.Config))
+		}
+
+		views = append(views, v)
+	}
+
+	if p.format != "table" {
+		if id != "" {
+			return p.structured(views[0])
+		}
+
+		return p.structured(views)
+	}
+
+	rows := [][]string{{"ID", "ARCH", "FIRMWARE", "ADDRESS", "ACCEPTANCE", "ALLOCATION", "INSTALLED", "POWER", "LAST BOOT"}}
+	for _, v := range views {
+		rows = append(rows, v.row(time.Now()))
+	}
+
+	return p.table(rows)
+}
+
+func (v machineView) row(now time.Time) []string {
+	acceptance := string(v.Intent.Acceptance)
+	if v.Intent.Cordoned {
+		acceptance += ",cordoned"
+	}
+
+	allocation, installed := "-", "-"
+	if a := v.Intent.Allocation; a != nil {
+		allocation = a.TalosVersion
+		installed = "no"
+
+		if v.Status != nil && v.Status.InstalledAllocation == a.ID {
+			installed = "yes"
+		}
+	}
+
+	observed := state.PowerUnknown
+	if v.Status != nil && v.Status.Power != "" {
+		observed = v.Status.Power
+	}
+
+	power := string(observed)
+	if v.Intent.Power != "" && v.Intent.Power != state.PowerDefault && v.Intent.Power != observed {
+		power += fmt.Sprintf(" (want %s)", v.Intent.Power)
+	}
+
+	lastBoot := "-"
+	if !v.Machine.LastPXE.IsZero() {
+		lastBoot = fmt.Sprintf("%s %s ago", orDash(v.Machine.LastDecision), now.Sub(v.Machine.LastPXE).Truncate(time.Second))
+	}
+
+	return []string{v.ID, orDash(v.Machine.Arch), orDash(v.Machine.Firmware), orDash(v.Machine.LastAddress), acceptance, allocation, installed, power, lastBoot}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+
+	return s
+}
