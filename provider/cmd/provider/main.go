@@ -1,0 +1,109 @@
+// Command provider runs Anvil's bare-metal provider: PXE boot services, machine state,
+// controllers and the control API.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/anvil-metal/anvil/internal/flagenv"
+	"github.com/anvil-metal/anvil/provider/internal/service"
+)
+
+func main() {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+
+	if err := newRootCmd().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "provider:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCmd() *cobra.Command {
+	opts := service.DefaultOptions
+
+	var debug bool
+
+	cmd := &cobra.Command{
+		Use:           "provider",
+		Short:         "Anvil bare-metal provider for Talos Linux",
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			return flagenv.Apply(cmd.Flags(), nil)
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := newLogger(debug)
+			if err != nil {
+				return err
+			}
+
+			defer logger.Sync() //nolint:errcheck
+
+			return service.Run(cmd.Context(), opts, logger)
+		},
+	}
+
+	f := cmd.Flags()
+	f.BoolVar(&debug, "debug", false, "log at debug level, in a human-readable format")
+	f.StringVar(&opts.StateDir, "state-dir", opts.StateDir, "directory of the provider's state (database, keys, control socket)")
+	f.StringVar(&opts.APIListenAddress, "api-listen-address", opts.APIListenAddress, "IP address the HTTP/gRPC API listens on (all when empty)")
+	f.StringVar(&opts.APIAdvertiseAddress, "api-advertise-address", opts.APIAdvertiseAddress,
+		"IP address machines reach the provider at (the host's single routable address when empty)")
+	f.IntVar(&opts.APIPort, "api-port", opts.APIPort, "port of the HTTP/gRPC API (iPXE scripts, assets, metadata, event sink)")
+	f.StringVar(&opts.DHCPProxyIfaceOrIP, "dhcp-proxy-iface-or-ip", opts.DHCPProxyIfaceOrIP,
+		"interface, or an IP address on it, the DHCP server listens on (the advertise address when empty)")
+	f.BoolVar(&opts.DisableDHCPProxy, "disable-dhcp-proxy", opts.DisableDHCPProxy, "do not run the ProxyDHCP")
+	f.IntVar(&opts.DHCPProxyPort, "dhcp-port", opts.DHCPProxyPort, "DHCP port (67 when 0)")
+	f.IntVar(&opts.DHCPBootServerPort, "dhcp-boot-server-port", opts.DHCPBootServerPort, "PXE boot-server port (4011 when 0)")
+	f.BoolVar(&opts.DHCPFull, "dhcp-full", opts.DHCPFull, "run a full DHCP server handing out addresses from --dhcp-range instead of the ProxyDHCP")
+	f.StringVar(&opts.DHCPRange, "dhcp-range", opts.DHCPRange, "address range of full DHCP mode, start-end")
+	f.StringVar(&opts.DHCPRouter, "dhcp-router", opts.DHCPRouter, "router (option 3) handed out in full DHCP mode")
+	f.StringSliceVar(&opts.DHCPDNS, "dhcp-dns", opts.DHCPDNS, "DNS servers (option 6) handed out in full DHCP mode")
+	f.DurationVar(&opts.DHCPLeaseTime, "dhcp-lease-time", opts.DHCPLeaseTime, "lease time in full DHCP mode")
+	f.BoolVar(&opts.DisableTFTP, "disable-tftp", opts.DisableTFTP, "do not run the TFTP server")
+	f.StringVar(&opts.TFTPListenAddress, "tftp-listen-address", opts.TFTPListenAddress, "UDP address the TFTP server listens on")
+	f.StringVar(&opts.TFTPRoot, "tftp-root", opts.TFTPRoot, "directory of the iPXE binaries served over TFTP")
+	f.StringVar(&opts.IPXEBIOSFile, "ipxe-bios-file", opts.IPXEBIOSFile, "iPXE binary for BIOS PXE firmware, in --tftp-root")
+	f.StringVar(&opts.IPXEUEFIFile, "ipxe-uefi-file", opts.IPXEUEFIFile, "iPXE binary for x86-64 UEFI PXE firmware, in --tftp-root (ipxe.efi or snponly.efi)")
+	f.StringVar(&opts.IPXEARM64File, "ipxe-arm64-file", opts.IPXEARM64File, "path of an iPXE binary for arm64 UEFI PXE firmware (arm64 PXE is not answered when empty)")
+	f.StringVar(&opts.BootFromDiskMethod, "boot-from-disk-method", opts.BootFromDiskMethod,
+		"how installed and rejected machines are sent to their disk: ipxe-exit, ipxe-sanboot (BIOS) or http-404")
+	f.StringVar(&opts.ImageFactoryBaseURL, "image-factory-base-url", opts.ImageFactoryBaseURL, "base URL of the Image Factory")
+	f.StringVar(&opts.ImageFactoryPXEBaseURL, "image-factory-pxe-base-url", opts.ImageFactoryPXEBaseURL, "base URL of the Image Factory's PXE endpoint")
+	f.StringVar(&opts.TalosPlatform, "talos-platform", opts.TalosPlatform, "Talos platform of PXE-booted machines")
+	f.StringVar(&opts.AgentAssetsDir, "agent-assets-dir", opts.AgentAssetsDir, "directory of the agent boot assets (vmlinuz-<arch>, initramfs-<arch>.xz, cmdline-<arch>)")
+	f.StringSliceVar(&opts.MachineLabels, "machine-labels", opts.MachineLabels, "labels set on every machine, key=value pairs separated by commas")
+	f.StringVar(&opts.ControlSocket, "control-socket", opts.ControlSocket, "Unix socket of the control API (<state-dir>/control.sock when empty)")
+
+	flagenv.Annotate(f)
+
+	return cmd
+}
+
+func newLogger(debug bool) (*zap.Logger, error) {
+	cfg := zap.NewProductionConfig()
+	if debug {
+		cfg = zap.NewDevelopmentConfig()
+		cfg.EncoderConfig.EncodeLevel = zapcore.CapitalColorLevelEncoder
+	}
+
+	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	cfg.DisableStacktrace = !debug
+
+	logger, err := cfg.Build()
+	if err != nil {
+		return nil, fmt.Errorf("error creating the logger: %w", err)
+	}
+
+	return logger, nil
+}

@@ -1,0 +1,141 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/controller"
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
+	"go.uber.org/zap"
+
+	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+// pxeStampInterval is how stale Machine.LastPXE may get before a boot rewrites it: a
+// machine that boots in a loop must not turn every script request into a disk write.
+const pxeStampInterval = time.Minute
+
+// maxMACs bounds the MACs remembered per machine.
+const maxMACs = 16
+
+// PXEObservation is what a boot service saw of a machine asking for its boot script.
+type PXEObservation struct {
+	MachineID string
+	UUID      string
+	MAC       string
+	Arch      string
+	Firmware  string
+	Address   string
+	Decision  string
+	At        time.Time
+	// AgentIssued is the issue time of the agent token served, if any.
+	AgentIssued time.Time
+}
+
+// MachineController records machines from their PXE boots: it produces Machine.
+type MachineController struct {
+	Observations <-chan PXEObservation
+	// Labels are set on every machine (--machine-labels).
+	Labels map[string]string
+}
+
+// Name implements controller.Controller.
+func (ctrl *MachineController) Name() string { return "MachineController" }
+
+// Inputs implements controller.Controller: observations arrive on a channel, not from
+// the state.
+func (ctrl *MachineController) Inputs() []controller.Input { return nil }
+
+// Outputs implements controller.Controller.
+func (ctrl *MachineController) Outputs() []controller.Output {
+	return []controller.Output{{Type: anvilstate.MachineType, Kind: controller.OutputExclusive}}
+}
+
+// Run implements controller.Controller.
+func (ctrl *MachineController) Run(ctx context.Context, r controller.Runtime, logger *zap.Logger) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.EventCh():
+		case obs := <-ctrl.Observations:
+			if err := ctrl.record(ctx, r, obs); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (ctrl *MachineController) record(ctx context.Context, r controller.Runtime, obs PXEObservation) error {
+	current, err := safe.ReaderGetByID[*anvilstate.Machine](ctx, r, obs.MachineID)
+	if err != nil && !state.IsNotFoundError(err) {
+		return fmt.Errorf("error reading machine %s: %w", obs.MachineID, err)
+	}
+
+	if current != nil && !needsUpdate(current.TypedSpec(), obs) && ctrl.labelled(current) {
+		return nil
+	}
+
+	if err = safe.WriterModify(ctx, r, anvilstate.NewMachine(obs.MachineID), func(m *anvilstate.Machine) error {
+		apply(m.TypedSpec(), obs)
+
+		for k, v := range ctrl.Labels {
+			m.Metadata().Labels().Set(k, v)
+		}
+
+		return nil
+	}); err != nil {
+		return fmt.Errorf("error recording machine %s: %w", obs.MachineID, err)
+	}
+
+	return nil
+}
+
+func (ctrl *MachineController) labelled(m *anvilstate.Machine) bool {
+	for k, v := range ctrl.Labels {
+		if got, ok := m.Metadata().Labels().Get(k); !ok || got != v {
+			return false
+		}
+	}
+
+	return true
+}
+
+func needsUpdate(spec *anvilstate.MachineSpec, obs PXEObservation) bool {
+	return len(spec.MACs) == 0 || spec.MACs[0] != obs.MAC ||
+		spec.UUID != obs.UUID || spec.Arch != obs.Arch || spec.Firmware != obs.Firmware ||
+		spec.LastAddress != obs.Address || spec.LastDecision != obs.Decision ||
+		obs.AgentIssued.After(spec.AgentBootIssued) ||
+		obs.At.Sub(spec.LastPXE) >= pxeStampInterval
+}
+
+func apply(spec *anvilstate.MachineSpec, obs PXEObservation) {
+	if spec.FirstSeen.IsZero() {
+		spec.FirstSeen = obs.At
+	}
+
+	spec.UUID = obs.UUID
+	spec.Arch = obs.Arch
+	spec.Firmware = obs.Firmware
+	spec.LastAddress = obs.Address
+	spec.LastDecision = obs.Decision
+
+	if obs.At.After(spec.LastPXE) {
+		spec.LastPXE = obs.At
+	}
+
+	if obs.AgentIssued.After(spec.AgentBootIssued) {
+		spec.AgentBootIssued = obs.AgentIssued
+	}
+
+	// The booting NIC first; other NICs seen earlier after it.
+	spec.MACs = slices.DeleteFunc(spec.MACs, func(mac string) bool { return mac == obs.MAC })
+	spec.MACs = append([]string{obs.MAC}, spec.MACs...)
+
+	if len(spec.MACs) > maxMACs {
+		spec.MACs = spec.MACs[:maxMACs]
+	}
+}

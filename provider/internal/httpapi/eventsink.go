@@ -1,0 +1,122 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/siderolabs/siderolink/api/events"
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	grpcstatus "google.golang.org/grpc/status"
+
+	"github.com/anvil-metal/anvil/provider/internal/boot"
+	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+const maxEventSize = 64 << 10
+
+// eventSink implements Talos' event sink API (talos.events.sink=): the install sequence
+// completing marks the machine installed.
+type eventSink struct {
+	events.UnimplementedEventSinkServiceServer
+
+	server *Server
+}
+
+// Publish implements events.EventSinkServiceServer.
+func (e *eventSink) Publish(ctx context.Context, req *events.EventRequest) (*events.EventResponse, error) {
+	s := e.server
+
+	if req.GetData() == nil {
+		s.metrics.events.WithLabelValues("malformed").Inc()
+
+		return nil, grpcstatus.Error(codes.InvalidArgument, "event has no data")
+	}
+
+	// Talos names its messages talos/runtime/<full name>.
+	name := req.GetData().GetTypeUrl()
+	if i := strings.LastIndexByte(name, '/'); i >= 0 {
+		name = name[i+1:]
+	}
+
+	if name != "machine.SequenceEvent" {
+		s.metrics.events.WithLabelValues("ignored").Inc()
+
+		return &events.EventResponse{}, nil
+	}
+
+	var ev machine.SequenceEvent
+	if err := req.GetData().UnmarshalTo(&ev); err != nil {
+		s.metrics.events.WithLabelValues("malformed").Inc()
+
+		return nil, grpcstatus.Errorf(codes.InvalidArgument, "malformed sequence event: %v", err)
+	}
+
+	if ev.GetSequence() != "install" || ev.GetAction() != machine.SequenceEvent_STOP || ev.GetError() != nil {
+		s.metrics.events.WithLabelValues("ignored").Inc()
+
+		return &events.EventResponse{}, nil
+	}
+
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil, grpcstatus.Error(codes.Internal, "no peer address")
+	}
+
+	addr := p.Addr.String()
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		addr = host
+	}
+
+	id, alloc, err := e.machineAt(ctx, addr)
+	if err != nil {
+		s.metrics.events.WithLabelValues("refused").Inc()
+		s.opts.Logger.Warn("install event refused", zap.String("remote", addr), zap.Error(err))
+
+		return nil, grpcstatus.Error(codes.PermissionDenied, err.Error())
+	}
+
+	if err = s.opts.Installs.RecordInstalled(ctx, id, alloc, "event-sink"); err != nil {
+		return nil, grpcstatus.Errorf(codes.Unavailable, "error recording the install: %v", err)
+	}
+
+	s.metrics.events.WithLabelValues("installed").Inc()
+
+	return &events.EventResponse{}, nil
+}
+
+// machineAt finds the machine booting Talos from addr: events are accepted only from the
+// address a machine fetched its Talos boot script from, while it is allocated.
+func (e *eventSink) machineAt(ctx context.Context, addr string) (resource.ID, string, error) {
+	machines, err := safe.StateListAll[*anvilstate.Machine](ctx, e.server.opts.State)
+	if err != nil {
+		return "", "", fmt.Errorf("error listing machines: %w", err)
+	}
+
+	for m := range machines.All() {
+		spec := m.TypedSpec()
+		if spec.LastAddress != addr || spec.LastDecision != string(boot.KindTalos) {
+			continue
+		}
+
+		intent, err := safe.StateGetByID[*anvilstate.MachineIntent](ctx, e.server.opts.State, m.Metadata().ID())
+		if err != nil && !state.IsNotFoundError(err) {
+			return "", "", fmt.Errorf("error reading machine %s: %w", m.Metadata().ID(), err)
+		}
+
+		if intent == nil || intent.TypedSpec().Allocation == nil {
+			continue
+		}
+
+		return m.Metadata().ID(), intent.TypedSpec().Allocation.ID, nil
+	}
+
+	return "", "", fmt.Errorf("no allocated machine booted Talos from %s", addr)
+}

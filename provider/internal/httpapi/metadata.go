@@ -1,0 +1,56 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
+	"go.uber.org/zap"
+
+	"github.com/anvil-metal/anvil/internal/token"
+	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+// handleMetadata serves a machine's Talos configuration (talos.config=) to a request that
+// carries the machine's token for its current allocation.
+func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("machine")
+
+	claims, err := token.Verify(s.opts.Scripts.TokenKey, r.URL.Query().Get("token"))
+	if err != nil || claims.Kind != token.KindMetadata || claims.MachineID != id {
+		s.metrics.metadata.WithLabelValues("forbidden").Inc()
+		s.opts.Logger.Warn("metadata request with an invalid token", zap.String("machine", id), zap.String("remote", r.RemoteAddr))
+		http.Error(w, "invalid token", http.StatusForbidden)
+
+		return
+	}
+
+	intent, err := safe.StateGetByID[*anvilstate.MachineIntent](r.Context(), s.opts.State, id)
+	if err != nil && !state.IsNotFoundError(err) {
+		http.Error(w, "error reading machine state", http.StatusServiceUnavailable)
+
+		return
+	}
+
+	if intent == nil || intent.TypedSpec().Allocation == nil || intent.TypedSpec().Allocation.ID != claims.Binding {
+		s.metrics.metadata.WithLabelValues("superseded").Inc()
+		http.Error(w, "token is not for the machine's current allocation", http.StatusForbidden)
+
+		return
+	}
+
+	config := intent.TypedSpec().Allocation.Config
+	if config == "" {
+		s.metrics.metadata.WithLabelValues("empty").Inc()
+		http.Error(w, "no configuration for this machine", http.StatusNotFound)
+
+		return
+	}
+
+	s.metrics.metadata.WithLabelValues("served").Inc()
+	s.opts.Logger.Info("served machine config", zap.String("machine", id), zap.String("remote", r.RemoteAddr))
+
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Write([]byte(config)) //nolint:errcheck
+}

@@ -1,0 +1,35 @@
+package httpapi
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	scripts          *prometheus.CounterVec
+	badRequests      prometheus.Counter
+	observationsLost prometheus.Counter
+	metadata         *prometheus.CounterVec
+	events           *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		scripts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "anvil_boot_scripts_total", Help: "Boot scripts served, by decision.",
+		}, []string{"decision"}),
+		badRequests: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "anvil_boot_script_bad_requests_total", Help: "Boot-script requests refused as malformed.",
+		}),
+		observationsLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "anvil_pxe_observations_dropped_total", Help: "PXE observations dropped because the machine controller was behind.",
+		}),
+		metadata: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "anvil_metadata_requests_total", Help: "Metadata (talos.config) requests, by result.",
+		}, []string{"result"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "anvil_event_sink_events_total", Help: "Talos events received, by result.",
+		}, []string{"result"}),
+	}
+
+	reg.MustRegister(m.scripts, m.badRequests, m.observationsLost, m.metadata, m.events)
+
+	return m
+}

@@ -1,0 +1,144 @@
+// Package httpapi serves the provider's HTTP routes: iPXE scripts, agent boot assets,
+// the metadata server, Talos' event sink (gRPC on the same port), health and metrics.
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/siderolabs/siderolink/api/events"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/anvil-metal/anvil/provider/internal/boot"
+	"github.com/anvil-metal/anvil/provider/internal/controllers"
+)
+
+// InstallRecorder records that a machine was installed under an allocation.
+type InstallRecorder interface {
+	RecordInstalled(ctx context.Context, machineID, allocationID, source string) error
+}
+
+// Options configure the server.
+type Options struct {
+	// ListenAddress is host:port.
+	ListenAddress string
+	State         state.State
+	Scripts       *boot.Scripts
+	// Observations receives what the boot services saw; a full channel drops the
+	// observation (counted), it never slows a boot down.
+	Observations chan<- controllers.PXEObservation
+	Installs     InstallRecorder
+	Registry     *prometheus.Registry
+	Logger       *zap.Logger
+}
+
+// Server is the provider's HTTP server.
+type Server struct {
+	opts    Options
+	metrics *metrics
+	grpc    *grpc.Server
+	handler http.Handler
+}
+
+// New builds the server.
+func New(opts Options) *Server {
+	s := &Server{
+		opts:    opts,
+		metrics: newMetrics(opts.Registry),
+		grpc:    grpc.NewServer(grpc.MaxRecvMsgSize(maxEventSize)),
+	}
+
+	events.RegisterEventSinkServiceServer(s.grpc, &eventSink{server: s})
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /ipxe/start.ipxe", s.handleStart)
+	mux.HandleFunc("GET /ipxe/boot.ipxe", s.handleBoot)
+	mux.HandleFunc("GET /assets/agent/{name}", s.handleAgentAsset)
+	mux.HandleFunc("GET /metadata/{machine}", s.handleMetadata)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) }) //nolint:errcheck
+	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{}))
+
+	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Talos dials the event sink with plaintext gRPC (HTTP/2 with prior knowledge).
+		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			s.grpc.ServeHTTP(w, r)
+
+			return
+		}
+
+		mux.ServeHTTP(w, r)
+	})
+
+	return s
+}
+
+// Handler returns the server's HTTP handler (for tests).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Run serves until ctx is done.
+func (s *Server) Run(ctx context.Context) error {
+	lis, err := net.Listen("tcp", s.opts.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("error listening on %s: %w", s.opts.ListenAddress, err)
+	}
+
+	return s.Serve(ctx, lis)
+}
+
+// Serve serves on lis until ctx is done.
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+
+	srv := &http.Server{
+		Handler:           s.handler,
+		Protocols:         protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          zap.NewStdLog(s.opts.Logger.Named("http")),
+	}
+
+	errCh := make(chan error, 1)
+
+	go func() { errCh <- srv.Serve(lis) }()
+
+	select {
+	case err := <-errCh:
+		return fmt.Errorf("error serving HTTP: %w", err)
+	case <-ctx.Done():
+	}
+
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+
+	s.grpc.Stop()
+
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		srv.Close() //nolint:errcheck
+	}
+
+	if err := <-errCh; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("error serving HTTP: %w", err)
+	}
+
+	return nil
+}
+
+func remoteIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+
+	return host
+}

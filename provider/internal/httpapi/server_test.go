@@ -1,0 +1,288 @@
+package httpapi_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/siderolabs/siderolink/api/events"
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/anvil-metal/anvil/internal/token"
+	"github.com/anvil-metal/anvil/provider/internal/boot"
+	"github.com/anvil-metal/anvil/provider/internal/controllers"
+	"github.com/anvil-metal/anvil/provider/internal/httpapi"
+	"github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+const (
+	m1 = "4c4c4544-0000-1000-8000-000000000001"
+	m2 = "4c4c4544-0000-1000-8000-000000000002"
+)
+
+type recorder struct {
+	mu      sync.Mutex
+	records []string
+}
+
+func (r *recorder) RecordInstalled(_ context.Context, machineID, allocationID, source string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	r.records = append(r.records, machineID+"/"+allocationID+"/"+source)
+
+	return nil
+}
+
+type fixture struct {
+	store   *state.Store
+	server  *httpapi.Server
+	scripts *boot.Scripts
+	obs     chan controllers.PXEObservation
+	rec     *recorder
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+
+	store, err := state.Open(t.Context(), t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close() }) //nolint:errcheck
+
+	assetsDir := t.TempDir()
+	for name, content := range map[string]string{"vmlinuz-amd64": "KERNEL", "initramfs-amd64.xz": "INITRAMFS"} {
+		require.NoError(t, os.WriteFile(filepath.Join(assetsDir, name), []byte(content), 0o644))
+	}
+
+	assets, err := boot.LoadAgentAssets(assetsDir)
+	require.NoError(t, err)
+
+	f := &fixture{
+		store: store,
+		scripts: &boot.Scripts{
+			BaseURL: "http://10.77.0.1:50042", APIEndpoint: "10.77.0.1:50042", FactoryPXEBaseURL: "http://factory",
+			Platform: "metal", DiskMethod: boot.DiskIPXEExit, Assets: assets, TokenKey: store.Keys().TokenKey(),
+		},
+		obs: make(chan controllers.PXEObservation, 16),
+		rec: &recorder{},
+	}
+
+	f.server = httpapi.New(httpapi.Options{
+		State: store, Scripts: f.scripts, Observations: f.obs, Installs: f.rec,
+		Registry: prometheus.NewRegistry(), Logger: zaptest.NewLogger(t),
+	})
+
+	return f
+}
+
+// machine stores a machine as the controllers would have.
+func (f *fixture) machine(t *testing.T, id, address string, decision boot.Kind, intent *state.MachineIntentSpec, status *state.MachineStatusSpec) {
+	t.Helper()
+
+	ctx := t.Context()
+	m := state.NewMachine(id)
+	m.TypedSpec().UUID = id
+	m.TypedSpec().LastAddress = address
+	m.TypedSpec().LastDecision = string(decision)
+	require.NoError(t, f.store.Create(ctx, m))
+
+	if intent != nil {
+		in := state.NewMachineIntent(id)
+		*in.TypedSpec() = *intent
+		require.NoError(t, f.store.Create(ctx, in))
+	}
+
+	if status != nil {
+		st := state.NewMachineStatus(id)
+		*st.TypedSpec() = *status
+		require.NoError(t, f.store.Create(ctx, st))
+	}
+}
+
+func (f *fixture) get(t *testing.T, target string) (int, string) {
+	t.Helper()
+
+	rec := httptest.NewRecorder()
+	f.server.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, target, nil))
+
+	return rec.Code, rec.Body.String()
+}
+
+func bootURL(id string) string {
+	return "/ipxe/boot.ipxe?uuid=" + id + "&mac=52-54-00-00-00-01&arch=x86_64&platform=efi"
+}
+
+func TestBootScripts(t *testing.T) {
+	t.Parallel()
+
+	f := newFixture(t)
+	alloc := &state.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: "s1"}
+
+	f.machine(t, m2, "192.0.2.2", boot.KindAgent, &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, Allocation: alloc}, nil)
+
+	code, body := f.get(t, bootURL(m1))
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, "kernel http://10.77.0.1:50042/assets/agent/vmlinuz-amd64")
+	assert.Contains(t, body, "anvil.machine="+m1)
+
+	obs := <-f.obs
+	assert.Equal(t, m1, obs.MachineID)
+	assert.Equal(t, "52:54:00:00:00:01", obs.MAC)
+	assert.Equal(t, "uefi", obs.Firmware)
+	assert.Equal(t, "agent", obs.Decision)
+	assert.False(t, obs.AgentIssued.IsZero())
+
+	code, body = f.get(t, bootURL(m2))
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, "chain --replace http://factory/pxe/s1/v1.9.0/metal-amd64")
+	assert.Equal(t, "talos", (<-f.obs).Decision)
+
+	code, body = f.get(t, "/ipxe/boot.ipxe?uuid=nope")
+	assert.Equal(t, http.StatusBadRequest, code)
+	assert.Contains(t, body, "missing mac")
+
+	code, _ = f.get(t, "/ipxe/start.ipxe")
+	assert.Equal(t, http.StatusOK, code)
+}
+
+func TestAgentAssets(t *testing.T) {
+	t.Parallel()
+
+	f := newFixture(t)
+
+	code, body := f.get(t, "/assets/agent/vmlinuz-amd64")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "KERNEL", body)
+
+	for _, target := range []string{"/assets/agent/cmdline-amd64", "/assets/agent/..%2fprovider.key", "/assets/agent/%2e%2e"} {
+		code, _ = f.get(t, target)
+		assert.Equal(t, http.StatusNotFound, code, target)
+	}
+}
+
+func TestMetadata(t *testing.T) {
+	t.Parallel()
+
+	f := newFixture(t)
+	key := f.scripts.TokenKey
+	alloc := &state.Allocation{ID: "a1", TalosVersion: "v1.9.0", Config: "version: v1alpha1\n"}
+
+	f.machine(t, m1, "192.0.2.1", boot.KindTalos, &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, Allocation: alloc}, nil)
+	f.machine(t, m2, "192.0.2.2", boot.KindTalos, &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted,
+		Allocation: &state.Allocation{ID: "a2", TalosVersion: "v1.9.0"}}, nil)
+
+	for _, tc := range []struct {
+		name, target string
+		code         int
+		body         string
+	}{
+		{"own token", "/metadata/" + m1 + "?token=" + token.Sign(key, boot.MetadataClaims(m1, "a1")), http.StatusOK, "version: v1alpha1\n"},
+		{"another machine's token", "/metadata/" + m1 + "?token=" + token.Sign(key, boot.MetadataClaims(m2, "a2")), http.StatusForbidden, "invalid token"},
+		{"an earlier allocation's token", "/metadata/" + m1 + "?token=" + token.Sign(key, boot.MetadataClaims(m1, "a0")), http.StatusForbidden, "current allocation"},
+		{"an agent token", "/metadata/" + m1 + "?token=" + token.Sign(key, token.Claims{Kind: token.KindAgent, MachineID: m1, Issued: time.Now()}), http.StatusForbidden, "invalid token"},
+		{"no token", "/metadata/" + m1, http.StatusForbidden, "invalid token"},
+		{"garbage", "/metadata/" + m1 + "?token=" + strings.Repeat("x", 4096), http.StatusForbidden, "invalid token"},
+		{"no config", "/metadata/" + m2 + "?token=" + token.Sign(key, boot.MetadataClaims(m2, "a2")), http.StatusNotFound, "no configuration"},
+	} {
+		code, body := f.get(t, tc.target)
+		assert.Equal(t, tc.code, code, tc.name)
+		assert.Contains(t, body, tc.body, tc.name)
+	}
+}
+
+func sequenceEvent(t *testing.T, sequence string, action machine.SequenceEvent_Action, failed bool) *events.EventRequest {
+	t.Helper()
+
+	ev := &machine.SequenceEvent{Sequence: sequence, Action: action}
+	if failed {
+		ev.Error = &common.Error{Message: "install failed"}
+	}
+
+	data, err := proto.Marshal(ev)
+	require.NoError(t, err)
+
+	// Talos names its event messages talos/runtime/<full name>.
+	return &events.EventRequest{Id: "1", Data: &anypb.Any{TypeUrl: "talos/runtime/machine.SequenceEvent", Value: data}}
+}
+
+// TestEventSink drives the event sink with a real gRPC client over plaintext HTTP/2, as
+// Talos does.
+func TestEventSink(t *testing.T) {
+	t.Parallel()
+
+	f := newFixture(t)
+	alloc := &state.Allocation{ID: "a1", TalosVersion: "v1.9.0"}
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+
+	go func() { done <- f.server.Serve(ctx, lis) }()
+
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() }) //nolint:errcheck
+
+	sink := events.NewEventSinkServiceClient(conn)
+
+	// No machine booted Talos from 127.0.0.1 yet.
+	_, err = sink.Publish(ctx, sequenceEvent(t, "install", machine.SequenceEvent_STOP, false))
+	assert.Equal(t, codes.PermissionDenied, grpcstatus.Code(err))
+
+	f.machine(t, m1, "127.0.0.1", boot.KindTalos, &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, Allocation: alloc}, nil)
+
+	for _, ev := range []*events.EventRequest{
+		sequenceEvent(t, "install", machine.SequenceEvent_START, false),
+		sequenceEvent(t, "install", machine.SequenceEvent_STOP, true),
+		sequenceEvent(t, "boot", machine.SequenceEvent_STOP, false),
+	} {
+		_, err = sink.Publish(ctx, ev)
+		require.NoError(t, err)
+	}
+
+	assert.Empty(t, f.rec.records, "only a successful install sequence marks a machine installed")
+
+	_, err = sink.Publish(ctx, &events.EventRequest{Id: "2"})
+	assert.Equal(t, codes.InvalidArgument, grpcstatus.Code(err))
+
+	_, err = sink.Publish(ctx, &events.EventRequest{Id: "3", Data: &anypb.Any{TypeUrl: "talos/runtime/machine.SequenceEvent", Value: []byte{0xff, 0xff}}})
+	assert.Equal(t, codes.InvalidArgument, grpcstatus.Code(err))
+
+	_, err = sink.Publish(ctx, sequenceEvent(t, "install", machine.SequenceEvent_STOP, false))
+	require.NoError(t, err)
+	assert.Equal(t, []string{m1 + "/a1/event-sink"}, f.rec.records)
+
+	// Plain HTTP still works on the same port.
+	resp, err := http.Get("http://" + lis.Addr().String() + "/healthz")
+	require.NoError(t, err)
+
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close() //nolint:errcheck
+	assert.Equal(t, "ok\n", string(body))
+}

@@ -1,0 +1,149 @@
+package service
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+
+	"github.com/anvil-metal/anvil/provider/internal/httpapi"
+	"github.com/anvil-metal/anvil/provider/internal/pxe"
+)
+
+// arm64TFTPName is the name the arm64 iPXE binary is served under.
+const arm64TFTPName = "ipxe-arm64.efi"
+
+// bootServices builds what answers booting machines: DHCP (proxy or full), TFTP, HTTP.
+func (env *environment) bootServices() ([]runner, error) {
+	opts := env.opts
+	metrics := pxe.NewMetrics(env.registry)
+
+	http := httpapi.New(httpapi.Options{
+		ListenAddress: net.JoinHostPort(opts.APIListenAddress, strconv.Itoa(opts.APIPort)),
+		State:         env.store,
+		Scripts:       env.scripts,
+		Observations:  env.observations,
+		Installs:      env.installs,
+		Registry:      env.registry,
+		Logger:        env.logger.Named("http"),
+	})
+
+	runners := []runner{{name: "http", run: http.Run}}
+
+	dhcp, err := env.dhcp(metrics)
+	if err != nil {
+		return nil, err
+	}
+
+	if dhcp != nil {
+		runners = append(runners, *dhcp)
+	}
+
+	if !opts.DisableTFTP {
+		cfg := pxe.TFTPConfig{
+			Root:      opts.TFTPRoot,
+			Listen:    opts.TFTPListenAddress,
+			BootFiles: []string{opts.IPXEBIOSFile, opts.IPXEUEFIFile},
+		}
+
+		if opts.IPXEARM64File != "" {
+			cfg.Files = map[string]string{arm64TFTPName: opts.IPXEARM64File}
+		}
+
+		tftp, err := pxe.NewTFTP(cfg, env.logger.Named("tftp"), metrics)
+		if err != nil {
+			return nil, fmt.Errorf("error configuring TFTP: %w", err)
+		}
+
+		runners = append(runners, runner{name: "tftp", run: tftp.Run})
+	}
+
+	return runners, nil
+}
+
+// dhcp builds the ProxyDHCP, or the full DHCP server in full mode, or nothing.
+func (env *environment) dhcp(metrics *pxe.Metrics) (*runner, error) {
+	opts := env.opts
+
+	iface := opts.DHCPProxyIfaceOrIP
+	if iface == "" {
+		iface = env.advertise.String()
+	}
+
+	cfg := pxe.Config{
+		Interface:    iface,
+		ScriptURL:    env.scripts.BaseURL + "/ipxe/start.ipxe",
+		BIOSBootFile: opts.IPXEBIOSFile,
+		UEFIBootFile: opts.IPXEUEFIFile,
+		DHCPPort:     opts.DHCPProxyPort,
+		PXEPort:      opts.DHCPBootServerPort,
+	}
+
+	if opts.IPXEARM64File != "" {
+		cfg.ARM64BootFile = arm64TFTPName
+	}
+
+	if opts.DHCPFull {
+		pool, err := env.pool()
+		if err != nil {
+			return nil, err
+		}
+
+		cfg.Pool = pool
+
+		srv, err := pxe.NewDHCPServer(cfg, pxe.NewStateLeases(env.store), env.logger.Named("dhcp"), metrics)
+		if err != nil {
+			return nil, fmt.Errorf("error configuring the DHCP server: %w", err)
+		}
+
+		return &runner{name: "dhcp", run: srv.Run}, nil
+	}
+
+	if opts.DisableDHCPProxy {
+		return nil, nil
+	}
+
+	proxy, err := pxe.NewProxyDHCP(cfg, env.logger.Named("proxydhcp"), metrics)
+	if err != nil {
+		return nil, fmt.Errorf("error configuring the ProxyDHCP: %w", err)
+	}
+
+	return &runner{name: "proxydhcp", run: proxy.Run}, nil
+}
+
+func (env *environment) pool() (*pxe.Pool, error) {
+	opts := env.opts
+
+	if opts.DHCPRange == "" {
+		return nil, fmt.Errorf("full DHCP mode needs --dhcp-range")
+	}
+
+	start, end, err := parseRange(opts.DHCPRange)
+	if err != nil {
+		return nil, err
+	}
+
+	subnet, err := subnetOf(env.advertise)
+	if err != nil {
+		return nil, fmt.Errorf("error finding the subnet to serve: %w", err)
+	}
+
+	pool := &pxe.Pool{Start: start, End: end, Subnet: subnet, LeaseTime: opts.DHCPLeaseTime}
+
+	if opts.DHCPRouter != "" {
+		if pool.Router, err = netip.ParseAddr(opts.DHCPRouter); err != nil {
+			return nil, fmt.Errorf("invalid --dhcp-router: %w", err)
+		}
+	}
+
+	for _, s := range opts.DHCPDNS {
+		dns, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("invalid --dhcp-dns: %w", err)
+		}
+
+		pool.DNS = append(pool.DNS, dns)
+	}
+
+	return pool, nil
+}

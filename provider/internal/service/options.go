@@ -1,0 +1,105 @@
+// Package service wires the provider together: state, controllers, boot services
+// (DHCP, TFTP, HTTP) and the control API. Each concern has its own file; Run starts them
+// all and stops them all.
+package service
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/anvil-metal/anvil/provider/internal/boot"
+	"github.com/anvil-metal/anvil/provider/internal/pxe"
+)
+
+// Options configure the provider. Flag names follow the established provider where the
+// meaning is the same.
+type Options struct {
+	StateDir string
+
+	APIListenAddress    string
+	APIAdvertiseAddress string
+	APIPort             int
+
+	DHCPProxyIfaceOrIP string
+	DisableDHCPProxy   bool
+	DHCPProxyPort      int
+	DHCPBootServerPort int
+
+	// Full DHCP mode: the provider hands out addresses itself.
+	DHCPFull      bool
+	DHCPRange     string
+	DHCPRouter    string
+	DHCPDNS       []string
+	DHCPLeaseTime time.Duration
+
+	DisableTFTP       bool
+	TFTPListenAddress string
+	TFTPRoot          string
+	IPXEBIOSFile      string
+	IPXEUEFIFile      string
+	IPXEARM64File     string
+
+	BootFromDiskMethod     string
+	ImageFactoryBaseURL    string
+	ImageFactoryPXEBaseURL string
+	TalosPlatform          string
+	AgentAssetsDir         string
+
+	MachineLabels []string
+
+	ControlSocket string
+}
+
+// DefaultOptions are the defaults of the provider's flags.
+var DefaultOptions = Options{
+	StateDir:               "/var/lib/anvil",
+	APIPort:                50042,
+	DHCPLeaseTime:          time.Hour,
+	TFTPListenAddress:      ":69",
+	TFTPRoot:               pxe.DefaultTFTPRoot,
+	IPXEBIOSFile:           pxe.DefaultBIOSBootFile,
+	IPXEUEFIFile:           pxe.DefaultUEFIBootFile,
+	BootFromDiskMethod:     string(boot.DiskIPXEExit),
+	ImageFactoryBaseURL:    "https://factory.talos.dev",
+	ImageFactoryPXEBaseURL: "https://pxe.factory.talos.dev",
+	TalosPlatform:          "metal",
+	AgentAssetsDir:         "_out/agent",
+}
+
+// parseLabels parses key=value pairs (a bare key has an empty value).
+func parseLabels(pairs []string) (map[string]string, error) {
+	labels := make(map[string]string, len(pairs))
+
+	for _, pair := range pairs {
+		k, v, _ := strings.Cut(pair, "=")
+		if k == "" {
+			return nil, fmt.Errorf("invalid machine label %q: want key=value", pair)
+		}
+
+		labels[k] = v
+	}
+
+	return labels, nil
+}
+
+// parseRange parses "start-end".
+func parseRange(s string) (netip.Addr, netip.Addr, error) {
+	a, b, ok := strings.Cut(s, "-")
+	if !ok {
+		return netip.Addr{}, netip.Addr{}, fmt.Errorf("invalid DHCP range %q: want start-end", s)
+	}
+
+	start, err := netip.ParseAddr(strings.TrimSpace(a))
+	if err != nil {
+		return netip.Addr{}, netip.Addr{}, fmt.Errorf("invalid DHCP range start: %w", err)
+	}
+
+	end, err := netip.ParseAddr(strings.TrimSpace(b))
+	if err != nil {
+		return netip.Addr{}, netip.Addr{}, fmt.Errorf("invalid DHCP range end: %w", err)
+	}
+
+	return start, end, nil
+}

@@ -1,0 +1,151 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"strconv"
+
+	"github.com/cosi-project/runtime/pkg/controller"
+	"github.com/cosi-project/runtime/pkg/controller/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/anvil-metal/anvil/provider/internal/boot"
+	"github.com/anvil-metal/anvil/provider/internal/controllers"
+	"github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+// observationBuffer is how many PXE observations may wait for the machine controller.
+const observationBuffer = 4096
+
+// Run runs the provider until ctx is done.
+func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
+	advertise, err := advertiseAddress(opts.APIAdvertiseAddress)
+	if err != nil {
+		return err
+	}
+
+	labels, err := parseLabels(opts.MachineLabels)
+	if err != nil {
+		return err
+	}
+
+	diskMethod, err := boot.ParseDiskMethod(opts.BootFromDiskMethod)
+	if err != nil {
+		return err
+	}
+
+	assets, err := boot.LoadAgentAssets(opts.AgentAssetsDir)
+	if err != nil {
+		return err
+	}
+
+	store, err := state.Open(ctx, opts.StateDir)
+	if err != nil {
+		return err
+	}
+
+	defer store.Close() //nolint:errcheck
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	apiEndpoint := net.JoinHostPort(advertise.String(), strconv.Itoa(opts.APIPort))
+	scripts := &boot.Scripts{
+		BaseURL:           "http://" + apiEndpoint,
+		APIEndpoint:       apiEndpoint,
+		FactoryPXEBaseURL: opts.ImageFactoryPXEBaseURL,
+		Platform:          opts.TalosPlatform,
+		DiskMethod:        diskMethod,
+		Assets:            assets,
+		TokenKey:          store.Keys().TokenKey(),
+	}
+
+	observations := make(chan controllers.PXEObservation, observationBuffer)
+	statusCtrl := controllers.NewMachineStatusController()
+
+	ctrlRuntime, err := runtime.NewRuntime(store, logger.Named("controllers"))
+	if err != nil {
+		return fmt.Errorf("error creating the controller runtime: %w", err)
+	}
+
+	for _, ctrl := range []controller.Controller{
+		&controllers.MachineController{Observations: observations, Labels: labels},
+		statusCtrl,
+	} {
+		if err = ctrlRuntime.RegisterController(ctrl); err != nil {
+			return fmt.Errorf("error registering %s: %w", ctrl.Name(), err)
+		}
+	}
+
+	env := &environment{
+		opts:         opts,
+		advertise:    advertise,
+		store:        store,
+		scripts:      scripts,
+		observations: observations,
+		installs:     statusCtrl,
+		registry:     registry,
+		logger:       logger,
+	}
+
+	runners, err := env.bootServices()
+	if err != nil {
+		return err
+	}
+
+	runners = append(runners, env.controlAPI())
+
+	logger.Info("provider starting",
+		zap.String("advertise", apiEndpoint),
+		zap.String("state", opts.StateDir),
+		zap.String("agent_assets", opts.AgentAssetsDir),
+		zap.Int("machine_labels", len(labels)))
+
+	eg, ctx := errgroup.WithContext(ctx)
+
+	eg.Go(func() error { return ctrlRuntime.Run(ctx) })
+
+	for _, r := range runners {
+		eg.Go(func() error {
+			if err := r.run(ctx); err != nil {
+				return fmt.Errorf("%s: %w", r.name, err)
+			}
+
+			return nil
+		})
+	}
+
+	return eg.Wait()
+}
+
+// runner is one of the provider's services.
+type runner struct {
+	name string
+	run  func(context.Context) error
+}
+
+// environment is what the services are built from.
+type environment struct {
+	opts         Options
+	advertise    netip.Addr
+	store        *state.Store
+	scripts      *boot.Scripts
+	observations chan controllers.PXEObservation
+	installs     *controllers.MachineStatusController
+	registry     *prometheus.Registry
+	logger       *zap.Logger
+}
+
+func (env *environment) controlSocket() string {
+	if env.opts.ControlSocket != "" {
+		return env.opts.ControlSocket
+	}
+
+	return filepath.Join(env.opts.StateDir, "control.sock")
+}
