@@ -145,8 +145,10 @@ func TestAnswer(t *testing.T) {
 			wantErr: errNotPXE,
 		},
 		{
-			name:     "REQUEST to us gets an ACK with option 97",
-			req:      func(t *testing.T) *dhcpv4.DHCPv4 { return pxeRequest(t, dhcpv4.MessageTypeRequest, 9, withUsAsID, withGUID) },
+			name: "REQUEST to us gets an ACK with option 97",
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return pxeRequest(t, dhcpv4.MessageTypeRequest, 9, withUsAsID, withGUID)
+			},
 			wantType: dhcpv4.MessageTypeAck, wantFile: "ipxe.efi", wantGUID: true,
 		},
 		{
@@ -175,8 +177,10 @@ func TestAnswer(t *testing.T) {
 			wantErr: errMessageType,
 		},
 		{
-			name:    "odd-length option 93",
-			req:     func(t *testing.T) *dhcpv4.DHCPv4 { return pxeRequest(t, dhcpv4.MessageTypeDiscover, -1, dhcpv4.WithGeneric(dhcpv4.OptionClientSystemArchitectureType, []byte{0})) },
+			name: "odd-length option 93",
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return pxeRequest(t, dhcpv4.MessageTypeDiscover, -1, dhcpv4.WithGeneric(dhcpv4.OptionClientSystemArchitectureType, []byte{0}))
+			},
 			wantErr: ErrMalformed,
 		},
 		{
