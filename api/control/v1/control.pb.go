@@ -327,10 +327,13 @@ func (x *Allocation) GetAllocatedAt() string {
 }
 
 type AcceptRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MachineId     string                 `protobuf:"bytes,1,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	MachineId string                 `protobuf:"bytes,1,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	// skip_initial_wipe accepts the machine without the wipe acceptance otherwise owes:
+	// for machines known to hold nothing (new from the vendor).
+	SkipInitialWipe bool `protobuf:"varint,2,opt,name=skip_initial_wipe,json=skipInitialWipe,proto3" json:"skip_initial_wipe,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AcceptRequest) Reset() {
@@ -368,6 +371,13 @@ func (x *AcceptRequest) GetMachineId() string {
 		return x.MachineId
 	}
 	return ""
+}
+
+func (x *AcceptRequest) GetSkipInitialWipe() bool {
+	if x != nil {
+		return x.SkipInitialWipe
+	}
+	return false
 }
 
 type AcceptResponse struct {
@@ -1105,10 +1115,11 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"kernelArgs\x12\x1f\n" +
 	"\vconfig_size\x18\x06 \x01(\rR\n" +
 	"configSize\x12!\n" +
-	"\fallocated_at\x18\a \x01(\tR\vallocatedAt\".\n" +
+	"\fallocated_at\x18\a \x01(\tR\vallocatedAt\"Z\n" +
 	"\rAcceptRequest\x12\x1d\n" +
 	"\n" +
-	"machine_id\x18\x01 \x01(\tR\tmachineId\"I\n" +
+	"machine_id\x18\x01 \x01(\tR\tmachineId\x12*\n" +
+	"\x11skip_initial_wipe\x18\x02 \x01(\bR\x0fskipInitialWipe\"I\n" +
 	"\x0eAcceptResponse\x127\n" +
 	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\".\n" +
 	"\rRejectRequest\x12\x1d\n" +

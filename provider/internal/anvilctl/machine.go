@@ -28,11 +28,6 @@ func newMachineCommand(a *app) *cobra.Command {
 		use, short string
 		call       func(context.Context, controlv1.TransitionServiceClient, string) (*controlv1.MachineIntent, error)
 	}{
-		{"accept", "Accept a pending or rejected machine: the provider may wipe and use it", func(ctx context.Context, c controlv1.TransitionServiceClient, id string) (*controlv1.MachineIntent, error) {
-			resp, err := c.Accept(ctx, &controlv1.AcceptRequest{MachineId: id})
-
-			return resp.GetIntent(), err
-		}},
 		{"reject", "Reject a machine: the provider leaves it alone (it boots from disk)", func(ctx context.Context, c controlv1.TransitionServiceClient, id string) (*controlv1.MachineIntent, error) {
 			resp, err := c.Reject(ctx, &controlv1.RejectRequest{MachineId: id})
 
@@ -74,7 +69,36 @@ func newMachineCommand(a *app) *cobra.Command {
 		})
 	}
 
-	cmd.AddCommand(newInstalledCommand(a), newAllocateCommand(a), newPowerCommand(a))
+	cmd.AddCommand(newAcceptCommand(a), newInstalledCommand(a), newAllocateCommand(a), newPowerCommand(a))
+
+	return cmd
+}
+
+func newAcceptCommand(a *app) *cobra.Command {
+	var req controlv1.AcceptRequest
+
+	cmd := &cobra.Command{
+		Use:   "accept <id>",
+		Short: "Accept a pending or rejected machine: the provider wipes it, then may use it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.transitions()
+			if err != nil {
+				return err
+			}
+
+			req.MachineId = args[0]
+
+			resp, err := c.Accept(cmd.Context(), &req)
+			if err != nil {
+				return err
+			}
+
+			return printIntent(cmd.OutOrStdout(), resp.GetIntent())
+		},
+	}
+
+	cmd.Flags().BoolVar(&req.SkipInitialWipe, "skip-wipe", false, "accept without the initial wipe (the machine holds nothing)")
 
 	return cmd
 }

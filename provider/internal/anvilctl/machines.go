@@ -15,6 +15,7 @@ import (
 // machineView is one machine with what was asked of it and what was observed.
 type machineView struct {
 	ID      string                   `yaml:"id"`
+	Labels  map[string]string        `yaml:"labels,omitempty"`
 	Machine state.MachineSpec        `yaml:"machine"`
 	Intent  state.MachineIntentSpec  `yaml:"intent"`
 	Status  *state.MachineStatusSpec `yaml:"status,omitempty"`
@@ -54,16 +55,30 @@ func getMachines(ctx context.Context, st cosistate.State, p *printer, id string,
 		return fmt.Errorf("error listing machine statuses: %w", err)
 	}
 
+	intentByID := make(map[string]*state.MachineIntent, intents.Len())
+	for in := range intents.All() {
+		intentByID[in.Metadata().ID()] = in
+	}
+
+	statusByID := make(map[string]*state.MachineStatus, statuses.Len())
+	for s := range statuses.All() {
+		statusByID[s.Metadata().ID()] = s
+	}
+
 	views := make([]machineView, 0, len(machines))
 
 	for _, m := range machines {
 		v := machineView{ID: m.Metadata().ID(), Machine: m.TypedSpec().DeepCopy(), Intent: *state.NewMachineIntent(m.Metadata().ID()).TypedSpec()}
 
-		if in, ok := intents.Find(func(in *state.MachineIntent) bool { return in.Metadata().ID() == v.ID }); ok {
+		if labels := m.Metadata().Labels().Raw(); len(labels) > 0 {
+			v.Labels = labels
+		}
+
+		if in, ok := intentByID[v.ID]; ok {
 			v.Intent = in.TypedSpec().DeepCopy()
 		}
 
-		if s, ok := statuses.Find(func(s *state.MachineStatus) bool { return s.Metadata().ID() == v.ID }); ok {
+		if s, ok := statusByID[v.ID]; ok {
 			spec := s.TypedSpec().DeepCopy()
 			v.Status = &spec
 		}

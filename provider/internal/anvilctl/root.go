@@ -7,20 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 	"google.golang.org/grpc/status"
+
+	"github.com/anvil-metal/anvil/internal/flagenv"
 )
 
 // DefaultEndpoint is the provider's control socket.
 const DefaultEndpoint = "unix:///var/lib/anvil/control.sock"
-
-// envPrefix prefixes the environment variable read for each flag: --endpoint is
-// ANVIL_ENDPOINT, --ca-cert ANVIL_CA_CERT.
-const envPrefix = "ANVIL_"
 
 // Main runs anvilctl with args and returns the exit code. Errors are printed as one line,
 // the server's message for a gRPC error, never a stack or the usage.
@@ -60,7 +55,7 @@ func NewRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return flagsFromEnv(cmd.Flags())
+			return flagenv.Apply(cmd.Flags(), nil)
 		},
 		PersistentPostRunE: func(*cobra.Command, []string) error {
 			return app.close()
@@ -77,26 +72,3 @@ func NewRootCommand() *cobra.Command {
 	return root
 }
 
-// flagsFromEnv sets each flag not given on the command line from ANVIL_<FLAG>, if set.
-func flagsFromEnv(flags *pflag.FlagSet) error {
-	var err error
-
-	flags.VisitAll(func(f *pflag.Flag) {
-		if err != nil || f.Changed {
-			return
-		}
-
-		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-
-		v, ok := os.LookupEnv(name)
-		if !ok {
-			return
-		}
-
-		if setErr := flags.Set(f.Name, v); setErr != nil {
-			err = fmt.Errorf("invalid %s: %w", name, setErr)
-		}
-	})
-
-	return err
-}

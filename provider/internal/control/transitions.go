@@ -74,8 +74,9 @@ func NewTransitions(st cosistate.State, recorder InstallRecorder, schematicFor S
 	return &Transitions{st: st, recorder: recorder, schematicFor: schematicFor, logger: logger, now: time.Now}
 }
 
-// Accept hands a pending or rejected machine to the provider. The first acceptance owes
-// a wipe: whatever was on the disks is not handed to the next user.
+// Accept hands a pending or rejected machine to the provider. Acceptance owes a wipe,
+// unless the request says the machine holds nothing: whatever was on the disks is not
+// handed to the next user.
 func (t *Transitions) Accept(ctx context.Context, req *controlv1.AcceptRequest) (*controlv1.AcceptResponse, error) {
 	in, err := t.transition(ctx, "accept", req.GetMachineId(), func(spec *state.MachineIntentSpec) error {
 		if spec.Acceptance == state.AcceptanceAccepted {
@@ -83,7 +84,10 @@ func (t *Transitions) Accept(ctx context.Context, req *controlv1.AcceptRequest) 
 		}
 
 		spec.Acceptance = state.AcceptanceAccepted
-		spec.WipeID = newID()
+
+		if !req.GetSkipInitialWipe() {
+			spec.WipeID = newID()
+		}
 
 		return nil
 	})

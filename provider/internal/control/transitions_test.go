@@ -301,3 +301,44 @@ func TestAllocateMultiDocConfigAndSchematicHook(t *testing.T) {
 	_, err = control.NewTransitions(st, nil, nil, nil).MarkInstalled(t.Context(), &controlv1.MarkInstalledRequest{MachineId: machineID})
 	assert.Equal(t, codes.Unimplemented, status.Code(err))
 }
+
+// TestAcceptOwesWipe: acceptance owes a wipe unless the request says the machine holds
+// nothing, and a wipe already owed is never cancelled by accepting again.
+func TestAcceptOwesWipe(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+
+	for _, tc := range []struct {
+		name     string
+		steps    []*controlv1.AcceptRequest
+		reject   bool
+		wantWipe bool
+	}{
+		{"accept", []*controlv1.AcceptRequest{{MachineId: machineID}}, false, true},
+		{"accept --skip-wipe", []*controlv1.AcceptRequest{{MachineId: machineID, SkipInitialWipe: true}}, false, false},
+		{"accept, then --skip-wipe", []*controlv1.AcceptRequest{{MachineId: machineID}, {MachineId: machineID, SkipInitialWipe: true}}, false, true},
+		{"accept, reject, --skip-wipe", []*controlv1.AcceptRequest{{MachineId: machineID}, {MachineId: machineID, SkipInitialWipe: true}}, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			st := openState(t)
+			tr := control.NewTransitions(st, &fakeRecorder{}, nil, nil)
+
+			for i, req := range tc.steps {
+				if i > 0 && tc.reject {
+					_, err := tr.Reject(ctx, &controlv1.RejectRequest{MachineId: machineID})
+					require.NoError(t, err)
+				}
+
+				_, err := tr.Accept(ctx, req)
+				require.NoError(t, err)
+			}
+
+			in, err := safe.StateGetByID[*state.MachineIntent](ctx, st, machineID)
+			require.NoError(t, err)
+			assert.Equal(t, tc.wantWipe, in.TypedSpec().WipeID != "")
+		})
+	}
+}

@@ -1,0 +1,72 @@
+# Anvil: bare-metal provisioning for Talos Linux.
+#
+#   make run    the main job (until the lab exists): the provider, standalone, on this host
+#   make test   lint and every test (installs what is missing first)
+#   make bench  the benchmarks, Anvil beside its peers
+
+GO        ?= go
+OUT       := $(CURDIR)/_out
+BIN       := $(OUT)/bin
+TOOLS     := $(OUT)/tools
+STATE_DIR ?= $(OUT)/state
+ARGS      ?=
+
+# Debian packages, by what needs them.
+PKGS_BUILD := protobuf-compiler
+PKGS_TEST  := iproute2 ipxe
+PKGS_BENCH := kea-admin dnsmasq-base nginx-light wrk iproute2
+
+# Code generation plugins, at the versions of deps.md.
+PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.11
+PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
+
+COMMANDS := provider anvilctl
+
+.PHONY: all setup setup-bench tools build generate lint test bench run demo e2e agent-initramfs clean
+
+all: build
+
+setup:
+	@hack/setup.sh $(PKGS_BUILD) $(PKGS_TEST)
+
+setup-bench:
+	@hack/setup.sh $(PKGS_BENCH)
+
+tools: setup
+	@mkdir -p $(TOOLS)
+	@test -x $(TOOLS)/protoc-gen-go || GOBIN=$(TOOLS) $(GO) install $(PROTOC_GEN_GO)
+	@test -x $(TOOLS)/protoc-gen-go-grpc || GOBIN=$(TOOLS) $(GO) install $(PROTOC_GEN_GO_GRPC)
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/provider ./provider/cmd/provider
+	$(GO) build -o $(BIN)/anvilctl ./provider/cmd/anvilctl
+
+generate: tools
+	PATH="$(TOOLS):$$PATH" protoc -I api \
+		--go_out=api --go_opt=paths=source_relative \
+		--go-grpc_out=api --go-grpc_opt=paths=source_relative \
+		$$(find api -name '*.proto' | sort)
+
+lint:
+	@bad=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
+		if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
+	$(GO) vet ./...
+
+test: setup lint
+	$(GO) test -count=1 -timeout 30m ./...
+
+bench: setup-bench build
+	$(GO) run ./bench/cmd/bench all
+
+# The main job until the lab exists: the provider on this host, state under _out/.
+run: setup build
+	$(BIN)/provider --state-dir $(STATE_DIR) $(ARGS)
+
+# Room for what the next issues bring: the agent's boot assets, the lab, its demo and
+# the end-to-end flow.
+agent-initramfs demo e2e:
+	@echo "make $@: not built yet (see the open issues)"; exit 1
+
+clean:
+	rm -rf $(OUT)
