@@ -71,4 +71,3 @@ func NewRootCommand() *cobra.Command {
 
 	return root
 }
-
