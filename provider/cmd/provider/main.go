@@ -84,6 +84,8 @@ func newRootCmd() *cobra.Command {
 	f.StringVar(&opts.AgentAssetsDir, "agent-assets-dir", opts.AgentAssetsDir, "directory of the agent boot assets (vmlinuz-<arch>, initramfs-<arch>.xz, cmdline-<arch>)")
 	f.StringSliceVar(&opts.MachineLabels, "machine-labels", opts.MachineLabels, "labels set on every machine, key=value pairs separated by commas")
 	f.StringVar(&opts.ControlSocket, "control-socket", opts.ControlSocket, "Unix socket of the control API (<state-dir>/control.sock when empty)")
+	f.StringVar(&opts.ControlListenAddress, "control-listen-address", opts.ControlListenAddress,
+		"host:port to serve the control API on over TCP with mutual TLS as well (clients use <state-dir>/ca.crt, admin.crt, admin.key)")
 
 	flagenv.Annotate(f)
 

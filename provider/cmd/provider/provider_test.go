@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -98,6 +99,7 @@ func newProvider(t *testing.T) *provider {
 		"--tftp-root", t.TempDir(),
 		"--agent-assets-dir", t.TempDir(),
 		"--machine-labels", "dc=lab,rack=r1",
+		"--control-listen-address", fmt.Sprintf("127.0.0.1:%d", freePort(t, "tcp")),
 	}
 
 	t.Cleanup(func() {
@@ -291,4 +293,30 @@ func TestAnvilctlAgainstRunningProvider(t *testing.T) {
 	code, script = p.bootScript(uuid)
 	require.Equal(t, http.StatusOK, code)
 	assert.Contains(t, script, "no agent boot assets", "a deallocated machine goes back to the agent to be wiped")
+}
+
+// TestControlOverTCP: the control API over TCP demands the admin client certificate.
+func TestControlOverTCP(t *testing.T) {
+	t.Parallel()
+
+	p := newProvider(t)
+	p.start()
+
+	addr := p.args[slices.Index(p.args, "--control-listen-address")+1]
+	tcp := func(extra ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+
+		args := append([]string{"--endpoint", "tcp://" + addr, "--ca-cert", filepath.Join(p.stateDir, "ca.crt")}, extra...)
+		out, err := exec.CommandContext(ctx, bin.anvilctl, append(args, "get", "machines")...).CombinedOutput()
+
+		return string(out), err
+	}
+
+	out, err := tcp("--cert", filepath.Join(p.stateDir, "admin.crt"), "--key", filepath.Join(p.stateDir, "admin.key"))
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "ACCEPTANCE")
+
+	out, err = tcp()
+	require.Error(t, err, "no client certificate: %s", out)
 }

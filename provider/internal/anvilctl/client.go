@@ -27,6 +27,8 @@ const (
 type app struct {
 	endpoint string
 	caCert   string
+	cert     string
+	key      string
 
 	conn *grpc.ClientConn
 }
@@ -73,6 +75,15 @@ func (a *app) target() (string, credentials.TransportCredentials, error) {
 			if !cfg.RootCAs.AppendCertsFromPEM(pem) {
 				return "", nil, fmt.Errorf("no PEM certificate in %s", a.caCert)
 			}
+		}
+
+		if a.cert != "" || a.key != "" {
+			pair, err := tls.LoadX509KeyPair(a.cert, a.key)
+			if err != nil {
+				return "", nil, fmt.Errorf("error loading the client certificate: %w", err)
+			}
+
+			cfg.Certificates = []tls.Certificate{pair}
 		}
 
 		return "dns:///" + strings.TrimPrefix(a.endpoint, "tcp://"), credentials.NewTLS(cfg), nil

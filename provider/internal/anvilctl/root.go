@@ -66,6 +66,8 @@ func NewRootCommand() *cobra.Command {
 		"control API endpoint: unix:///path/to/control.sock or tcp://host:port (TLS)")
 	root.PersistentFlags().StringVar(&app.caCert, "ca-cert", "",
 		"PEM file of the CA that signed a tcp:// endpoint's certificate (default: system roots)")
+	root.PersistentFlags().StringVar(&app.cert, "cert", "", "client certificate (PEM) for a tcp:// endpoint: the provider's <state-dir>/admin.crt")
+	root.PersistentFlags().StringVar(&app.key, "key", "", "client key (PEM) for a tcp:// endpoint: the provider's <state-dir>/admin.key")
 
 	root.AddCommand(newGetCommand(app), newMachineCommand(app))
 

@@ -50,6 +50,8 @@ type Options struct {
 	MachineLabels []string
 
 	ControlSocket string
+	// ControlListenAddress serves the control API over TCP with mutual TLS as well.
+	ControlListenAddress string
 }
 
 // DefaultOptions are the defaults of the provider's flags.

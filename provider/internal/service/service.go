@@ -17,6 +17,7 @@ import (
 
 	"github.com/anvil-metal/anvil/provider/internal/boot"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
+	"github.com/anvil-metal/anvil/provider/internal/pki"
 	"github.com/anvil-metal/anvil/provider/internal/state"
 )
 
@@ -51,6 +52,11 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 	}
 
 	defer store.Close() //nolint:errcheck
+
+	ca, err := loadAuthority(opts.StateDir)
+	if err != nil {
+		return err
+	}
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -90,6 +96,7 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		scripts:      scripts,
 		observations: observations,
 		installs:     statusCtrl,
+		ca:           ca,
 		registry:     registry,
 		logger:       logger,
 	}
@@ -99,7 +106,12 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		return err
 	}
 
-	runners = append(runners, env.controlAPI())
+	controlRunner, err := env.controlAPI()
+	if err != nil {
+		return err
+	}
+
+	runners = append(runners, controlRunner)
 
 	logger.Info("provider starting",
 		zap.String("advertise", apiEndpoint),
@@ -138,6 +150,7 @@ type environment struct {
 	scripts      *boot.Scripts
 	observations chan controllers.PXEObservation
 	installs     *controllers.MachineStatusController
+	ca           *pki.Authority
 	registry     *prometheus.Registry
 	logger       *zap.Logger
 }
