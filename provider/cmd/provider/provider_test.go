@@ -8,15 +8,18 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/siderolabs/image-factory/pkg/schematic"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -56,6 +59,7 @@ type provider struct {
 	httpURL  string
 	cmd      *exec.Cmd
 	log      *bytes.Buffer
+	factory  *fakeFactory
 }
 
 func freePort(t *testing.T, network string) int {
@@ -77,10 +81,61 @@ func freePort(t *testing.T, network string) int {
 	}
 }
 
+// fakeFactory is an Image Factory stand-in on loopback: it registers schematics.
+type fakeFactory struct {
+	mu         sync.Mutex
+	schematics []string
+}
+
+func (f *fakeFactory) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.URL.Path != "/schematics" {
+		http.NotFound(w, r)
+
+		return
+	}
+
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+
+		return
+	}
+
+	sc, err := schematic.Unmarshal(body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+
+		return
+	}
+
+	id, err := sc.ID()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+
+		return
+	}
+
+	f.mu.Lock()
+	f.schematics = append(f.schematics, id)
+	f.mu.Unlock()
+
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]string{"id": id, "schematic": string(body)}) //nolint:errcheck
+}
+
+func (f *fakeFactory) registered() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	return slices.Clone(f.schematics)
+}
+
 func newProvider(t *testing.T) *provider {
 	t.Helper()
 
 	httpPort := freePort(t, "tcp")
+	factory := httptest.NewServer(&fakeFactory{})
+	t.Cleanup(factory.Close)
 	p := &provider{
 		t:        t,
 		stateDir: t.TempDir(),
@@ -100,7 +155,9 @@ func newProvider(t *testing.T) *provider {
 		"--agent-assets-dir", t.TempDir(),
 		"--machine-labels", "dc=lab,rack=r1",
 		"--control-listen-address", fmt.Sprintf("127.0.0.1:%d", freePort(t, "tcp")),
+		"--image-factory-base-url", factory.URL,
 	}
+	p.factory = factory.Config.Handler.(*fakeFactory)
 
 	t.Cleanup(func() {
 		p.kill()
@@ -253,6 +310,14 @@ func TestAnvilctlAgainstRunningProvider(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	assert.Contains(t, script, "chain --replace https://pxe.factory.talos.dev/pxe/")
 	assert.Contains(t, script, "/v1.9.0/metal-amd64")
+
+	// The schematic the script chains to is registered with the factory.
+	schematicID := script[strings.Index(script, "/pxe/")+len("/pxe/"):]
+	schematicID = schematicID[:strings.IndexByte(schematicID, '/')]
+
+	require.Eventually(t, func() bool { return slices.Contains(p.factory.registered(), schematicID) },
+		30*time.Second, 100*time.Millisecond, "the schematic was not registered with the factory")
+	assert.Contains(t, p.mustAnvilctl("get", "schematics"), schematicID)
 
 	// The metadata server hands the config to the token in the machine's own script.
 	tok := script[strings.Index(script, "set anvil_token ")+len("set anvil_token "):]

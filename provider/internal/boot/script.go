@@ -127,7 +127,11 @@ func (s *Scripts) talos(req Request, alloc *state.Allocation) Script {
 	return Script{Status: http.StatusOK, Body: "#!ipxe\n" +
 		"set " + ipxeMachineSetting + " " + req.MachineID + "\n" +
 		"set " + ipxeTokenSetting + " " + tok + "\n" +
-		"chain --replace " + s.FactoryPXEBaseURL + "/pxe/" + alloc.SchematicID + "/" + alloc.TalosVersion + "/" + s.Platform + "-" + req.Arch + "\n"}
+		"chain --replace " + s.FactoryPXEBaseURL + "/pxe/" + alloc.SchematicID + "/" + alloc.TalosVersion + "/" + s.Platform + "-" + req.Arch + " ||\n" +
+		// The factory may not know the schematic yet, or be unreachable: try again later.
+		"echo Anvil: the Image Factory did not serve the Talos boot; retrying in 10 s\n" +
+		"sleep 10\n" +
+		"chain " + s.BaseURL + "/ipxe/start.ipxe\n"}
 }
 
 func (s *Scripts) disk() Script {

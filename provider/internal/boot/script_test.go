@@ -93,7 +93,8 @@ func TestRenderTalos(t *testing.T) {
 	require.Equal(t, http.StatusOK, got.Status)
 	assert.Contains(t, got.Body, "set anvil_machine m1\n")
 	assert.Contains(t, got.Body, "set anvil_token "+token.Sign(s.TokenKey, boot.MetadataClaims("m1", "a1"))+"\n")
-	assert.True(t, strings.HasSuffix(got.Body, "chain --replace http://factory.lab:8080/pxe/abc123/v1.9.0/metal-amd64\n"), got.Body)
+	assert.Contains(t, got.Body, "\nchain --replace http://factory.lab:8080/pxe/abc123/v1.9.0/metal-amd64 ||\n")
+	assert.True(t, strings.HasSuffix(got.Body, "\nchain http://10.77.0.1:50042/ipxe/start.ipxe\n"), "a failed chain retries from the start: %s", got.Body)
 	assert.Zero(t, got.AgentToken)
 }
 

@@ -19,6 +19,7 @@ func (env *environment) controlAPI() (runner, error) {
 	opts := control.Options{
 		SocketPath:      env.controlSocket(),
 		InstallRecorder: env.installs,
+		// The same schematic the SchematicController registers with the factory.
 		SchematicFor: func(_ context.Context, _ string, alloc state.Allocation) (schematic.Schematic, error) {
 			return env.scripts.Schematic(alloc.Extensions, alloc.KernelArgs), nil
 		},

@@ -12,6 +12,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/controller/runtime"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	factoryclient "github.com/siderolabs/image-factory/pkg/client"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
@@ -80,9 +81,15 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		return fmt.Errorf("error creating the controller runtime: %w", err)
 	}
 
+	factory, err := factoryclient.New(opts.ImageFactoryBaseURL)
+	if err != nil {
+		return fmt.Errorf("invalid --image-factory-base-url: %w", err)
+	}
+
 	for _, ctrl := range []controller.Controller{
 		&controllers.MachineController{Observations: observations, Labels: labels},
 		statusCtrl,
+		&controllers.SchematicController{Factory: factory, SchematicFor: scripts.Schematic},
 	} {
 		if err = ctrlRuntime.RegisterController(ctrl); err != nil {
 			return fmt.Errorf("error registering %s: %w", ctrl.Name(), err)

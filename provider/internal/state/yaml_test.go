@@ -22,6 +22,7 @@ func TestSpecsMarshalYAML(t *testing.T) {
 		state.NewMachineIntent("m").TypedSpec(),
 		state.NewMachineStatus("m").TypedSpec(),
 		state.NewDHCPLease("m").TypedSpec(),
+		state.NewSchematic("s").TypedSpec(),
 	} {
 		out, err := yaml.Marshal(spec)
 		require.NoError(t, err)

@@ -1,0 +1,162 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/controller"
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/siderolabs/image-factory/pkg/schematic"
+	"go.uber.org/zap"
+
+	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+// SchematicRegistrar is the part of the Image Factory client the controller uses.
+type SchematicRegistrar interface {
+	SchematicCreate(ctx context.Context, sc schematic.Schematic) (string, *schematic.Schematic, error)
+}
+
+// Registration retries back off from the first to the last delay.
+const (
+	registerTimeout    = 30 * time.Second
+	registerRetryFirst = 5 * time.Second
+	registerRetryMax   = 5 * time.Minute
+)
+
+// SchematicController registers with the Image Factory every schematic an allocation
+// boots, so the factory's PXE endpoint knows it by the time the machine chains to it:
+// it produces Schematic from MachineIntent.
+type SchematicController struct {
+	Factory SchematicRegistrar
+	// SchematicFor builds an allocation's schematic, as the allocation did.
+	SchematicFor func(extensions, kernelArgs []string) schematic.Schematic
+}
+
+// Name implements controller.Controller.
+func (ctrl *SchematicController) Name() string { return "SchematicController" }
+
+// Inputs implements controller.Controller.
+func (ctrl *SchematicController) Inputs() []controller.Input {
+	return []controller.Input{{Namespace: anvilstate.NamespaceName, Type: anvilstate.MachineIntentType, Kind: controller.InputWeak}}
+}
+
+// Outputs implements controller.Controller.
+func (ctrl *SchematicController) Outputs() []controller.Output {
+	return []controller.Output{{Type: anvilstate.SchematicType, Kind: controller.OutputExclusive}}
+}
+
+// Run implements controller.Controller.
+func (ctrl *SchematicController) Run(ctx context.Context, r controller.Runtime, logger *zap.Logger) error {
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+
+	<-retry.C
+
+	backoff := registerRetryFirst
+
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.EventCh():
+		case <-retry.C:
+		}
+
+		failed, err := ctrl.reconcile(ctx, r, logger)
+		if err != nil {
+			return err
+		}
+
+		if failed {
+			retry.Reset(backoff)
+			backoff = min(2*backoff, registerRetryMax)
+		} else {
+			backoff = registerRetryFirst
+		}
+	}
+}
+
+// reconcile registers what is not registered yet and reports whether any failed.
+func (ctrl *SchematicController) reconcile(ctx context.Context, r controller.Runtime, logger *zap.Logger) (bool, error) {
+	intents, err := safe.ReaderListAll[*anvilstate.MachineIntent](ctx, r)
+	if err != nil {
+		return false, fmt.Errorf("error listing machine intents: %w", err)
+	}
+
+	wanted := map[resource.ID]*anvilstate.Allocation{}
+
+	for in := range intents.All() {
+		if a := in.TypedSpec().Allocation; a != nil && a.SchematicID != "" {
+			wanted[a.SchematicID] = a
+		}
+	}
+
+	failed := false
+
+	r.StartTrackingOutputs()
+
+	for id, alloc := range wanted {
+		current, err := safe.ReaderGetByID[*anvilstate.Schematic](ctx, r, id)
+		if err != nil && !state.IsNotFoundError(err) {
+			return false, fmt.Errorf("error reading schematic %s: %w", id, err)
+		}
+
+		sc := ctrl.SchematicFor(alloc.Extensions, alloc.KernelArgs)
+		spec := anvilstate.SchematicSpec{
+			Extensions: sc.Customization.SystemExtensions.OfficialExtensions,
+			KernelArgs: sc.Customization.ExtraKernelArgs,
+		}
+
+		switch {
+		case current != nil && current.TypedSpec().Registered:
+			spec = current.TypedSpec().DeepCopy()
+		default:
+			if regErr := ctrl.register(ctx, id, sc); regErr != nil {
+				failed = true
+				spec.LastError = regErr.Error()
+				logger.Warn("error registering schematic with the Image Factory", zap.String("schematic", id), zap.Error(regErr))
+			} else {
+				spec.Registered = true
+				spec.RegisteredAt = time.Now()
+				logger.Info("schematic registered with the Image Factory", zap.String("schematic", id))
+			}
+		}
+
+		if err = safe.WriterModify(ctx, r, anvilstate.NewSchematic(id), func(s *anvilstate.Schematic) error {
+			*s.TypedSpec() = spec
+
+			return nil
+		}); err != nil {
+			return false, fmt.Errorf("error writing schematic %s: %w", id, err)
+		}
+	}
+
+	// Schematics no allocation boots any more go.
+	if err = r.CleanupOutputs(ctx, anvilstate.NewSchematic("").Metadata()); err != nil {
+		return false, fmt.Errorf("error cleaning up schematics: %w", err)
+	}
+
+	return failed, nil
+}
+
+func (ctrl *SchematicController) register(ctx context.Context, id resource.ID, sc schematic.Schematic) error {
+	ctx, cancel := context.WithTimeout(ctx, registerTimeout)
+	defer cancel()
+
+	got, _, err := ctrl.Factory.SchematicCreate(ctx, sc)
+	if err != nil {
+		return err
+	}
+
+	// The allocation stored the ID computed when it was made; a different one means the
+	// schematic's content changed since (the provider's address, say).
+	if got != id {
+		return fmt.Errorf("the factory says the schematic is %s, not %s: its content changed since the allocation; deallocate and allocate again", got, id)
+	}
+
+	return nil
+}

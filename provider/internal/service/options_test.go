@@ -1,0 +1,62 @@
+package service
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseLabels(t *testing.T) {
+	t.Parallel()
+
+	got, err := parseLabels([]string{"dc=nyc", "rack=r1", "gpu", "empty="})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"dc": "nyc", "rack": "r1", "gpu": "", "empty": ""}, got)
+
+	_, err = parseLabels([]string{"=nyc"})
+	assert.ErrorContains(t, err, `invalid machine label "=nyc"`)
+}
+
+func TestParseRange(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		in         string
+		start, end string
+		err        string
+	}{
+		{in: "10.0.0.100-10.0.0.200", start: "10.0.0.100", end: "10.0.0.200"},
+		{in: " 10.0.0.100 - 10.0.0.200 ", start: "10.0.0.100", end: "10.0.0.200"},
+		{in: "10.0.0.100", err: "want start-end"},
+		{in: "x-10.0.0.200", err: "range start"},
+		{in: "10.0.0.100-y", err: "range end"},
+	} {
+		start, end, err := parseRange(tc.in)
+		if tc.err != "" {
+			assert.ErrorContains(t, err, tc.err, tc.in)
+
+			continue
+		}
+
+		require.NoError(t, err, tc.in)
+		assert.Equal(t, netip.MustParseAddr(tc.start), start)
+		assert.Equal(t, netip.MustParseAddr(tc.end), end)
+	}
+}
+
+func TestAdvertiseAddress(t *testing.T) {
+	t.Parallel()
+
+	got, err := advertiseAddress("10.77.0.1")
+	require.NoError(t, err)
+	assert.Equal(t, netip.MustParseAddr("10.77.0.1"), got)
+
+	_, err = advertiseAddress("not-an-ip")
+	assert.ErrorContains(t, err, "invalid --api-advertise-address")
+
+	sub, err := subnetOf(netip.MustParseAddr("127.0.0.1"))
+	require.NoError(t, err)
+	assert.Equal(t, netip.MustParsePrefix("127.0.0.0/8"), sub)
+}
