@@ -75,7 +75,7 @@ func (ctrl *MachineController) record(ctx context.Context, r controller.Runtime,
 		return fmt.Errorf("error reading machine %s: %w", obs.MachineID, err)
 	}
 
-	if current != nil && !needsUpdate(current.TypedSpec(), obs) && ctrl.labelled(current) {
+	if current != nil && !obs.Changes(current.TypedSpec()) && ctrl.labelled(current) {
 		return nil
 	}
 
@@ -104,7 +104,13 @@ func (ctrl *MachineController) labelled(m *anvilstate.Machine) bool {
 	return true
 }
 
-func needsUpdate(spec *anvilstate.MachineSpec, obs PXEObservation) bool {
+// Changes reports whether the observation tells something the machine's record does not
+// say yet; boot services send only those.
+func (obs *PXEObservation) Changes(spec *anvilstate.MachineSpec) bool {
+	if spec == nil {
+		return true
+	}
+
 	return len(spec.MACs) == 0 || spec.MACs[0] != obs.MAC ||
 		spec.UUID != obs.UUID || spec.Arch != obs.Arch || spec.Firmware != obs.Firmware ||
 		spec.LastAddress != obs.Address || spec.LastDecision != obs.Decision ||

@@ -7,8 +7,6 @@ import (
 	"strings"
 
 	"github.com/cosi-project/runtime/pkg/resource"
-	"github.com/cosi-project/runtime/pkg/safe"
-	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/siderolink/api/events"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"go.uber.org/zap"
@@ -17,7 +15,6 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/anvil-metal/anvil/provider/internal/boot"
-	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
 )
 
 const maxEventSize = 64 << 10
@@ -75,7 +72,7 @@ func (e *eventSink) Publish(ctx context.Context, req *events.EventRequest) (*eve
 		addr = host
 	}
 
-	id, alloc, err := e.machineAt(ctx, addr)
+	id, alloc, err := e.machineAt(addr)
 	if err != nil {
 		s.metrics.events.WithLabelValues("refused").Inc()
 		s.opts.Logger.Warn("install event refused", zap.String("remote", addr), zap.Error(err))
@@ -94,28 +91,13 @@ func (e *eventSink) Publish(ctx context.Context, req *events.EventRequest) (*eve
 
 // machineAt finds the machine booting Talos from addr: events are accepted only from the
 // address a machine fetched its Talos boot script from, while it is allocated.
-func (e *eventSink) machineAt(ctx context.Context, addr string) (resource.ID, string, error) {
-	machines, err := safe.StateListAll[*anvilstate.Machine](ctx, e.server.opts.State)
-	if err != nil {
-		return "", "", fmt.Errorf("error listing machines: %w", err)
-	}
-
-	for m := range machines.All() {
-		spec := m.TypedSpec()
-		if spec.LastAddress != addr || spec.LastDecision != string(boot.KindTalos) {
+func (e *eventSink) machineAt(addr string) (resource.ID, string, error) {
+	for _, m := range e.server.opts.View.ByAddress(addr) {
+		if m.Machine.LastDecision != string(boot.KindTalos) || m.Intent == nil || m.Intent.Allocation == nil {
 			continue
 		}
 
-		intent, err := safe.StateGetByID[*anvilstate.MachineIntent](ctx, e.server.opts.State, m.Metadata().ID())
-		if err != nil && !state.IsNotFoundError(err) {
-			return "", "", fmt.Errorf("error reading machine %s: %w", m.Metadata().ID(), err)
-		}
-
-		if intent == nil || intent.TypedSpec().Allocation == nil {
-			continue
-		}
-
-		return m.Metadata().ID(), intent.TypedSpec().Allocation.ID, nil
+		return m.ID, m.Intent.Allocation.ID, nil
 	}
 
 	return "", "", fmt.Errorf("no allocated machine booted Talos from %s", addr)

@@ -7,15 +7,11 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/cosi-project/runtime/pkg/resource"
-	"github.com/cosi-project/runtime/pkg/safe"
-	"github.com/cosi-project/runtime/pkg/state"
 	"go.uber.org/zap"
 
 	"github.com/anvil-metal/anvil/internal/token"
 	"github.com/anvil-metal/anvil/provider/internal/boot"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
-	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
 )
 
 func (s *Server) handleStart(w http.ResponseWriter, _ *http.Request) {
@@ -32,12 +28,19 @@ func (s *Server) handleBoot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	in, err := s.inputs(r, req.MachineID)
-	if err != nil {
-		s.opts.Logger.Error("error reading machine state", zap.String("machine", req.MachineID), zap.Error(err))
-		http.Error(w, "error reading machine state", http.StatusServiceUnavailable)
+	select {
+	case <-s.opts.View.Ready():
+	default:
+		// Until the view holds the state every machine would look unknown; iPXE retries.
+		http.Error(w, "the provider is starting", http.StatusServiceUnavailable)
 
 		return
+	}
+
+	var in boot.Inputs
+
+	if e := s.opts.View.Get(req.MachineID); e != nil {
+		in = boot.Inputs{Machine: e.Machine, Intent: e.Intent, Status: e.Status}
 	}
 
 	now := time.Now()
@@ -46,51 +49,23 @@ func (s *Server) handleBoot(w http.ResponseWriter, r *http.Request) {
 
 	s.metrics.scripts.WithLabelValues(string(decision.Kind)).Inc()
 
-	if in.Machine == nil || in.Machine.LastDecision != string(decision.Kind) {
-		s.opts.Logger.Info("boot", zap.String("machine", req.MachineID), zap.String("mac", req.MAC),
-			zap.String("arch", req.Arch), zap.String("firmware", req.Firmware),
-			zap.String("decision", string(decision.Kind)), zap.String("reason", decision.Reason))
-	}
-
-	s.observe(controllers.PXEObservation{
+	obs := controllers.PXEObservation{
 		MachineID: req.MachineID, UUID: req.UUID, MAC: req.MAC, Arch: req.Arch, Firmware: req.Firmware,
 		Address: remoteIP(r), Decision: string(decision.Kind), At: now, AgentIssued: script.AgentToken.Issued,
-	})
+	}
 
-	writeScript(w, script.Status, script.Body)
-}
-
-func (s *Server) inputs(r *http.Request, id resource.ID) (boot.Inputs, error) {
-	ctx := r.Context()
-
-	var in boot.Inputs
-
-	machine, err := safe.StateGetByID[*anvilstate.Machine](ctx, s.opts.State, id)
-	if err != nil {
-		if state.IsNotFoundError(err) {
-			return in, nil
+	// Most boots repeat what is recorded already: only news goes to the controller.
+	if obs.Changes(in.Machine) {
+		if in.Machine == nil || in.Machine.LastDecision != obs.Decision {
+			s.opts.Logger.Info("boot", zap.String("machine", req.MachineID), zap.String("mac", req.MAC),
+				zap.String("arch", req.Arch), zap.String("firmware", req.Firmware),
+				zap.String("decision", obs.Decision), zap.String("reason", decision.Reason))
 		}
 
-		return in, err
+		s.observe(obs)
 	}
 
-	in.Machine = machine.TypedSpec()
-
-	intent, err := safe.StateGetByID[*anvilstate.MachineIntent](ctx, s.opts.State, id)
-	if err == nil {
-		in.Intent = intent.TypedSpec()
-	} else if !state.IsNotFoundError(err) {
-		return in, err
-	}
-
-	status, err := safe.StateGetByID[*anvilstate.MachineStatus](ctx, s.opts.State, id)
-	if err == nil {
-		in.Status = status.TypedSpec()
-	} else if !state.IsNotFoundError(err) {
-		return in, err
-	}
-
-	return in, nil
+	writeScript(w, script.Status, script.Body)
 }
 
 func (s *Server) observe(obs controllers.PXEObservation) {

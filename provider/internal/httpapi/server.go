@@ -20,6 +20,7 @@ import (
 
 	"github.com/anvil-metal/anvil/provider/internal/boot"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
+	"github.com/anvil-metal/anvil/provider/internal/machineview"
 )
 
 // InstallRecorder records that a machine was installed under an allocation.
@@ -32,6 +33,8 @@ type Options struct {
 	// ListenAddress is host:port.
 	ListenAddress string
 	State         state.State
+	// View is the boot services' read view of the machines, fed from State.
+	View          *machineview.View
 	Scripts       *boot.Scripts
 	// Observations receives what the boot services saw; a full channel drops the
 	// observation (counted), it never slows a boot down.

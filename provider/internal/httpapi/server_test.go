@@ -31,6 +31,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/boot"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/httpapi"
+	"github.com/anvil-metal/anvil/provider/internal/machineview"
 	"github.com/anvil-metal/anvil/provider/internal/state"
 )
 
@@ -59,6 +60,7 @@ type fixture struct {
 	scripts *boot.Scripts
 	obs     chan controllers.PXEObservation
 	rec     *recorder
+	view    *machineview.View
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -86,8 +88,22 @@ func newFixture(t *testing.T) *fixture {
 		rec: &recorder{},
 	}
 
+	f.view = machineview.New()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	viewDone := make(chan error, 1)
+
+	go func() { viewDone <- f.view.Run(ctx, store) }()
+
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-viewDone)
+	})
+
+	<-f.view.Ready()
+
 	f.server = httpapi.New(httpapi.Options{
-		State: store, Scripts: f.scripts, Observations: f.obs, Installs: f.rec,
+		State: store, View: f.view, Scripts: f.scripts, Observations: f.obs, Installs: f.rec,
 		Registry: prometheus.NewRegistry(), Logger: zaptest.NewLogger(t),
 	})
 
@@ -116,6 +132,13 @@ func (f *fixture) machine(t *testing.T, id, address string, decision boot.Kind, 
 		*st.TypedSpec() = *status
 		require.NoError(t, f.store.Create(ctx, st))
 	}
+
+	// The boot services read the view, which follows the state by a watch event.
+	require.Eventually(t, func() bool {
+		e := f.view.Get(id)
+
+		return e != nil && e.Machine != nil && (intent == nil) == (e.Intent == nil) && (status == nil) == (e.Status == nil)
+	}, 5*time.Second, time.Millisecond)
 }
 
 func (f *fixture) get(t *testing.T, target string) (int, string) {

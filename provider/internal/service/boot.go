@@ -1,12 +1,14 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
 
 	"github.com/anvil-metal/anvil/provider/internal/httpapi"
+	"github.com/anvil-metal/anvil/provider/internal/machineview"
 	"github.com/anvil-metal/anvil/provider/internal/pxe"
 )
 
@@ -18,9 +20,12 @@ func (env *environment) bootServices() ([]runner, error) {
 	opts := env.opts
 	metrics := pxe.NewMetrics(env.registry)
 
+	view := machineview.New()
+
 	http := httpapi.New(httpapi.Options{
 		ListenAddress: net.JoinHostPort(opts.APIListenAddress, strconv.Itoa(opts.APIPort)),
 		State:         env.store,
+		View:          view,
 		Scripts:       env.scripts,
 		Observations:  env.observations,
 		Installs:      env.installs,
@@ -28,7 +33,10 @@ func (env *environment) bootServices() ([]runner, error) {
 		Logger:        env.logger.Named("http"),
 	})
 
-	runners := []runner{{name: "http", run: http.Run}}
+	runners := []runner{
+		{name: "machine view", run: func(ctx context.Context) error { return view.Run(ctx, env.store) }},
+		{name: "http", run: http.Run},
+	}
 
 	dhcp, err := env.dhcp(metrics)
 	if err != nil {

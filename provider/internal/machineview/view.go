@@ -1,0 +1,189 @@
+// Package machineview keeps the boot services' read view of the machines: an in-memory
+// index fed by watching the state, so that answering a booting machine costs a map
+// lookup, not reads and copies of three resources.
+//
+// The view follows the state within a watch event's latency; a boot request that races a
+// transition by that much sees the state just before it, as if it had come a moment
+// earlier.
+package machineview
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/state"
+
+	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+// Entry is what is known of one machine. Entries are immutable once published: a change
+// publishes a new one.
+type Entry struct {
+	ID      resource.ID
+	Machine *anvilstate.MachineSpec
+	Intent  *anvilstate.MachineIntentSpec
+	Status  *anvilstate.MachineStatusSpec
+}
+
+// View is the index.
+type View struct {
+	mu        sync.RWMutex
+	byID      map[resource.ID]*Entry
+	byAddress map[string]map[resource.ID]struct{}
+
+	ready     chan struct{}
+	readyOnce sync.Once
+}
+
+// New returns an empty view; Run fills it.
+func New() *View {
+	return &View{
+		byID:      map[resource.ID]*Entry{},
+		byAddress: map[string]map[resource.ID]struct{}{},
+		ready:     make(chan struct{}),
+	}
+}
+
+// Ready is closed once the view holds everything the state held when Run started.
+func (v *View) Ready() <-chan struct{} { return v.ready }
+
+// Get returns the machine's entry, or nil for a machine not known.
+func (v *View) Get(id resource.ID) *Entry {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+
+	return v.byID[id]
+}
+
+// ByAddress returns the machines whose last boot came from the IP address.
+func (v *View) ByAddress(addr string) []*Entry {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+
+	ids := v.byAddress[addr]
+	entries := make([]*Entry, 0, len(ids))
+
+	for id := range ids {
+		if e := v.byID[id]; e != nil {
+			entries = append(entries, e)
+		}
+	}
+
+	return entries
+}
+
+// watched are the resource types the view follows.
+var watched = []resource.Type{anvilstate.MachineType, anvilstate.MachineIntentType, anvilstate.MachineStatusType}
+
+// Run follows the state until ctx is done.
+func (v *View) Run(ctx context.Context, st state.State) error {
+	events := make(chan state.Event)
+	bootstrapped := 0
+
+	for _, typ := range watched {
+		md := resource.NewMetadata(anvilstate.NamespaceName, typ, "", resource.VersionUndefined)
+		if err := st.WatchKind(ctx, md, events, state.WithBootstrapContents(true)); err != nil {
+			return fmt.Errorf("error watching %s: %w", typ, err)
+		}
+	}
+
+	for {
+		var ev state.Event
+
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev = <-events:
+		}
+
+		switch ev.Type {
+		case state.Created, state.Updated:
+			v.apply(ev.Resource, false)
+		case state.Destroyed:
+			v.apply(ev.Resource, true)
+		case state.Bootstrapped:
+			if bootstrapped++; bootstrapped == len(watched) {
+				v.readyOnce.Do(func() { close(v.ready) })
+			}
+		case state.Errored:
+			return fmt.Errorf("error watching machines: %w", ev.Error)
+		case state.Noop:
+		}
+	}
+}
+
+func (v *View) apply(r resource.Resource, destroyed bool) {
+	id := r.Metadata().ID()
+
+	v.mu.Lock()
+	defer v.mu.Unlock()
+
+	var next Entry
+
+	if cur := v.byID[id]; cur != nil {
+		next = *cur
+	} else {
+		next.ID = id
+	}
+
+	switch res := r.(type) {
+	case *anvilstate.Machine:
+		v.unindexAddress(next.Machine, id)
+
+		next.Machine = nil
+		if !destroyed {
+			next.Machine = res.TypedSpec()
+			v.indexAddress(next.Machine, id)
+		}
+	case *anvilstate.MachineIntent:
+		next.Intent = nil
+		if !destroyed {
+			next.Intent = res.TypedSpec()
+		}
+	case *anvilstate.MachineStatus:
+		next.Status = nil
+		if !destroyed {
+			next.Status = res.TypedSpec()
+		}
+	default:
+		return
+	}
+
+	if next.Machine == nil && next.Intent == nil && next.Status == nil {
+		delete(v.byID, id)
+
+		return
+	}
+
+	v.byID[id] = &next
+}
+
+func (v *View) indexAddress(m *anvilstate.MachineSpec, id resource.ID) {
+	if m.LastAddress == "" {
+		return
+	}
+
+	ids := v.byAddress[m.LastAddress]
+	if ids == nil {
+		ids = map[resource.ID]struct{}{}
+		v.byAddress[m.LastAddress] = ids
+	}
+
+	ids[id] = struct{}{}
+}
+
+func (v *View) unindexAddress(m *anvilstate.MachineSpec, id resource.ID) {
+	if m == nil {
+		return
+	}
+
+	if ids := v.byAddress[m.LastAddress]; ids != nil {
+		delete(ids, id)
+
+		if len(ids) == 0 {
+			delete(v.byAddress, m.LastAddress)
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package machineview_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/provider/internal/machineview"
+	"github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+func TestViewFollowsState(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+
+	st, err := state.Open(ctx, t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() }) //nolint:errcheck
+
+	// A machine stored before the view starts is there once it is ready.
+	m := state.NewMachine("m1")
+	m.TypedSpec().LastAddress = "10.0.0.5"
+	require.NoError(t, st.Create(ctx, m))
+
+	v := machineview.New()
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+
+	go func() { done <- v.Run(runCtx, st) }()
+
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+
+	select {
+	case <-v.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the view never became ready")
+	}
+
+	require.NotNil(t, v.Get("m1"))
+	assert.Equal(t, "10.0.0.5", v.Get("m1").Machine.LastAddress)
+	assert.Nil(t, v.Get("m1").Intent)
+	assert.Nil(t, v.Get("nope"))
+	assert.Len(t, v.ByAddress("10.0.0.5"), 1)
+
+	in := state.NewMachineIntent("m1")
+	in.TypedSpec().Acceptance = state.AcceptanceAccepted
+	require.NoError(t, st.Create(ctx, in))
+
+	require.Eventually(t, func() bool {
+		e := v.Get("m1")
+
+		return e.Intent != nil && e.Intent.Acceptance == state.AcceptanceAccepted && e.Machine != nil
+	}, 5*time.Second, time.Millisecond)
+
+	// The machine moves to another address: the index follows.
+	_, err = safe.StateUpdateWithConflicts(ctx, st, m.Metadata(), func(m *state.Machine) error {
+		m.TypedSpec().LastAddress = "10.0.0.6"
+
+		return nil
+	})
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool { return len(v.ByAddress("10.0.0.6")) == 1 }, 5*time.Second, time.Millisecond)
+	assert.Empty(t, v.ByAddress("10.0.0.5"))
+
+	// Entries are immutable: what a reader holds does not change under it.
+	held := v.Get("m1")
+
+	require.NoError(t, st.Destroy(ctx, m.Metadata()))
+	require.Eventually(t, func() bool { return v.Get("m1").Machine == nil }, 5*time.Second, time.Millisecond)
+	assert.NotNil(t, held.Machine)
+	assert.Empty(t, v.ByAddress("10.0.0.6"))
+
+	require.NoError(t, st.Destroy(ctx, in.Metadata()))
+	require.Eventually(t, func() bool { return v.Get("m1") == nil }, 5*time.Second, time.Millisecond)
+}
