@@ -34,8 +34,8 @@ type Options struct {
 	ListenAddress string
 	State         state.State
 	// View is the boot services' read view of the machines, fed from State.
-	View          *machineview.View
-	Scripts       *boot.Scripts
+	View    *machineview.View
+	Scripts *boot.Scripts
 	// Observations receives what the boot services saw; a full channel drops the
 	// observation (counted), it never slows a boot down.
 	Observations chan<- controllers.PXEObservation
