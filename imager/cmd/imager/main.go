@@ -1,0 +1,95 @@
+// Command imager builds the metal agent's boot assets: vmlinuz-<arch>, initramfs-<arch>.xz
+// (or .zst) and cmdline-<arch>, with Go alone. Every flag can also be set as ANVIL_<FLAG>.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/anvil-metal/anvil/imager/internal/bootassets"
+	"github.com/anvil-metal/anvil/imager/internal/initramfs"
+	"github.com/anvil-metal/anvil/imager/internal/kmod"
+	"github.com/anvil-metal/anvil/internal/flagenv"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if err := newCommand().ExecuteContext(ctx); err != nil {
+		os.Exit(1)
+	}
+}
+
+func newCommand() *cobra.Command {
+	var (
+		opts               bootassets.Options
+		kernel, modulesDir string
+		compression, mtime string
+	)
+
+	cmd := &cobra.Command{
+		Use:          "imager",
+		Short:        "Build the metal agent's boot assets (kernel, initramfs, cmdline)",
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			return flagenv.Apply(cmd.Flags(), nil)
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+
+			if opts.Agent == "" {
+				return fmt.Errorf("--agent is required: the metal-agent binary to ship as /init")
+			}
+
+			if opts.Compression, err = initramfs.ParseCompression(compression); err != nil {
+				return err
+			}
+
+			// SOURCE_DATE_EPOCH is the reproducible-builds convention; --mtime wins.
+			if mtime == "" {
+				mtime = os.Getenv("SOURCE_DATE_EPOCH")
+			}
+
+			if mtime != "" {
+				if opts.MTime, err = strconv.ParseUint(mtime, 10, 32); err != nil {
+					return fmt.Errorf("invalid --mtime %q: %w", mtime, err)
+				}
+			}
+
+			if opts.Kernel, err = bootassets.FindKernel("/", kernel, modulesDir); err != nil {
+				return err
+			}
+
+			opts.Log = cmd.ErrOrStderr()
+
+			_, err = bootassets.Build(cmd.Context(), opts)
+
+			return err
+		},
+	}
+
+	flags := cmd.Flags()
+	flags.StringVar(&opts.Agent, "agent", "", "metal-agent binary (static), shipped as /init")
+	flags.StringVar(&kernel, "kernel", "", "kernel image (default: /boot/vmlinuz-<v> of the newest /lib/modules/<v>)")
+	flags.StringVar(&modulesDir, "modules-dir", "", "the kernel's modules tree (default: /lib/modules/<version of --kernel>)")
+	flags.StringVar(&opts.FirmwareDir, "firmware-dir", "_out/firmware", "firmware tree laid out like /lib/firmware (hack/firmware.sh makes it)")
+	flags.StringSliceVar(&opts.Modules, "modules", kmod.DefaultPatterns, "module name globs (or path prefixes with '/') to ship, with their dependencies")
+	flags.StringVar(&opts.OutDir, "out", "_out/agent", "output directory")
+	flags.StringVar(&opts.Arch, "arch", "amd64", "architecture suffix of the output files")
+	flags.StringVar(&compression, "compression", string(initramfs.Zstd), "initramfs compression: zstd or xz")
+	flags.IntVar(&opts.ZstdLevel, "zstd-level", 19, "zstd level, 1-22 (mapped to the encoder's fastest/default/better/best)")
+	flags.StringVar(&opts.Cmdline, "cmdline", bootassets.DefaultCmdline, "kernel command line written to cmdline-<arch>")
+	flags.StringVar(&mtime, "mtime", "", "mtime of archive entries, seconds since the epoch (default: $SOURCE_DATE_EPOCH, else 0)")
+	flags.BoolVar(&opts.Force, "force", false, "recompress even when the archive is unchanged since the last build")
+	flagenv.Annotate(flags)
+
+	return cmd
+}

@@ -1,0 +1,121 @@
+package kmod
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+)
+
+// DefaultPatterns are the modules the agent needs on common server hardware: NICs, storage
+// controllers, IPMI, and what SideroLink and VLANs need. Anything built into the kernel is
+// simply reported as built in.
+var DefaultPatterns = []string{
+	// NICs: Intel, Broadcom, Mellanox, Realtek, QLogic, virtual.
+	"e1000", "e1000e", "igb", "igc", "ixgbe", "i40e", "ice",
+	"tg3", "bnx2", "bnx2x", "bnxt_en",
+	"mlx4_en", "mlx5_core",
+	"r8169", "qede",
+	"virtio_net", "virtio_pci", "vmxnet3",
+	// Storage: NVMe, AHCI, SAS/RAID HBAs, virtual, USB.
+	"nvme", "ahci", "ata_piix",
+	"mpt3sas", "mpi3mr", "megaraid_sas", "smartpqi", "aacraid", "hpsa",
+	"virtio_blk", "virtio_scsi", "vmw_pvscsi",
+	"sd_mod", "sr_mod", "usb_storage", "uas", "xhci_pci", "ehci_pci",
+	// IPMI: the agent talks to the local BMC.
+	"ipmi_msghandler", "ipmi_si", "ipmi_devintf", "ipmi_ssif",
+	// Networking the agent does itself: SideroLink (WireGuard over tun), VLANs.
+	"tun", "wireguard", "8021q",
+	// EFI variables, to read and set the boot order.
+	"efivarfs",
+}
+
+// Selection is a closed set of modules: every dependency of a member is a member.
+type Selection struct {
+	Index *Index
+	// Names of the selected modules, sorted.
+	Names []string
+	// Builtin are patterns naming modules built into the kernel (nothing to ship).
+	Builtin []string
+	// Unmatched are patterns that matched no module, loadable or built in.
+	Unmatched []string
+
+	set map[string]bool
+}
+
+// Select picks the modules whose names match patterns (path.Match globs over normalised
+// names; a pattern with a '/' is a path prefix, e.g. "kernel/drivers/net/ethernet/"), then
+// adds their dependencies from modules.dep and their soft dependencies, transitively,
+// because modprobe would load those too and the agent loads by the same closure.
+func (ix *Index) Select(patterns []string) (*Selection, error) {
+	s := &Selection{Index: ix, set: map[string]bool{}}
+
+	var queue []string
+
+	for _, p := range patterns {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+
+		matched := false
+
+		for _, name := range ix.Order {
+			ok, err := matches(p, ix.Modules[name])
+			if err != nil {
+				return nil, fmt.Errorf("error matching module pattern %q: %w", p, err)
+			}
+
+			if ok {
+				matched = true
+
+				queue = append(queue, name)
+			}
+		}
+
+		switch {
+		case matched:
+		case ix.Builtin[Name(p)]:
+			s.Builtin = append(s.Builtin, p)
+		default:
+			s.Unmatched = append(s.Unmatched, p)
+		}
+	}
+
+	for len(queue) > 0 {
+		name := queue[0]
+		queue = queue[1:]
+
+		if s.set[name] {
+			continue
+		}
+
+		s.set[name] = true
+		queue = append(queue, ix.Modules[name].Deps...)
+
+		for _, soft := range ix.softdeps[name] {
+			queue = append(queue, ix.resolve(soft)...)
+		}
+	}
+
+	for name := range s.set {
+		s.Names = append(s.Names, name)
+	}
+
+	sort.Strings(s.Names)
+
+	return s, nil
+}
+
+// Has tells whether a module (any spelling) is selected.
+func (s *Selection) Has(name string) bool {
+	return s.set[Name(name)]
+}
+
+func matches(pattern string, m *Module) (bool, error) {
+	if strings.Contains(pattern, "/") {
+		return strings.HasPrefix(m.Path, pattern), nil
+	}
+
+	return path.Match(strings.ReplaceAll(pattern, "-", "_"), m.Name)
+}
