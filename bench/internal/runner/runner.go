@@ -1,0 +1,270 @@
+// Package runner is the bench command: flags, the benchmarks in order, the report.
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/anvil-metal/anvil/bench/internal/dhcpbench"
+	"github.com/anvil-metal/anvil/bench/internal/httpbench"
+	"github.com/anvil-metal/anvil/bench/internal/loadgen"
+	"github.com/anvil-metal/anvil/bench/internal/report"
+)
+
+const usage = `usage: bench [flags] dhcp|http|all
+
+Runs Anvil and a peer on the same load and prints the ratio (root; needs perfdhcp,
+dnsmasq, nginx, wrk, taskset, ip). The report is also written to <out>/report.txt.
+`
+
+// Main runs the command with args (without the program name).
+func Main(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "loadgen" {
+		return loadgenMain(ctx, args[1:])
+	}
+
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+
+	var (
+		out          = fs.String("out", "_out/bench", "directory of the report, logs and the seeded state")
+		provider     = fs.String("provider", "_out/bin/provider", "provider binary (built with go build -o _out/bin/provider ./provider/cmd/provider)")
+		serverCPU    = fs.Int("server-cpu", 0, "CPU the servers are pinned to (-1: none)")
+		clientCPU    = fs.Int("client-cpu", 1, "CPU the load generators are pinned to (-1: none)")
+		dhcpRounds   = fs.Int("dhcp-rounds", 3, "searches of each server's maximum DHCP rate (median counts)")
+		dhcpTrial    = fs.Duration("dhcp-trial", 3*time.Second, "perfdhcp run per rate")
+		dhcpCostRate = fs.Int("dhcp-cost-rate", 16000, "DISCOVERs/s of the trial measuring the servers' CPU time per answer")
+		machines     = fs.Int("machines", 10000, "machines seeded into the provider's state")
+		reseed       = fs.Bool("reseed", false, "seed the provider's state again instead of reusing <out>/http/state")
+		httpRounds   = fs.Int("http-rounds", 3, "wrk runs per server (median counts)")
+		httpDur      = fs.Duration("http-duration", 10*time.Second, "wrk run length")
+		connections  = fs.Int("connections", 50, "wrk connections")
+		rate         = fs.Int("rate", 1000, "fixed request rate of the latency run")
+		latencyDur   = fs.Duration("latency-duration", 20*time.Second, "latency run length")
+		profileCPU   = fs.Bool("profile", false, "build a provider serving pprof (go build -overlay, sources untouched) and profile its first HTTP round")
+	)
+
+	if err := fs.Parse(args); err != nil {
+		return err //nolint:wrapcheck
+	}
+
+	if fs.NArg() != 1 {
+		fs.Usage()
+
+		return errors.New("want exactly one of dhcp, http, all")
+	}
+
+	which := fs.Arg(0)
+	if which != "dhcp" && which != "http" && which != "all" {
+		return fmt.Errorf("unknown benchmark %q: want dhcp, http or all", which)
+	}
+
+	if os.Geteuid() != 0 {
+		return errors.New("the benchmarks need root (network namespaces, binding port 67)")
+	}
+
+	tools := []string{"taskset", "ip"}
+	if which != "http" {
+		tools = append(tools, "perfdhcp", "dnsmasq")
+	}
+
+	if which != "dhcp" {
+		tools = append(tools, "nginx", "wrk")
+	}
+
+	for _, t := range tools {
+		if _, err := exec.LookPath(t); err != nil {
+			return fmt.Errorf("%s is missing: %w", t, err)
+		}
+	}
+
+	providerBin, err := filepath.Abs(*provider)
+	if err != nil {
+		return fmt.Errorf("error resolving the provider path: %w", err)
+	}
+
+	if _, err = os.Stat(providerBin); err != nil {
+		return fmt.Errorf("no provider binary (go build -o _out/bin/provider ./provider/cmd/provider): %w", err)
+	}
+
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("error finding the bench binary: %w", err)
+	}
+
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+	}
+
+	var rep report.Report
+
+	if which == "dhcp" || which == "all" {
+		res, err := dhcpbench.Run(ctx, dhcpbench.Config{
+			ProviderBin: providerBin,
+			WorkDir:     filepath.Join(*out, "dhcp"),
+			Trial:       *dhcpTrial,
+			Rounds:      *dhcpRounds,
+			StartRate:   4000, MaxRate: 256000, Bisections: 3,
+			MaxDropPct: 1, CostRate: *dhcpCostRate,
+			ServerCPU: *serverCPU, ClientCPU: *clientCPU,
+			Log: logf,
+		})
+		if err != nil {
+			return fmt.Errorf("dhcp benchmark: %w", err)
+		}
+
+		addDHCP(&rep, res)
+	}
+
+	if which == "http" || which == "all" {
+		res, err := httpbench.Run(ctx, httpbench.Config{
+			ProviderBin: providerBin, Self: self,
+			WorkDir: filepath.Join(*out, "http"), Reseed: *reseed,
+			Machines: *machines, SeedInflight: 8,
+			Connections: *connections, Duration: *httpDur, Rounds: *httpRounds,
+			Rate: *rate, LatencyDuration: *latencyDur,
+			ServerCPU: *serverCPU, ClientCPU: *clientCPU,
+			Profile: *profileCPU, Repo: ".",
+			Log: logf,
+		})
+		if err != nil {
+			return fmt.Errorf("http benchmark: %w", err)
+		}
+
+		if res.ProfileTop != "" {
+			fmt.Fprintf(os.Stderr, "CPU profile of the provider (%s):\n%s\n", res.Profile, res.ProfileTop)
+		}
+
+		addHTTP(&rep, res, *connections, *rate, *machines)
+	}
+
+	if err := rep.Write(os.Stdout); err != nil {
+		return err
+	}
+
+	return rep.Save(filepath.Join(*out, "report.txt"))
+}
+
+func addDHCP(rep *report.Report, res *dhcpbench.Result) {
+	rep.Add(report.Row{
+		Name: "ProxyDHCP PXE DISCOVER->OFFER at <=1% drops", Unit: "answers/s",
+		Anvil: res.Anvil.Best.AnsweredPerSecond, Peer: res.Dnsmasq.Best.AnsweredPerSecond, PeerName: "dnsmasq",
+		Goal: report.RatioAtLeast, Target: 1.0,
+	})
+
+	rep.Add(report.Row{
+		Name: "ProxyDHCP server CPU time per answer (fixed rate)", Unit: "µs",
+		Anvil: us(res.Anvil.CPUPerAnswer), Peer: us(res.Dnsmasq.CPUPerAnswer), PeerName: "dnsmasq",
+		Goal: report.Info,
+	})
+
+	for _, s := range []dhcpbench.ServerResult{res.Anvil, res.Dnsmasq} {
+		var rounds []string
+		for _, t := range s.Rounds {
+			rounds = append(rounds, fmt.Sprintf("%.0f (rate %d, %.2f%% drops; rcvbuf drops server %d, perfdhcp %d)",
+				t.AnsweredPerSecond, t.Rate, t.DropPct, t.ServerBufDrops, t.ClientBufDrops))
+		}
+
+		rep.Notef("dhcp %s: best passing trial per round: %v; CPU per answer per round %v; %d answers received in all",
+			s.Name, rounds, s.CostRounds, s.TotalReceived)
+	}
+
+	rep.Notef("dhcp: drops counted on the perfdhcp side (rcvbuf drops perfdhcp) mean the client, not the server, was the limit")
+}
+
+func addHTTP(rep *report.Report, res *httpbench.Result, conns, rate, machines int) {
+	rep.Add(report.Row{
+		Name: fmt.Sprintf("iPXE boot script, %d machines, %d connections", machines, conns), Unit: "req/s",
+		Anvil: res.Anvil.RPS, Peer: res.Nginx.RPS, PeerName: "nginx",
+		Goal: report.RatioAtLeast, Target: 0.5,
+	})
+	rep.Add(report.Row{
+		Name: fmt.Sprintf("iPXE boot script p99 at %d req/s (open loop)", rate), Unit: "ms",
+		Anvil: res.Anvil.Latency.P99us / 1000, Peer: res.Nginx.Latency.P99us / 1000, PeerName: "nginx",
+		Goal: report.AnvilAtMost, Target: 5,
+	})
+	rep.Add(report.Row{
+		Name: fmt.Sprintf("provider RSS after the load, %d machines", machines), Unit: "MB",
+		Anvil: float64(res.RSSAfterLoad) / 1e6,
+		Goal:  report.AnvilAtMost, Target: 150,
+	})
+
+	rep.Notef("http wrk rounds (req/s): anvil %.0f, nginx %.0f", res.Anvil.Rounds, res.Nginx.Rounds)
+
+	for _, s := range []httpbench.Server{res.Anvil, res.Nginx} {
+		l := s.Latency
+		rep.Notef("http fixed rate %s: %d due, %d ok, %d non-200, %d errors; p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, p99.9 %.2f ms, max %.2f ms",
+			s.Name, l.Due, l.OK, l.Non200, l.Errors, l.P50us/1000, l.P90us/1000, l.P99us/1000, l.P999us/1000, l.MaxUs/1000)
+	}
+
+	rep.Notef("http scripts: disk %d B, talos %d B, agent %d B; nginx serves a static %d B (the 40/40/20 mix's mean)",
+		res.ScriptSizes[httpbench.KindDisk], res.ScriptSizes[httpbench.KindTalos], res.ScriptSizes[httpbench.KindAgent], res.StaticSize)
+	rep.Notef("http provider RSS: %.1f MB after seeding/start, %.1f MB after the load", float64(res.RSSAfterSeed)/1e6, float64(res.RSSAfterLoad)/1e6)
+	rep.Notef("http provider counters: observations dropped %s; scripts served %s", res.ObservationsDropped, res.ScriptsServed)
+
+	rep.Notef("http anvil by kind (every request for one kind of machine): disk %.0f req/s, talos %.0f req/s, agent %.0f req/s",
+		res.ByKind[httpbench.KindDisk], res.ByKind[httpbench.KindTalos], res.ByKind[httpbench.KindAgent])
+
+	if s := res.Seed; s != nil {
+		when := "this run"
+		if res.SeedReused {
+			when = "reused state, seeded " + s.At.Format(time.RFC3339) + "; -reseed to seed again"
+		}
+
+		rep.Notef("http seeding (%s): %d machines recorded in %s (%d boot-script requests re-sent: observations dropped), %d transitions in %s (8 in flight); total %s",
+			when, s.Machines, s.Discover.Round(time.Millisecond), s.Rerequested, s.Transitioned, s.Transitions.Round(time.Millisecond),
+			(s.Discover + s.Transitions).Round(time.Millisecond))
+	} else {
+		rep.Notef("http seeding: reused a seeded state of unknown timing (-reseed to seed again)")
+	}
+
+	if res.Profile != "" {
+		rep.Notef("http provider CPU profile: %s (go tool pprof %s)", res.Profile, res.Profile)
+	}
+}
+
+// loadgenMain is the hidden "loadgen" subcommand: one open-loop run, its result as JSON.
+func loadgenMain(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+
+	var (
+		url      = fs.String("url", "", "base URL")
+		machines = fs.Int("machines", 10000, "machines to spread requests over")
+		rate     = fs.Int("rate", 1000, "requests per second")
+		duration = fs.Duration("duration", 10*time.Second, "run length")
+		workers  = fs.Int("workers", 64, "requests in flight at most")
+	)
+
+	if err := fs.Parse(args); err != nil {
+		return err //nolint:wrapcheck
+	}
+
+	res, err := loadgen.Run(ctx, loadgen.Config{
+		BaseURL: *url, Path: httpbench.RandomPath(*machines),
+		Rate: *rate, Duration: *duration, Workers: *workers, Timeout: 5 * time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("loadgen: %w", err)
+	}
+
+	b, err := json.Marshal(res)
+	if err != nil {
+		return fmt.Errorf("error encoding the result: %w", err)
+	}
+
+	fmt.Println(string(b))
+
+	return nil
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
