@@ -82,6 +82,9 @@ func newRootCmd() *cobra.Command {
 	f.StringVar(&opts.ImageFactoryPXEBaseURL, "image-factory-pxe-base-url", opts.ImageFactoryPXEBaseURL, "base URL of the Image Factory's PXE endpoint")
 	f.StringVar(&opts.TalosPlatform, "talos-platform", opts.TalosPlatform, "Talos platform of PXE-booted machines")
 	f.StringVar(&opts.AgentAssetsDir, "agent-assets-dir", opts.AgentAssetsDir, "directory of the agent boot assets (vmlinuz-<arch>, initramfs-<arch>.xz, cmdline-<arch>)")
+	f.StringVar(&opts.WipeMode, "wipe-mode", opts.WipeMode, "how agents wipe disks: fast, zeroes or secure-erase")
+	f.StringVar(&opts.RejectedAction, "rejected-action", opts.RejectedAction,
+		"what a rejected machine's agent does: reboot (it falls through to its disk) or poweroff")
 	f.StringSliceVar(&opts.MachineLabels, "machine-labels", opts.MachineLabels, "labels set on every machine, key=value pairs separated by commas")
 	f.StringVar(&opts.ControlSocket, "control-socket", opts.ControlSocket, "Unix socket of the control API (<state-dir>/control.sock when empty)")
 	f.StringVar(&opts.ControlListenAddress, "control-listen-address", opts.ControlListenAddress,

@@ -46,6 +46,8 @@ type Scripts struct {
 	BaseURL string
 	// APIEndpoint is host:port of the provider's API (event sink, agent API).
 	APIEndpoint string
+	// CAFingerprint is the SHA-256 of the provider's CA certificate, which agents pin.
+	CAFingerprint string
 	// FactoryPXEBaseURL is the Image Factory PXE base, e.g. https://pxe.factory.talos.dev.
 	FactoryPXEBaseURL string
 	// Platform is the Talos platform booted by PXE (metal).
@@ -114,8 +116,8 @@ func (s *Scripts) agent(req Request, claims token.Claims) Script {
 		b.WriteString(" " + set.Cmdline)
 	}
 
-	fmt.Fprintf(&b, " %s=%s %s=%s %s=%s\n", bootparams.Provider, s.APIEndpoint, bootparams.MachineID, req.MachineID,
-		bootparams.Token, token.Sign(s.TokenKey, claims))
+	fmt.Fprintf(&b, " %s=%s %s=%s %s=%s %s=%s\n", bootparams.Provider, s.APIEndpoint, bootparams.CA, s.CAFingerprint,
+		bootparams.MachineID, req.MachineID, bootparams.Token, token.Sign(s.TokenKey, claims))
 	b.WriteString("initrd " + s.BaseURL + "/assets/agent/" + set.Initramfs + "\nboot\n")
 
 	return Script{Status: http.StatusOK, Body: b.String(), AgentToken: claims}

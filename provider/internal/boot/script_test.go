@@ -37,6 +37,7 @@ func testScripts(t *testing.T, withAssets bool) *boot.Scripts {
 	return &boot.Scripts{
 		BaseURL:           "http://10.77.0.1:50042",
 		APIEndpoint:       "10.77.0.1:50042",
+		CAFingerprint:     "abcd",
 		FactoryPXEBaseURL: "http://factory.lab:8080",
 		Platform:          "metal",
 		DiskMethod:        boot.DiskIPXEExit,
@@ -55,7 +56,7 @@ func TestRenderAgent(t *testing.T) {
 
 	got := s.Render(testReq, boot.Decision{Kind: boot.KindAgent}, token.Claims{Issued: issued})
 	require.Equal(t, http.StatusOK, got.Status)
-	assert.Contains(t, got.Body, "kernel http://10.77.0.1:50042/assets/agent/vmlinuz-amd64 initrd=initramfs-amd64.xz console=ttyS0 quiet anvil.provider=10.77.0.1:50042 anvil.machine=m1 anvil.token=v1.")
+	assert.Contains(t, got.Body, "kernel http://10.77.0.1:50042/assets/agent/vmlinuz-amd64 initrd=initramfs-amd64.xz console=ttyS0 quiet anvil.provider=10.77.0.1:50042 anvil.ca=abcd anvil.machine=m1 anvil.token=v1.")
 	assert.Contains(t, got.Body, "\ninitrd http://10.77.0.1:50042/assets/agent/initramfs-amd64.xz\nboot\n")
 
 	tok := got.Body[strings.Index(got.Body, "anvil.token=")+len("anvil.token="):]

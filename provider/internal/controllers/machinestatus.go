@@ -12,31 +12,55 @@ import (
 	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
 )
 
-// InstallReport says a machine was installed under an allocation.
-type InstallReport struct {
-	MachineID    string
-	AllocationID string
-	// Source is where the fact came from: "event-sink" (Talos said so) or "manual".
-	Source string
-	At     time.Time
-
-	done chan error
+// statusReport is a fact about a machine to record on its status.
+type statusReport struct {
+	machineID string
+	apply     func(*anvilstate.MachineStatusSpec)
+	logged    []zap.Field
+	done      chan error
 }
 
 // MachineStatusController produces MachineStatus from what machines report.
 type MachineStatusController struct {
-	reports chan InstallReport
+	reports chan statusReport
 }
 
 // NewMachineStatusController returns the controller.
 func NewMachineStatusController() *MachineStatusController {
-	return &MachineStatusController{reports: make(chan InstallReport)}
+	return &MachineStatusController{reports: make(chan statusReport)}
 }
 
-// RecordInstalled records that the machine was installed under the allocation, and
-// returns once that is stored, so an acknowledged report is never lost.
+// RecordInstalled records that the machine was installed under the allocation
+// (source: "event-sink" when Talos said so, "manual"), and returns once that is stored,
+// so an acknowledged report is never lost.
 func (ctrl *MachineStatusController) RecordInstalled(ctx context.Context, machineID, allocationID, source string) error {
-	report := InstallReport{MachineID: machineID, AllocationID: allocationID, Source: source, At: time.Now(), done: make(chan error, 1)}
+	now := time.Now()
+
+	return ctrl.record(ctx, statusReport{
+		machineID: machineID,
+		apply: func(s *anvilstate.MachineStatusSpec) {
+			s.InstalledAllocation = allocationID
+			s.InstalledAt = now
+			s.InstalledBy = source
+		},
+		logged: []zap.Field{zap.String("installed", allocationID), zap.String("source", source)},
+	})
+}
+
+// RecordWiped records that the machine's wipe of that generation is done, with its report.
+func (ctrl *MachineStatusController) RecordWiped(ctx context.Context, machineID string, wipe anvilstate.WipeRecord) error {
+	return ctrl.record(ctx, statusReport{
+		machineID: machineID,
+		apply: func(s *anvilstate.MachineStatusSpec) {
+			s.WipedID = wipe.ID
+			s.LastWipe = &wipe
+		},
+		logged: []zap.Field{zap.String("wiped", wipe.ID), zap.Int("disks", len(wipe.Disks))},
+	})
+}
+
+func (ctrl *MachineStatusController) record(ctx context.Context, report statusReport) error {
+	report.done = make(chan error, 1)
 
 	select {
 	case ctrl.reports <- report:
@@ -71,18 +95,15 @@ func (ctrl *MachineStatusController) Run(ctx context.Context, r controller.Runti
 			return nil
 		case <-r.EventCh():
 		case report := <-ctrl.reports:
-			err := safe.WriterModify(ctx, r, anvilstate.NewMachineStatus(report.MachineID), func(s *anvilstate.MachineStatus) error {
-				s.TypedSpec().InstalledAllocation = report.AllocationID
-				s.TypedSpec().InstalledAt = report.At
-				s.TypedSpec().InstalledBy = report.Source
+			err := safe.WriterModify(ctx, r, anvilstate.NewMachineStatus(report.machineID), func(s *anvilstate.MachineStatus) error {
+				report.apply(s.TypedSpec())
 
 				return nil
 			})
 			if err != nil {
-				err = fmt.Errorf("error recording machine %s installed: %w", report.MachineID, err)
+				err = fmt.Errorf("error recording the status of machine %s: %w", report.machineID, err)
 			} else {
-				logger.Info("machine installed", zap.String("machine", report.MachineID),
-					zap.String("allocation", report.AllocationID), zap.String("source", report.Source))
+				logger.Info("machine status", append([]zap.Field{zap.String("machine", report.machineID)}, report.logged...)...)
 			}
 
 			report.done <- err

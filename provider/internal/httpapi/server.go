@@ -30,9 +30,7 @@ type InstallRecorder interface {
 
 // Options configure the server.
 type Options struct {
-	// ListenAddress is host:port.
-	ListenAddress string
-	State         state.State
+	State state.State
 	// View is the boot services' read view of the machines, fed from State.
 	View    *machineview.View
 	Scripts *boot.Scripts
@@ -86,16 +84,6 @@ func New(opts Options) *Server {
 
 // Handler returns the server's HTTP handler (for tests).
 func (s *Server) Handler() http.Handler { return s.handler }
-
-// Run serves until ctx is done.
-func (s *Server) Run(ctx context.Context) error {
-	lis, err := net.Listen("tcp", s.opts.ListenAddress)
-	if err != nil {
-		return fmt.Errorf("error listening on %s: %w", s.opts.ListenAddress, err)
-	}
-
-	return s.Serve(ctx, lis)
-}
 
 // Serve serves on lis until ctx is done.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {

@@ -33,6 +33,9 @@ type View struct {
 	byID      map[resource.ID]*Entry
 	byAddress map[string]map[resource.ID]struct{}
 
+	// changed is closed and replaced on every change: a broadcast to whoever waits.
+	changed chan struct{}
+
 	ready     chan struct{}
 	readyOnce sync.Once
 }
@@ -42,12 +45,21 @@ func New() *View {
 	return &View{
 		byID:      map[resource.ID]*Entry{},
 		byAddress: map[string]map[resource.ID]struct{}{},
+		changed:   make(chan struct{}),
 		ready:     make(chan struct{}),
 	}
 }
 
 // Ready is closed once the view holds everything the state held when Run started.
 func (v *View) Ready() <-chan struct{} { return v.ready }
+
+// Changed returns a channel closed at the next change of any machine.
+func (v *View) Changed() <-chan struct{} {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+
+	return v.changed
+}
 
 // Get returns the machine's entry, or nil for a machine not known.
 func (v *View) Get(id resource.ID) *Entry {
@@ -119,6 +131,11 @@ func (v *View) apply(r resource.Resource, destroyed bool) {
 
 	v.mu.Lock()
 	defer v.mu.Unlock()
+
+	defer func() {
+		close(v.changed)
+		v.changed = make(chan struct{})
+	}()
 
 	var next Entry
 

@@ -82,3 +82,44 @@ func TestViewFollowsState(t *testing.T) {
 	require.NoError(t, st.Destroy(ctx, in.Metadata()))
 	require.Eventually(t, func() bool { return v.Get("m1") == nil }, 5*time.Second, time.Millisecond)
 }
+
+func TestViewChanged(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+
+	st, err := state.Open(ctx, t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() }) //nolint:errcheck
+
+	v := machineview.New()
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+
+	go func() { done <- v.Run(runCtx, st) }()
+
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+
+	<-v.Ready()
+
+	changed := v.Changed()
+
+	select {
+	case <-changed:
+		t.Fatal("changed before any change")
+	default:
+	}
+
+	require.NoError(t, st.Create(ctx, state.NewMachine("m1")))
+
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no change signalled")
+	}
+
+	assert.NotNil(t, v.Get("m1"))
+}

@@ -137,14 +137,28 @@ func (ca *Authority) Pool() *x509.CertPool {
 	return pool
 }
 
-// ServerCertificate issues a serving certificate for the given IP addresses and names.
+// ServerCertificate issues a serving certificate for the given IP addresses and names,
+// with the CA in its chain so that a client pinning the CA's fingerprint finds it.
 func (ca *Authority) ServerCertificate(hosts []string) (tls.Certificate, error) {
 	certPEM, keyPEM, err := ca.issue("anvil provider", hosts, x509.ExtKeyUsageServerAuth)
 	if err != nil {
 		return tls.Certificate{}, err
 	}
 
-	return tls.X509KeyPair(certPEM, keyPEM)
+	chain := append(certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.der})...)
+
+	return tls.X509KeyPair(chain, keyPEM)
+}
+
+// ServerTLS returns a server TLS configuration for the given hosts, without client
+// certificates: who may talk is the service's business (agents present tokens).
+func (ca *Authority) ServerTLS(hosts []string) (*tls.Config, error) {
+	cert, err := ca.ServerCertificate(hosts)
+	if err != nil {
+		return nil, err
+	}
+
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}, nil
 }
 
 // MutualTLS returns a server TLS configuration that demands a client certificate issued

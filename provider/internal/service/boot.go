@@ -1,42 +1,22 @@
 package service
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"net/netip"
-	"strconv"
 
-	"github.com/anvil-metal/anvil/provider/internal/httpapi"
-	"github.com/anvil-metal/anvil/provider/internal/machineview"
 	"github.com/anvil-metal/anvil/provider/internal/pxe"
 )
 
 // arm64TFTPName is the name the arm64 iPXE binary is served under.
 const arm64TFTPName = "ipxe-arm64.efi"
 
-// bootServices builds what answers booting machines: DHCP (proxy or full), TFTP, HTTP.
+// bootServices builds what answers booting machines below HTTP: DHCP (proxy or full)
+// and TFTP.
 func (env *environment) bootServices() ([]runner, error) {
 	opts := env.opts
 	metrics := pxe.NewMetrics(env.registry)
 
-	view := machineview.New()
-
-	http := httpapi.New(httpapi.Options{
-		ListenAddress: net.JoinHostPort(opts.APIListenAddress, strconv.Itoa(opts.APIPort)),
-		State:         env.store,
-		View:          view,
-		Scripts:       env.scripts,
-		Observations:  env.observations,
-		Installs:      env.installs,
-		Registry:      env.registry,
-		Logger:        env.logger.Named("http"),
-	})
-
-	runners := []runner{
-		{name: "machine view", run: func(ctx context.Context) error { return view.Run(ctx, env.store) }},
-		{name: "http", run: http.Run},
-	}
+	var runners []runner
 
 	dhcp, err := env.dhcp(metrics)
 	if err != nil {

@@ -15,10 +15,10 @@ import (
 // controlAPI builds the control API: the state API (read-only) and the transitions, on
 // the Unix socket and, when configured, over TCP with mutual TLS (clients present the
 // admin certificate the provider wrote into its state directory).
-func (env *environment) controlAPI() (runner, error) {
+func (env *environment) controlAPI() ([]runner, error) {
 	opts := control.Options{
 		SocketPath:      env.controlSocket(),
-		InstallRecorder: env.installs,
+		InstallRecorder: env.status,
 		// The same schematic the SchematicController registers with the factory.
 		SchematicFor: func(_ context.Context, _ string, alloc state.Allocation) (schematic.Schematic, error) {
 			return env.scripts.Schematic(alloc.Extensions, alloc.KernelArgs), nil
@@ -29,7 +29,7 @@ func (env *environment) controlAPI() (runner, error) {
 	if addr := env.opts.ControlListenAddress; addr != "" {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
-			return runner{}, fmt.Errorf("invalid --control-listen-address: %w", err)
+			return nil, fmt.Errorf("invalid --control-listen-address: %w", err)
 		}
 
 		hosts := []string{env.advertise.String(), "127.0.0.1", "::1", "localhost"}
@@ -39,13 +39,13 @@ func (env *environment) controlAPI() (runner, error) {
 
 		tlsConfig, err := env.ca.MutualTLS(hosts)
 		if err != nil {
-			return runner{}, fmt.Errorf("error issuing the control API certificate: %w", err)
+			return nil, fmt.Errorf("error issuing the control API certificate: %w", err)
 		}
 
 		opts.TCPAddress, opts.TLSConfig = addr, tlsConfig
 	}
 
-	return runner{name: "control", run: control.New(env.store, opts).Run}, nil
+	return []runner{{name: "control", run: control.New(env.store, opts).Run}}, nil
 }
 
 // loadAuthority loads (or creates) the provider's CA in its state directory.

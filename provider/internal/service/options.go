@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
+	"github.com/anvil-metal/anvil/provider/internal/agentapi"
 	"github.com/anvil-metal/anvil/provider/internal/boot"
 	"github.com/anvil-metal/anvil/provider/internal/pxe"
 )
@@ -49,6 +51,12 @@ type Options struct {
 
 	MachineLabels []string
 
+	// WipeMode is how agents wipe disks: fast, zeroes or secure-erase.
+	WipeMode string
+	// RejectedAction is what a rejected machine's agent does: reboot (to its disk) or
+	// poweroff.
+	RejectedAction string
+
 	ControlSocket string
 	// ControlListenAddress serves the control API over TCP with mutual TLS as well.
 	ControlListenAddress string
@@ -68,6 +76,35 @@ var DefaultOptions = Options{
 	ImageFactoryPXEBaseURL: "https://pxe.factory.talos.dev",
 	TalosPlatform:          "metal",
 	AgentAssetsDir:         "_out/agent",
+	WipeMode:               "fast",
+	RejectedAction:         "reboot",
+}
+
+// parsePolicy reads how agents are ordered about.
+func parsePolicy(opts Options) (agentapi.Policy, error) {
+	var p agentapi.Policy
+
+	switch opts.WipeMode {
+	case "fast":
+		p.WipeMode = agentv1.Wipe_MODE_FAST
+	case "zeroes":
+		p.WipeMode = agentv1.Wipe_MODE_ZEROES
+	case "secure-erase":
+		p.WipeMode = agentv1.Wipe_MODE_SECURE_ERASE
+	default:
+		return p, fmt.Errorf("unknown --wipe-mode %q (want fast, zeroes or secure-erase)", opts.WipeMode)
+	}
+
+	switch opts.RejectedAction {
+	case "reboot":
+		p.RejectedThen = agentv1.Release_THEN_REBOOT
+	case "poweroff":
+		p.RejectedThen = agentv1.Release_THEN_POWER_OFF
+	default:
+		return p, fmt.Errorf("unknown --rejected-action %q (want reboot or poweroff)", opts.RejectedAction)
+	}
+
+	return p, nil
 }
 
 // parseLabels parses key=value pairs (a bare key has an empty value).

@@ -16,8 +16,10 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/anvil-metal/anvil/provider/internal/agentapi"
 	"github.com/anvil-metal/anvil/provider/internal/boot"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
+	"github.com/anvil-metal/anvil/provider/internal/machineview"
 	"github.com/anvil-metal/anvil/provider/internal/pki"
 	"github.com/anvil-metal/anvil/provider/internal/state"
 )
@@ -42,9 +44,19 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		return err
 	}
 
+	policy, err := parsePolicy(opts)
+	if err != nil {
+		return err
+	}
+
 	assets, err := boot.LoadAgentAssets(opts.AgentAssetsDir)
 	if err != nil {
 		return err
+	}
+
+	factory, err := factoryclient.New(opts.ImageFactoryBaseURL)
+	if err != nil {
+		return fmt.Errorf("invalid --image-factory-base-url: %w", err)
 	}
 
 	store, err := state.Open(ctx, opts.StateDir)
@@ -59,76 +71,72 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		return err
 	}
 
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
 	apiEndpoint := net.JoinHostPort(advertise.String(), strconv.Itoa(opts.APIPort))
-	scripts := &boot.Scripts{
-		BaseURL:           "http://" + apiEndpoint,
-		APIEndpoint:       apiEndpoint,
-		FactoryPXEBaseURL: opts.ImageFactoryPXEBaseURL,
-		Platform:          opts.TalosPlatform,
-		DiskMethod:        diskMethod,
-		Assets:            assets,
-		TokenKey:          store.Keys().TokenKey(),
+
+	env := &environment{
+		opts:      opts,
+		advertise: advertise,
+		store:     store,
+		ca:        ca,
+		policy:    policy,
+		view:      machineview.New(),
+		scripts: &boot.Scripts{
+			BaseURL:           "http://" + apiEndpoint,
+			APIEndpoint:       apiEndpoint,
+			CAFingerprint:     ca.Fingerprint(),
+			FactoryPXEBaseURL: opts.ImageFactoryPXEBaseURL,
+			Platform:          opts.TalosPlatform,
+			DiskMethod:        diskMethod,
+			Assets:            assets,
+			TokenKey:          store.Keys().TokenKey(),
+		},
+		observations: make(chan controllers.PXEObservation, observationBuffer),
+		status:       controllers.NewMachineStatusController(),
+		inventory:    controllers.NewMachineInventoryController(),
+		registry:     prometheus.NewRegistry(),
+		logger:       logger,
 	}
 
-	observations := make(chan controllers.PXEObservation, observationBuffer)
-	statusCtrl := controllers.NewMachineStatusController()
+	env.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	ctrlRuntime, err := runtime.NewRuntime(store, logger.Named("controllers"))
 	if err != nil {
 		return fmt.Errorf("error creating the controller runtime: %w", err)
 	}
 
-	factory, err := factoryclient.New(opts.ImageFactoryBaseURL)
-	if err != nil {
-		return fmt.Errorf("invalid --image-factory-base-url: %w", err)
-	}
-
 	for _, ctrl := range []controller.Controller{
-		&controllers.MachineController{Observations: observations, Labels: labels},
-		statusCtrl,
-		&controllers.SchematicController{Factory: factory, SchematicFor: scripts.Schematic},
+		&controllers.MachineController{Observations: env.observations, Labels: labels},
+		env.status,
+		env.inventory,
+		&controllers.SchematicController{Factory: factory, SchematicFor: env.scripts.Schematic},
 	} {
 		if err = ctrlRuntime.RegisterController(ctrl); err != nil {
 			return fmt.Errorf("error registering %s: %w", ctrl.Name(), err)
 		}
 	}
 
-	env := &environment{
-		opts:         opts,
-		advertise:    advertise,
-		store:        store,
-		scripts:      scripts,
-		observations: observations,
-		installs:     statusCtrl,
-		ca:           ca,
-		registry:     registry,
-		logger:       logger,
+	runners := []runner{
+		{name: "controllers", run: ctrlRuntime.Run},
+		{name: "machine view", run: func(ctx context.Context) error { return env.view.Run(ctx, store) }},
 	}
 
-	runners, err := env.bootServices()
-	if err != nil {
-		return err
-	}
+	for _, build := range []func() ([]runner, error){env.apiServices, env.bootServices, env.controlAPI} {
+		built, err := build()
+		if err != nil {
+			return err
+		}
 
-	controlRunner, err := env.controlAPI()
-	if err != nil {
-		return err
+		runners = append(runners, built...)
 	}
-
-	runners = append(runners, controlRunner)
 
 	logger.Info("provider starting",
 		zap.String("advertise", apiEndpoint),
 		zap.String("state", opts.StateDir),
 		zap.String("agent_assets", opts.AgentAssetsDir),
+		zap.String("ca_fingerprint", ca.Fingerprint()),
 		zap.Int("machine_labels", len(labels)))
 
 	eg, ctx := errgroup.WithContext(ctx)
-
-	eg.Go(func() error { return ctrlRuntime.Run(ctx) })
 
 	for _, r := range runners {
 		eg.Go(func() error {
@@ -154,10 +162,13 @@ type environment struct {
 	opts         Options
 	advertise    netip.Addr
 	store        *state.Store
+	ca           *pki.Authority
+	policy       agentapi.Policy
+	view         *machineview.View
 	scripts      *boot.Scripts
 	observations chan controllers.PXEObservation
-	installs     *controllers.MachineStatusController
-	ca           *pki.Authority
+	status       *controllers.MachineStatusController
+	inventory    *controllers.MachineInventoryController
 	registry     *prometheus.Registry
 	logger       *zap.Logger
 }

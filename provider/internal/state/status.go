@@ -1,6 +1,7 @@
 package state
 
 import (
+	"slices"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/resource"
@@ -27,10 +28,37 @@ type MachineStatusSpec struct {
 	// WipedID is the ID of the last wipe completed.
 	WipedID string     `yaml:"wipedID,omitempty" protobuf:"4"`
 	Power   PowerState `yaml:"power,omitempty" protobuf:"5"`
+	// LastWipe is the erase report of the last wipe completed.
+	LastWipe *WipeRecord `yaml:"lastWipe,omitempty" protobuf:"6"`
+}
+
+// WipeRecord is what a wipe did, disk by disk, as the agent reported it.
+type WipeRecord struct {
+	ID    string      `yaml:"id" protobuf:"1"`
+	At    time.Time   `yaml:"at" protobuf:"2"`
+	Disks []DiskWiped `yaml:"disks,omitempty" protobuf:"3"`
+}
+
+// DiskWiped is one disk's part of a wipe.
+type DiskWiped struct {
+	Device     string `yaml:"device" protobuf:"1"`
+	Method     string `yaml:"method,omitempty" protobuf:"2"`
+	Bytes      uint64 `yaml:"bytes,omitempty" protobuf:"3"`
+	DurationMs uint64 `yaml:"durationMs,omitempty" protobuf:"4"`
+	Verified   string `yaml:"verified,omitempty" protobuf:"5"`
+	Skipped    string `yaml:"skipped,omitempty" protobuf:"6"`
 }
 
 // DeepCopy implements typed.DeepCopyable.
-func (s MachineStatusSpec) DeepCopy() MachineStatusSpec { return s }
+func (s MachineStatusSpec) DeepCopy() MachineStatusSpec {
+	if s.LastWipe != nil {
+		w := *s.LastWipe
+		w.Disks = slices.Clone(w.Disks)
+		s.LastWipe = &w
+	}
+
+	return s
+}
 
 // NewMachineStatus returns an empty MachineStatus for the machine.
 func NewMachineStatus(id resource.ID) *MachineStatus {

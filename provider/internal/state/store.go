@@ -93,7 +93,7 @@ func (s *Store) Close() error {
 // Definitions lists every resource type the provider serves.
 func Definitions() []meta.ResourceWithRD {
 	return []meta.ResourceWithRD{
-		&Machine{}, &MachineIntent{}, &MachineStatus{}, &DHCPLease{}, &Schematic{},
+		&Machine{}, &MachineIntent{}, &MachineStatus{}, &MachineInventory{}, &DHCPLease{}, &Schematic{},
 	}
 }
 

@@ -23,6 +23,7 @@ func TestSpecsMarshalYAML(t *testing.T) {
 		state.NewMachineStatus("m").TypedSpec(),
 		state.NewDHCPLease("m").TypedSpec(),
 		state.NewSchematic("s").TypedSpec(),
+		state.NewMachineInventory("m").TypedSpec(),
 	} {
 		out, err := yaml.Marshal(spec)
 		require.NoError(t, err)

@@ -1,0 +1,55 @@
+package agentapi
+
+import (
+	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
+	"github.com/anvil-metal/anvil/provider/internal/machineview"
+	"github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+// Policy is how the provider orders agents about: the parts an operator chooses.
+type Policy struct {
+	// RejectedThen is what a rejected machine's agent does once released: reboot (it
+	// then falls through to its disk, the provider answering boot-from-disk) or power off.
+	RejectedThen agentv1.Release_Then
+	// WipeMode is how disks are wiped.
+	WipeMode agentv1.Wipe_Mode
+}
+
+// Next is the order an agent should be carrying out now, from the machine's resources. It
+// is a pure function of them: order IDs are derived from the state, so an agent never
+// carries out the same order twice, across reconnects and provider restarts alike.
+func (p Policy) Next(e *machineview.Entry) *agentv1.Order {
+	var (
+		intent state.MachineIntentSpec
+		status state.MachineStatusSpec
+	)
+
+	if e != nil && e.Intent != nil {
+		intent = *e.Intent
+	}
+
+	if e != nil && e.Status != nil {
+		status = *e.Status
+	}
+
+	switch intent.Acceptance {
+	case state.AcceptanceRejected:
+		return &agentv1.Order{Id: "release-rejected", Action: &agentv1.Order_Release{Release: &agentv1.Release{Then: p.RejectedThen}}}
+	case state.AcceptanceAccepted:
+	default:
+		// Pending: touch nothing until a person decides.
+		return &agentv1.Order{Id: "hold-pending", Action: &agentv1.Order_Hold{Hold: &agentv1.Hold{}}}
+	}
+
+	if intent.WipeID != "" && intent.WipeID != status.WipedID {
+		return &agentv1.Order{Id: "wipe-" + intent.WipeID, Action: &agentv1.Order_Wipe{Wipe: &agentv1.Wipe{GenerationId: intent.WipeID, Mode: p.WipeMode}}}
+	}
+
+	if a := intent.Allocation; a != nil && status.InstalledAllocation != a.ID {
+		// Allocated: reboot, and the next PXE boot is Talos.
+		return &agentv1.Order{Id: "boot-allocation-" + a.ID, Action: &agentv1.Order_Reboot{Reboot: &agentv1.Reboot{}}}
+	}
+
+	// Accepted and ready: wait for an allocation.
+	return &agentv1.Order{Id: "hold-ready", Action: &agentv1.Order_Hold{Hold: &agentv1.Hold{}}}
+}

@@ -1,0 +1,329 @@
+// Package agentapi is the gRPC service agents dial: a session per agent, which says who
+// it is with its per-boot token, reports its inventory and the outcome of orders, and
+// receives the orders the machine's state calls for.
+package agentapi
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
+	"github.com/anvil-metal/anvil/internal/token"
+	"github.com/anvil-metal/anvil/provider/internal/controllers"
+	"github.com/anvil-metal/anvil/provider/internal/inventory"
+	"github.com/anvil-metal/anvil/provider/internal/machineview"
+	"github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+// Limits on what an agent may send.
+const (
+	MaxMessageSize = 4 << 20
+	helloTimeout   = 30 * time.Second
+)
+
+// Recorder stores what agents report.
+type Recorder interface {
+	RecordWiped(ctx context.Context, machineID string, wipe state.WipeRecord) error
+	RecordInventory(ctx context.Context, machineID string, spec state.MachineInventorySpec) error
+}
+
+// Options configure the server.
+type Options struct {
+	View     *machineview.View
+	TokenKey []byte
+	Policy   Policy
+	Recorder Recorder
+	// Observations receives agent registrations, so a machine whose PXE boot was not
+	// recorded becomes known when its agent says hello.
+	Observations chan<- controllers.PXEObservation
+	Registry     prometheus.Registerer
+	Logger       *zap.Logger
+}
+
+// Server implements agentv1.AgentServiceServer.
+type Server struct {
+	agentv1.UnimplementedAgentServiceServer
+
+	opts     Options
+	sessions prometheus.Gauge
+	orders   *prometheus.CounterVec
+	refused  *prometheus.CounterVec
+}
+
+// New returns the server.
+func New(opts Options) *Server {
+	s := &Server{
+		opts: opts,
+		sessions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "anvil_agent_sessions", Help: "Agents connected.",
+		}),
+		orders: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "anvil_agent_orders_total", Help: "Orders sent to agents, by kind.",
+		}, []string{"kind"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "anvil_agent_sessions_refused_total", Help: "Agent sessions refused, by reason.",
+		}, []string{"reason"}),
+	}
+
+	if opts.Registry != nil {
+		opts.Registry.MustRegister(s.sessions, s.orders, s.refused)
+	}
+
+	return s
+}
+
+// GRPCServer returns a gRPC server with the agent service, with the limits agents get.
+func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
+	srv := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize)}, opts...)...)
+	agentv1.RegisterAgentServiceServer(srv, s)
+
+	return srv
+}
+
+// Session implements agentv1.AgentServiceServer.
+func (s *Server) Session(stream agentv1.AgentService_SessionServer) error {
+	ctx := stream.Context()
+
+	hello, err := s.hello(stream)
+	if err != nil {
+		return err
+	}
+
+	id := hello.GetMachineId()
+	logger := s.opts.Logger.With(zap.String("machine", id), zap.String("boot", hello.GetBootId()))
+
+	s.register(ctx, hello)
+
+	if err = stream.Send(&agentv1.ProviderMessage{Message: &agentv1.ProviderMessage_Welcome{Welcome: &agentv1.Welcome{MachineId: id}}}); err != nil {
+		return err
+	}
+
+	s.sessions.Inc()
+	defer s.sessions.Dec()
+
+	logger.Info("agent connected", zap.String("version", hello.GetAgentVersion()), zap.Strings("macs", hello.GetMacs()))
+
+	for _, result := range hello.GetResults() {
+		if err = s.result(ctx, id, result, logger); err != nil {
+			return err
+		}
+	}
+
+	messages := make(chan *agentv1.AgentMessage)
+	recvErr := make(chan error, 1)
+
+	go func() {
+		for {
+			msg, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+
+				return
+			}
+
+			select {
+			case messages <- msg:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	var sentID string
+
+	for {
+		changed := s.opts.View.Changed()
+
+		order := s.opts.Policy.Next(s.opts.View.Get(id))
+		if order.GetId() != sentID {
+			if err = stream.Send(&agentv1.ProviderMessage{Message: &agentv1.ProviderMessage_Order{Order: order}}); err != nil {
+				return err
+			}
+
+			sentID = order.GetId()
+			s.orders.WithLabelValues(orderKind(order)).Inc()
+			logger.Info("order sent", zap.String("order", sentID))
+		}
+
+		select {
+		case <-ctx.Done():
+			return nil
+		case err = <-recvErr:
+			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+				logger.Info("agent disconnected")
+
+				return nil
+			}
+
+			logger.Info("agent session ended", zap.Error(err))
+
+			return err
+		case msg := <-messages:
+			if err = s.message(ctx, id, msg, logger); err != nil {
+				return err
+			}
+		case <-changed:
+		}
+	}
+}
+
+// hello reads and checks the first message: the token must be this machine's, for its
+// newest boot.
+func (s *Server) hello(stream agentv1.AgentService_SessionServer) (*agentv1.Hello, error) {
+	type received struct {
+		msg *agentv1.AgentMessage
+		err error
+	}
+
+	ch := make(chan received, 1)
+
+	go func() {
+		msg, err := stream.Recv()
+		ch <- received{msg, err}
+	}()
+
+	var r received
+
+	select {
+	case r = <-ch:
+	case <-time.After(helloTimeout):
+		s.refused.WithLabelValues("timeout").Inc()
+
+		return nil, status.Error(codes.DeadlineExceeded, "no hello")
+	}
+
+	if r.err != nil {
+		return nil, r.err
+	}
+
+	hello := r.msg.GetHello()
+	if hello == nil {
+		s.refused.WithLabelValues("protocol").Inc()
+
+		return nil, status.Error(codes.InvalidArgument, "the first message must be a hello")
+	}
+
+	claims, err := token.Verify(s.opts.TokenKey, hello.GetToken())
+	if err != nil || claims.Kind != token.KindAgent || claims.MachineID != hello.GetMachineId() {
+		s.refused.WithLabelValues("token").Inc()
+		s.opts.Logger.Warn("agent refused: invalid token", zap.String("machine", hello.GetMachineId()), zap.String("remote", remote(stream.Context())))
+
+		return nil, status.Error(codes.Unauthenticated, "invalid token")
+	}
+
+	if e := s.opts.View.Get(claims.MachineID); e != nil && e.Machine != nil && e.Machine.AgentBootIssued.After(claims.Issued) {
+		s.refused.WithLabelValues("superseded").Inc()
+		s.opts.Logger.Warn("agent refused: token superseded by a newer boot", zap.String("machine", claims.MachineID))
+
+		return nil, status.Error(codes.Unauthenticated, "token superseded by a newer boot of this machine")
+	}
+
+	return hello, nil
+}
+
+// register makes the machine known if its PXE boot was not recorded.
+func (s *Server) register(ctx context.Context, hello *agentv1.Hello) {
+	if e := s.opts.View.Get(hello.GetMachineId()); e != nil && e.Machine != nil {
+		return
+	}
+
+	obs := controllers.PXEObservation{MachineID: hello.GetMachineId(), Address: remote(ctx), Decision: "agent", At: time.Now()}
+	if macs := hello.GetMacs(); len(macs) > 0 {
+		obs.MAC = macs[0]
+	}
+
+	select {
+	case s.opts.Observations <- obs:
+	default:
+	}
+}
+
+func (s *Server) message(ctx context.Context, id string, msg *agentv1.AgentMessage, logger *zap.Logger) error {
+	switch m := msg.GetMessage().(type) {
+	case *agentv1.AgentMessage_Inventory:
+		resources, err := inventory.Decode(m.Inventory.GetResources())
+		if err != nil {
+			logger.Warn("malformed inventory", zap.Error(err))
+
+			return status.Errorf(codes.InvalidArgument, "malformed inventory: %v", err)
+		}
+
+		spec := inventory.Summarize(resources)
+		spec.ReportedAt = time.Now()
+
+		if err = s.opts.Recorder.RecordInventory(ctx, id, spec); err != nil {
+			return status.Errorf(codes.Unavailable, "error recording the inventory: %v", err)
+		}
+	case *agentv1.AgentMessage_Result:
+		return s.result(ctx, id, m.Result, logger)
+	default:
+		return status.Error(codes.InvalidArgument, "unexpected message")
+	}
+
+	return nil
+}
+
+func (s *Server) result(ctx context.Context, id string, r *agentv1.OrderResult, logger *zap.Logger) error {
+	logger.Info("order result", zap.String("order", r.GetOrderId()), zap.Stringer("status", r.GetStatus()), zap.String("message", r.GetMessage()))
+
+	if w := r.GetWipe(); w != nil && r.GetStatus() == agentv1.OrderResult_STATUS_DONE {
+		record := state.WipeRecord{ID: w.GetGenerationId(), At: time.Now()}
+
+		for _, d := range w.GetDisks() {
+			record.Disks = append(record.Disks, state.DiskWiped{
+				Device: d.GetDevice(), Method: d.GetMethod(), Bytes: d.GetBytes(), DurationMs: d.GetDurationMs(),
+				Verified: d.GetVerified(), Skipped: d.GetSkipped(),
+			})
+		}
+
+		if err := s.opts.Recorder.RecordWiped(ctx, id, record); err != nil {
+			return status.Errorf(codes.Unavailable, "error recording the wipe: %v", err)
+		}
+	}
+
+	return nil
+}
+
+func orderKind(o *agentv1.Order) string {
+	switch o.GetAction().(type) {
+	case *agentv1.Order_Hold:
+		return "hold"
+	case *agentv1.Order_Release:
+		return "release"
+	case *agentv1.Order_Wipe:
+		return "wipe"
+	case *agentv1.Order_Reboot:
+		return "reboot"
+	case *agentv1.Order_PowerOff:
+		return "power-off"
+	case *agentv1.Order_Kexec:
+		return "kexec"
+	case *agentv1.Order_GetBmc, *agentv1.Order_SetBmc:
+		return "bmc"
+	default:
+		return "unknown"
+	}
+}
+
+func remote(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return ""
+	}
+
+	if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
+		return host
+	}
+
+	return p.Addr.String()
+}

@@ -1,0 +1,159 @@
+// Package inventory turns what an agent reports — Talos machinery resources — into the
+// summary the provider keeps on a machine.
+package inventory
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/cosi-project/runtime/api/v1alpha1"
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/resource/protobuf"
+	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
+	"github.com/siderolabs/talos/pkg/machinery/resources/block"
+	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	gproto "google.golang.org/protobuf/proto"
+
+	"github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+// MaxResources bounds what one report may carry.
+const MaxResources = 4096
+
+// Decode unmarshals reported resources (marshaled cosi.resource.Resource messages). A
+// resource of a type the provider does not know is skipped, not an error: newer agents
+// may report more.
+func Decode(raw [][]byte) ([]resource.Resource, error) {
+	if len(raw) > MaxResources {
+		return nil, fmt.Errorf("inventory has %d resources, at most %d are accepted", len(raw), MaxResources)
+	}
+
+	out := make([]resource.Resource, 0, len(raw))
+
+	for i, b := range raw {
+		var msg v1alpha1.Resource
+		if err := gproto.Unmarshal(b, &msg); err != nil {
+			return nil, fmt.Errorf("error decoding inventory resource %d: %w", i, err)
+		}
+
+		pr, err := protobuf.Unmarshal(&msg)
+		if err != nil {
+			return nil, fmt.Errorf("error decoding inventory resource %d: %w", i, err)
+		}
+
+		r, err := protobuf.UnmarshalResource(pr)
+		if err != nil {
+			continue
+		}
+
+		out = append(out, r)
+	}
+
+	return out, nil
+}
+
+// Encode marshals resources for a report (the agent's side of Decode).
+func Encode(resources []resource.Resource) ([][]byte, error) {
+	out := make([][]byte, 0, len(resources))
+
+	for _, r := range resources {
+		pr, err := protobuf.FromResource(r, protobuf.WithoutYAML())
+		if err != nil {
+			return nil, fmt.Errorf("error encoding %s: %w", r.Metadata(), err)
+		}
+
+		msg, err := pr.Marshal()
+		if err != nil {
+			return nil, fmt.Errorf("error encoding %s: %w", r.Metadata(), err)
+		}
+
+		b, err := gproto.Marshal(msg)
+		if err != nil {
+			return nil, fmt.Errorf("error encoding %s: %w", r.Metadata(), err)
+		}
+
+		out = append(out, b)
+	}
+
+	return out, nil
+}
+
+// Summarize builds the inventory from the reported resources.
+func Summarize(resources []resource.Resource) state.MachineInventorySpec {
+	var (
+		spec      state.MachineInventorySpec
+		addresses = map[string][]string{}
+	)
+
+	for _, r := range resources {
+		switch r := r.(type) {
+		case *hardware.SystemInformation:
+			s := r.TypedSpec()
+			spec.System = state.SystemInventory{
+				Manufacturer: s.Manufacturer, Product: s.ProductName, Serial: s.SerialNumber,
+				UUID: s.UUID, SKU: s.SKUNumber, BIOSVersion: s.BIOSVersion,
+			}
+		case *hardware.Processor:
+			s := r.TypedSpec()
+			spec.CPUs = append(spec.CPUs, state.CPUInventory{
+				Socket: s.Socket, Manufacturer: s.Manufacturer, Model: s.ProductName,
+				Cores: s.CoreCount, Threads: s.ThreadCount, MaxSpeedMHz: s.MaxSpeed,
+			})
+		case *hardware.MemoryModule:
+			s := r.TypedSpec()
+			if s.Size == 0 {
+				continue // an empty slot
+			}
+
+			spec.Memory = append(spec.Memory, state.MemoryInventory{
+				Locator: s.DeviceLocator, SizeMiB: s.Size, SpeedMTs: s.Speed, Manufacturer: s.Manufacturer,
+			})
+			spec.MemoryMiB += uint64(s.Size)
+		case *hardware.PCIDevice:
+			s := r.TypedSpec()
+			spec.PCIDevices = append(spec.PCIDevices, state.PCIInventory{
+				ID: r.Metadata().ID(), Class: s.Class, Vendor: s.Vendor, Product: s.Product,
+				VendorID: s.VendorID, ProductID: s.ProductID, Driver: s.Driver,
+			})
+		case *block.Disk:
+			s := r.TypedSpec()
+			spec.Disks = append(spec.Disks, state.DiskInventory{
+				Name: r.Metadata().ID(), Size: s.Size, Model: s.Model, Serial: s.Serial, WWID: s.WWID,
+				Transport: s.Transport, Rotational: s.Rotational, Readonly: s.Readonly, CDROM: s.CDROM, BusPath: s.BusPath,
+			})
+		case *network.LinkStatus:
+			s := r.TypedSpec()
+			if !s.Physical() {
+				continue
+			}
+
+			spec.NICs = append(spec.NICs, state.NICInventory{
+				Name: r.Metadata().ID(), MAC: s.HardwareAddr.String(), Driver: s.Driver, SpeedMbps: int64(s.SpeedMegabits),
+				LinkUp: s.OperationalState == nethelpers.OperStateUp, Vendor: s.Vendor, Product: s.Product, PCIID: s.PCIID,
+			})
+		case *network.AddressStatus:
+			s := r.TypedSpec()
+			if s.Scope == nethelpers.ScopeGlobal {
+				addresses[s.LinkName] = append(addresses[s.LinkName], s.Address.String())
+			}
+		case *network.HostnameStatus:
+			spec.Hostname = r.TypedSpec().FQDN()
+		}
+	}
+
+	for i := range spec.NICs {
+		spec.NICs[i].Addresses = addresses[spec.NICs[i].Name]
+		slices.Sort(spec.NICs[i].Addresses)
+	}
+
+	// Resources arrive in whatever order the agent listed them; the summary is stable.
+	slices.SortFunc(spec.CPUs, func(a, b state.CPUInventory) int { return cmp.Compare(a.Socket, b.Socket) })
+	slices.SortFunc(spec.Memory, func(a, b state.MemoryInventory) int { return cmp.Compare(a.Locator, b.Locator) })
+	slices.SortFunc(spec.Disks, func(a, b state.DiskInventory) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(spec.NICs, func(a, b state.NICInventory) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(spec.PCIDevices, func(a, b state.PCIInventory) int { return cmp.Compare(a.ID, b.ID) })
+
+	return spec
+}

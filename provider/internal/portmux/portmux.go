@@ -1,0 +1,138 @@
+// Package portmux serves TLS and plaintext on one port: it tells a connection's protocol
+// by its first byte (a TLS handshake record starts with 0x16; HTTP and HTTP/2's preface
+// start with a letter), so machines reach every provider API at one address.
+package portmux
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+)
+
+// tlsHandshake is the first byte of a TLS connection (record type handshake).
+const tlsHandshake = 0x16
+
+// peekTimeout bounds how long a silent connection may hold its goroutine.
+const peekTimeout = 10 * time.Second
+
+// Mux splits one listener into a TLS and a plaintext listener.
+type Mux struct {
+	root  net.Listener
+	tls   *listener
+	plain *listener
+}
+
+// New returns the mux; Run accepts.
+func New(root net.Listener) *Mux {
+	return &Mux{
+		root:  root,
+		tls:   newListener(root.Addr()),
+		plain: newListener(root.Addr()),
+	}
+}
+
+// TLS returns the listener of TLS connections.
+func (m *Mux) TLS() net.Listener { return m.tls }
+
+// Plain returns the listener of every other connection.
+func (m *Mux) Plain() net.Listener { return m.plain }
+
+// Run accepts connections until ctx is done or the root listener fails, then closes
+// everything.
+func (m *Mux) Run(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() { m.root.Close() }) //nolint:errcheck
+	defer stop()
+
+	defer m.tls.Close()   //nolint:errcheck
+	defer m.plain.Close() //nolint:errcheck
+
+	for {
+		conn, err := m.root.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+
+			return err
+		}
+
+		go m.route(conn)
+	}
+}
+
+func (m *Mux) route(conn net.Conn) {
+	conn.SetReadDeadline(time.Now().Add(peekTimeout)) //nolint:errcheck
+
+	r := bufio.NewReaderSize(conn, 512)
+
+	first, err := r.Peek(1)
+	if err != nil {
+		conn.Close() //nolint:errcheck
+
+		return
+	}
+
+	conn.SetReadDeadline(time.Time{}) //nolint:errcheck
+
+	target := m.plain
+	if first[0] == tlsHandshake {
+		target = m.tls
+	}
+
+	target.deliver(&peekedConn{Conn: conn, r: r})
+}
+
+// peekedConn reads first what was peeked.
+type peekedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *peekedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+type listener struct {
+	addr   net.Addr
+	conns  chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newListener(addr net.Addr) *listener {
+	return &listener{addr: addr, conns: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (l *listener) deliver(conn net.Conn) {
+	select {
+	case l.conns <- conn:
+	case <-l.closed:
+		conn.Close() //nolint:errcheck
+	}
+}
+
+// Accept implements net.Listener.
+func (l *listener) Accept() (net.Conn, error) {
+	select {
+	case conn := <-l.conns:
+		return conn, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close implements net.Listener.
+func (l *listener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+
+	return nil
+}
+
+// Addr implements net.Listener.
+func (l *listener) Addr() net.Addr { return l.addr }

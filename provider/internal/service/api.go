@@ -1,0 +1,96 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/anvil-metal/anvil/provider/internal/agentapi"
+	"github.com/anvil-metal/anvil/provider/internal/controllers"
+	"github.com/anvil-metal/anvil/provider/internal/httpapi"
+	"github.com/anvil-metal/anvil/provider/internal/portmux"
+	"github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+// apiServices builds what machines reach on the API port: plaintext HTTP (iPXE scripts,
+// assets, metadata, Talos' event sink, health, metrics) and, over TLS on the same port,
+// the agent API.
+func (env *environment) apiServices() ([]runner, error) {
+	opts := env.opts
+	address := net.JoinHostPort(opts.APIListenAddress, strconv.Itoa(opts.APIPort))
+
+	http := httpapi.New(httpapi.Options{
+		State:        env.store,
+		View:         env.view,
+		Scripts:      env.scripts,
+		Observations: env.observations,
+		Installs:     env.status,
+		Registry:     env.registry,
+		Logger:       env.logger.Named("http"),
+	})
+
+	hosts := []string{env.advertise.String()}
+	if opts.APIListenAddress != "" {
+		hosts = append(hosts, opts.APIListenAddress)
+	}
+
+	tlsConfig, err := env.ca.ServerTLS(hosts)
+	if err != nil {
+		return nil, fmt.Errorf("error issuing the API certificate: %w", err)
+	}
+
+	agents := agentapi.New(agentapi.Options{
+		View:         env.view,
+		TokenKey:     env.store.Keys().TokenKey(),
+		Policy:       env.policy,
+		Recorder:     agentRecorder{env.status, env.inventory},
+		Observations: env.observations,
+		Registry:     env.registry,
+		Logger:       env.logger.Named("agents"),
+	})
+
+	run := func(ctx context.Context) error {
+		lis, err := net.Listen("tcp", address)
+		if err != nil {
+			return fmt.Errorf("error listening on %s: %w", address, err)
+		}
+
+		mux := portmux.New(lis)
+		agentServer := agents.GRPCServer(grpc.Creds(credentials.NewTLS(tlsConfig)))
+
+		eg, ctx := errgroup.WithContext(ctx)
+
+		eg.Go(func() error { return mux.Run(ctx) })
+		eg.Go(func() error { return http.Serve(ctx, mux.Plain()) })
+		eg.Go(func() error { return agentServer.Serve(mux.TLS()) })
+		eg.Go(func() error {
+			<-ctx.Done()
+			agentServer.Stop()
+
+			return nil
+		})
+
+		return eg.Wait()
+	}
+
+	return []runner{{name: "api", run: run}}, nil
+}
+
+// agentRecorder stores what agents report, through the controllers that own it.
+type agentRecorder struct {
+	status    *controllers.MachineStatusController
+	inventory *controllers.MachineInventoryController
+}
+
+func (r agentRecorder) RecordWiped(ctx context.Context, machineID string, wipe state.WipeRecord) error {
+	return r.status.RecordWiped(ctx, machineID, wipe)
+}
+
+func (r agentRecorder) RecordInventory(ctx context.Context, machineID string, spec state.MachineInventorySpec) error {
+	return r.inventory.RecordInventory(ctx, machineID, spec)
+}
