@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
+	"github.com/anvil-metal/anvil/internal/resourcewire"
 	"github.com/anvil-metal/anvil/internal/token"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/inventory"
@@ -251,7 +252,7 @@ func (s *Server) register(ctx context.Context, hello *agentv1.Hello) {
 func (s *Server) message(ctx context.Context, id string, msg *agentv1.AgentMessage, logger *zap.Logger) error {
 	switch m := msg.GetMessage().(type) {
 	case *agentv1.AgentMessage_Inventory:
-		resources, err := inventory.Decode(m.Inventory.GetResources())
+		resources, err := resourcewire.Decode(m.Inventory.GetResources())
 		if err != nil {
 			logger.Warn("malformed inventory", zap.Error(err))
 

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/anvil-metal/anvil/internal/resourcewire"
 	"github.com/anvil-metal/anvil/provider/internal/inventory"
 	"github.com/anvil-metal/anvil/provider/internal/state"
 )
@@ -67,10 +68,10 @@ func reported() []resource.Resource {
 func TestEncodeDecodeSummarize(t *testing.T) {
 	t.Parallel()
 
-	raw, err := inventory.Encode(reported())
+	raw, err := resourcewire.Encode(reported())
 	require.NoError(t, err)
 
-	decoded, err := inventory.Decode(raw)
+	decoded, err := resourcewire.Decode(raw)
 	require.NoError(t, err)
 	require.Len(t, decoded, len(reported()))
 
@@ -93,9 +94,9 @@ func TestEncodeDecodeSummarize(t *testing.T) {
 func TestDecodeRejectsGarbage(t *testing.T) {
 	t.Parallel()
 
-	_, err := inventory.Decode([][]byte{{0xff, 0x01, 0x02}})
-	assert.ErrorContains(t, err, "error decoding inventory resource 0")
+	_, err := resourcewire.Decode([][]byte{{0xff, 0x01, 0x02}})
+	assert.ErrorContains(t, err, "error decoding resource 0")
 
-	_, err = inventory.Decode(make([][]byte, inventory.MaxResources+1))
+	_, err = resourcewire.Decode(make([][]byte, resourcewire.MaxResources+1))
 	assert.ErrorContains(t, err, "at most")
 }

@@ -1,0 +1,191 @@
+// Package orders carries out the provider's orders: one at a time, each once per order
+// ID, outliving the session that brought it (an agent keeps executing an order it has
+// accepted while it reconnects), each with its outcome kept to be reported again.
+package orders
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
+)
+
+// Actions are what orders do to the machine.
+type Actions interface {
+	Reboot(ctx context.Context) error
+	PowerOff(ctx context.Context) error
+	Kexec(ctx context.Context, k *agentv1.Kexec) error
+	Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.WipeReport, error)
+	GetBMC(ctx context.Context) (*agentv1.BMCInfo, error)
+	SetBMC(ctx context.Context, s *agentv1.SetBMC) (*agentv1.BMCInfo, error)
+}
+
+// queueSize bounds the orders waiting: the provider sends one at a time.
+const queueSize = 16
+
+// Executor carries out orders.
+type Executor struct {
+	actions Actions
+	logger  *zap.Logger
+	queue   chan *agentv1.Order
+
+	mu       sync.Mutex
+	results  map[string]*agentv1.OrderResult
+	sequence []string // order IDs in arrival order
+	changed  chan struct{}
+}
+
+// New returns an executor; Run carries out what Handle queues.
+func New(actions Actions, logger *zap.Logger) *Executor {
+	return &Executor{
+		actions: actions,
+		logger:  logger,
+		queue:   make(chan *agentv1.Order, queueSize),
+		results: map[string]*agentv1.OrderResult{},
+		changed: make(chan struct{}),
+	}
+}
+
+// Handle accepts an order. An order already seen is not carried out again; its last
+// outcome is reported again instead.
+func (e *Executor) Handle(o *agentv1.Order) error {
+	if o.GetId() == "" || o.GetAction() == nil {
+		return fmt.Errorf("order %q has no id or no action", o.GetId())
+	}
+
+	e.mu.Lock()
+	_, seen := e.results[o.GetId()]
+	e.mu.Unlock()
+
+	if seen {
+		e.touch()
+
+		return nil
+	}
+
+	select {
+	case e.queue <- o:
+	default:
+		return fmt.Errorf("too many orders waiting, %q refused", o.GetId())
+	}
+
+	e.set(&agentv1.OrderResult{OrderId: o.GetId(), Status: agentv1.OrderResult_STATUS_RUNNING, Message: "queued"})
+
+	return nil
+}
+
+// Run carries out orders until ctx is done.
+func (e *Executor) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case o := <-e.queue:
+			e.execute(ctx, o)
+		}
+	}
+}
+
+// Results returns every order's last outcome, in arrival order.
+func (e *Executor) Results() []*agentv1.OrderResult {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+
+	out := make([]*agentv1.OrderResult, 0, len(e.sequence))
+	for _, id := range e.sequence {
+		out = append(out, proto.Clone(e.results[id]).(*agentv1.OrderResult)) //nolint:forcetypeassert
+	}
+
+	return out
+}
+
+// Changed returns a channel closed at the next change of any outcome.
+func (e *Executor) Changed() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+
+	return e.changed
+}
+
+func (e *Executor) set(r *agentv1.OrderResult) {
+	e.mu.Lock()
+
+	if _, ok := e.results[r.GetOrderId()]; !ok {
+		e.sequence = append(e.sequence, r.GetOrderId())
+	}
+
+	e.results[r.GetOrderId()] = r
+	e.mu.Unlock()
+
+	e.touch()
+}
+
+func (e *Executor) touch() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+func (e *Executor) execute(ctx context.Context, o *agentv1.Order) {
+	id := o.GetId()
+	logger := e.logger.With(zap.String("order", id))
+
+	running := func(msg string) {
+		e.set(&agentv1.OrderResult{OrderId: id, Status: agentv1.OrderResult_STATUS_RUNNING, Message: msg})
+	}
+
+	result := &agentv1.OrderResult{OrderId: id, Status: agentv1.OrderResult_STATUS_DONE}
+
+	var err error
+
+	switch a := o.GetAction().(type) {
+	case *agentv1.Order_Hold:
+		result.Message = "holding: touching nothing"
+	case *agentv1.Order_Release:
+		switch a.Release.GetThen() {
+		case agentv1.Release_THEN_REBOOT:
+			running("released: rebooting")
+			err = e.actions.Reboot(ctx)
+		case agentv1.Release_THEN_POWER_OFF:
+			running("released: powering off")
+			err = e.actions.PowerOff(ctx)
+		default:
+			result.Message = "released"
+		}
+	case *agentv1.Order_Wipe:
+		running("wiping disks")
+
+		result.Wipe, err = e.actions.Wipe(ctx, a.Wipe)
+		result.Message = "disks wiped"
+	case *agentv1.Order_Reboot:
+		running("rebooting")
+		err = e.actions.Reboot(ctx)
+	case *agentv1.Order_PowerOff:
+		running("powering off")
+		err = e.actions.PowerOff(ctx)
+	case *agentv1.Order_Kexec:
+		running("loading the next kernel")
+		err = e.actions.Kexec(ctx, a.Kexec)
+	case *agentv1.Order_GetBmc:
+		result.Bmc, err = e.actions.GetBMC(ctx)
+	case *agentv1.Order_SetBmc:
+		result.Bmc, err = e.actions.SetBMC(ctx, a.SetBmc)
+	default:
+		err = fmt.Errorf("unknown order")
+	}
+
+	if err != nil {
+		result = &agentv1.OrderResult{OrderId: id, Status: agentv1.OrderResult_STATUS_FAILED, Message: err.Error()}
+		logger.Warn("order failed", zap.Error(err))
+	} else {
+		logger.Info("order done", zap.String("message", result.GetMessage()))
+	}
+
+	e.set(result)
+}

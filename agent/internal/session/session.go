@@ -1,0 +1,278 @@
+// Package session keeps the agent's session with the provider: it dials the provider over
+// TLS (pinning its CA's fingerprint), says hello with the per-boot token, reports the
+// inventory and the outcome of orders, hands orders to the executor, and reconnects with
+// backoff when the provider goes away.
+package session
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
+	"github.com/anvil-metal/anvil/agent/internal/config"
+	"github.com/anvil-metal/anvil/agent/internal/orders"
+)
+
+// Backoff between attempts.
+const (
+	backoffFirst = 500 * time.Millisecond
+	backoffMax   = 15 * time.Second
+	maxMessage   = 4 << 20
+)
+
+// Options configure the session.
+type Options struct {
+	Config       config.Config
+	BootID       string
+	AgentVersion string
+	// MACs returns the physical NICs' addresses.
+	MACs func() []string
+	// Inventory returns the inventory, encoded (resourcewire), and a channel closed when
+	// it changes.
+	Inventory func(ctx context.Context) ([][]byte, <-chan struct{}, error)
+	Executor  *orders.Executor
+	Logger    *zap.Logger
+	// OnRegistered is called after each successful hello (for the boot timeline).
+	OnRegistered func()
+}
+
+// Run keeps a session up until ctx is done.
+func Run(ctx context.Context, opts Options) error {
+	creds, err := Credentials(opts.Config.CAFingerprint)
+	if err != nil {
+		return err
+	}
+
+	conn, err := grpc.NewClient(opts.Config.Provider,
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)),
+	)
+	if err != nil {
+		return fmt.Errorf("error dialing the provider %s: %w", opts.Config.Provider, err)
+	}
+
+	defer conn.Close() //nolint:errcheck
+
+	client := agentv1.NewAgentServiceClient(conn)
+	backoff := backoffFirst
+
+	for {
+		start := time.Now()
+
+		err := session(ctx, client, opts)
+		if ctx.Err() != nil {
+			return nil
+		}
+
+		if time.Since(start) > backoffMax {
+			backoff = backoffFirst // the session was up a while: start again quickly
+		}
+
+		level := zap.WarnLevel
+		if status.Code(err) == codes.Unauthenticated {
+			level = zap.ErrorLevel // a stale boot: a newer PXE boot of this machine superseded it
+		}
+
+		opts.Logger.Log(level, "session with the provider ended; reconnecting", zap.Error(err), zap.Duration("in", backoff))
+
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+
+		backoff = min(2*backoff, backoffMax)
+	}
+}
+
+func session(ctx context.Context, client agentv1.AgentServiceClient, opts Options) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	stream, err := client.Session(ctx)
+	if err != nil {
+		return err
+	}
+
+	sent := map[string]*agentv1.OrderResult{}
+	results := opts.Executor.Results()
+
+	for _, r := range results {
+		sent[r.GetOrderId()] = r
+	}
+
+	var macs []string
+	if opts.MACs != nil {
+		macs = opts.MACs()
+	}
+
+	if err = stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{
+		MachineId: opts.Config.MachineID, Token: opts.Config.Token, BootId: opts.BootID,
+		AgentVersion: opts.AgentVersion, Macs: macs, Results: results,
+	}}}); err != nil {
+		return err
+	}
+
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+
+	if first.GetWelcome() == nil {
+		return errors.New("the provider did not welcome the agent")
+	}
+
+	opts.Logger.Info("registered with the provider", zap.String("provider", opts.Config.Provider), zap.String("machine", first.GetWelcome().GetMachineId()))
+
+	if opts.OnRegistered != nil {
+		opts.OnRegistered()
+	}
+
+	incoming := make(chan *agentv1.Order)
+	recvErr := make(chan error, 1)
+
+	go func() {
+		for {
+			msg, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+
+				return
+			}
+
+			if o := msg.GetOrder(); o != nil {
+				select {
+				case incoming <- o:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+
+	inventoryChanged, err := sendInventory(ctx, stream, opts)
+	if err != nil {
+		return err
+	}
+
+	for {
+		changed := opts.Executor.Changed()
+
+		// Report every outcome that changed since it was last sent.
+		for _, r := range opts.Executor.Results() {
+			if prev, ok := sent[r.GetOrderId()]; ok && proto.Equal(prev, r) {
+				continue
+			}
+
+			if err = stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Result{Result: r}}); err != nil {
+				return err
+			}
+
+			sent[r.GetOrderId()] = r
+		}
+
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err = <-recvErr:
+			return err
+		case o := <-incoming:
+			opts.Logger.Info("order received", zap.String("order", o.GetId()))
+
+			if err := opts.Executor.Handle(o); err != nil {
+				opts.Logger.Warn("order refused", zap.String("order", o.GetId()), zap.Error(err))
+			}
+		case <-changed:
+		case <-inventoryChanged:
+			if inventoryChanged, err = sendInventory(ctx, stream, opts); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func sendInventory(ctx context.Context, stream agentv1.AgentService_SessionClient, opts Options) (<-chan struct{}, error) {
+	if opts.Inventory == nil {
+		return nil, nil
+	}
+
+	resources, changed, err := opts.Inventory(ctx)
+	if err != nil {
+		// What there is of the inventory is better than none: report the error and go on.
+		opts.Logger.Warn("error taking the inventory", zap.Error(err))
+	}
+
+	if err := stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Inventory{Inventory: &agentv1.Inventory{Resources: resources}}}); err != nil {
+		return nil, err
+	}
+
+	return changed, nil
+}
+
+// Credentials returns TLS credentials that trust exactly the CA with the fingerprint: the
+// provider's certificate must chain to it and name the address dialed.
+func Credentials(fingerprint string) (credentials.TransportCredentials, error) {
+	want, err := hex.DecodeString(strings.ReplaceAll(fingerprint, ":", ""))
+	if err != nil || len(want) != sha256.Size {
+		return nil, errors.New("the provider CA fingerprint is not a SHA-256")
+	}
+
+	cfg := &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		// The chain is verified below against the pinned CA, not the system roots.
+		InsecureSkipVerify: true, //nolint:gosec
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return verifyPinned(cs, want)
+		},
+	}
+
+	return credentials.NewTLS(cfg), nil
+}
+
+func verifyPinned(cs tls.ConnectionState, fingerprint []byte) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("the provider presented no certificate")
+	}
+
+	roots := x509.NewCertPool()
+
+	for _, cert := range cs.PeerCertificates {
+		sum := sha256.Sum256(cert.Raw)
+		if string(sum[:]) == string(fingerprint) {
+			roots.AddCert(cert)
+		}
+	}
+
+	leaf := cs.PeerCertificates[0]
+
+	intermediates := x509.NewCertPool()
+	for _, cert := range cs.PeerCertificates[1:] {
+		intermediates.AddCert(cert)
+	}
+
+	host := cs.ServerName
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: intermediates, DNSName: host}); err != nil {
+		return fmt.Errorf("the provider's certificate does not chain to the pinned CA: %w", err)
+	}
+
+	return nil
+}

@@ -1,0 +1,289 @@
+package agentapi_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
+	"github.com/anvil-metal/anvil/internal/token"
+	"github.com/anvil-metal/anvil/provider/internal/agentapi"
+	"github.com/anvil-metal/anvil/provider/internal/controllers"
+	"github.com/anvil-metal/anvil/provider/internal/machineview"
+	"github.com/anvil-metal/anvil/provider/internal/pki"
+	"github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+const machineID = "4c4c4544-0000-1000-8000-000000000001"
+
+type recorder struct {
+	mu        sync.Mutex
+	wiped     []string
+	inventory []state.MachineInventorySpec
+}
+
+func (r *recorder) RecordWiped(_ context.Context, _ string, w state.WipeRecord) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	r.wiped = append(r.wiped, w.ID)
+
+	return nil
+}
+
+func (r *recorder) RecordInventory(_ context.Context, _ string, spec state.MachineInventorySpec) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	r.inventory = append(r.inventory, spec)
+
+	return nil
+}
+
+type fixture struct {
+	store  *state.Store
+	view   *machineview.View
+	key    []byte
+	client agentv1.AgentServiceClient
+	rec    *recorder
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+
+	dir := t.TempDir()
+
+	store, err := state.Open(t.Context(), dir)
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close() }) //nolint:errcheck
+
+	ca, err := pki.Load(dir)
+	require.NoError(t, err)
+
+	view := machineview.New()
+	ctx, cancel := context.WithCancel(context.Background())
+	viewDone := make(chan error, 1)
+
+	go func() { viewDone <- view.Run(ctx, store) }()
+
+	<-view.Ready()
+
+	f := &fixture{store: store, view: view, key: store.Keys().TokenKey(), rec: &recorder{}}
+
+	srvTLS, err := ca.ServerTLS([]string{"127.0.0.1"})
+	require.NoError(t, err)
+
+	srv := agentapi.New(agentapi.Options{
+		View: view, TokenKey: f.key, Recorder: f.rec,
+		Policy:       agentapi.Policy{RejectedThen: agentv1.Release_THEN_REBOOT},
+		Observations: make(chan controllers.PXEObservation, 16),
+		Logger:       zaptest.NewLogger(t),
+	}).GRPCServer(grpc.Creds(credentials.NewTLS(srvTLS)))
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+
+	go srv.Serve(lis) //nolint:errcheck
+
+	roots := x509.NewCertPool()
+	roots.AddCert(mustParse(t, ca))
+
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})))
+	require.NoError(t, err)
+
+	t.Cleanup(func() {
+		conn.Close() //nolint:errcheck
+		srv.Stop()
+		cancel()
+		<-viewDone
+	})
+
+	f.client = agentv1.NewAgentServiceClient(conn)
+
+	return f
+}
+
+func mustParse(t *testing.T, ca *pki.Authority) *x509.Certificate {
+	t.Helper()
+
+	cert, err := ca.ServerCertificate([]string{"127.0.0.1"})
+	require.NoError(t, err)
+
+	parsed, err := x509.ParseCertificate(cert.Certificate[1])
+	require.NoError(t, err)
+
+	return parsed
+}
+
+func (f *fixture) hello(t *testing.T, tok string) (agentv1.AgentService_SessionClient, error) {
+	t.Helper()
+
+	stream, err := f.client.Session(t.Context())
+	require.NoError(t, err)
+
+	require.NoError(t, stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{
+		MachineId: machineID, Token: tok, BootId: "b1", Macs: []string{"52:54:00:00:00:01"},
+	}}}))
+
+	msg, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+
+	require.NotNil(t, msg.GetWelcome())
+
+	return stream, nil
+}
+
+func nextOrder(t *testing.T, stream agentv1.AgentService_SessionClient) *agentv1.Order {
+	t.Helper()
+
+	msg, err := stream.Recv()
+	require.NoError(t, err)
+	require.NotNil(t, msg.GetOrder())
+
+	return msg.GetOrder()
+}
+
+func TestSessionOrdersFollowState(t *testing.T) {
+	t.Parallel()
+
+	f := newFixture(t)
+	ctx := t.Context()
+	issued := time.Now()
+
+	stream, err := f.hello(t, token.Sign(f.key, token.Claims{Kind: token.KindAgent, MachineID: machineID, Issued: issued}))
+	require.NoError(t, err)
+
+	assert.Equal(t, "hold-pending", nextOrder(t, stream).GetId(), "an unknown machine's agent holds")
+
+	// The machine is accepted: a wipe is owed.
+	require.NoError(t, f.store.Create(ctx, state.NewMachine(machineID)))
+
+	in := state.NewMachineIntent(machineID)
+	in.TypedSpec().Acceptance = state.AcceptanceAccepted
+	in.TypedSpec().WipeID = "w1"
+	require.NoError(t, f.store.Create(ctx, in))
+
+	o := nextOrder(t, stream)
+	assert.Equal(t, "wipe-w1", o.GetId())
+	assert.Equal(t, "w1", o.GetWipe().GetGenerationId())
+
+	require.NoError(t, stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Result{Result: &agentv1.OrderResult{
+		OrderId: o.GetId(), Status: agentv1.OrderResult_STATUS_DONE, Wipe: &agentv1.WipeReport{GenerationId: "w1"},
+	}}}))
+	require.Eventually(t, func() bool {
+		f.rec.mu.Lock()
+		defer f.rec.mu.Unlock()
+
+		return len(f.rec.wiped) == 1 && f.rec.wiped[0] == "w1"
+	}, 5*time.Second, time.Millisecond)
+
+	// An inventory is summarised and recorded.
+	require.NoError(t, stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Inventory{Inventory: &agentv1.Inventory{}}}))
+	require.Eventually(t, func() bool {
+		f.rec.mu.Lock()
+		defer f.rec.mu.Unlock()
+
+		return len(f.rec.inventory) == 1
+	}, 5*time.Second, time.Millisecond)
+
+	// Malformed inventory ends the session with a clear error.
+	require.NoError(t, stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Inventory{Inventory: &agentv1.Inventory{Resources: [][]byte{{0xff}}}}}))
+
+	_, err = stream.Recv()
+	assert.Equal(t, codes.InvalidArgument, status.Code(err))
+}
+
+func TestSessionRefusals(t *testing.T) {
+	t.Parallel()
+
+	f := newFixture(t)
+	now := time.Now()
+
+	// The machine's newest boot was issued now: an older token is superseded.
+	m := state.NewMachine(machineID)
+	m.TypedSpec().AgentBootIssued = now
+	require.NoError(t, f.store.Create(t.Context(), m))
+	require.Eventually(t, func() bool { return f.view.Get(machineID) != nil }, 5*time.Second, time.Millisecond)
+
+	for name, tok := range map[string]string{
+		"forged":          token.Sign([]byte("another key, not the provider's!"), token.Claims{Kind: token.KindAgent, MachineID: machineID, Issued: now}),
+		"another machine": token.Sign(f.key, token.Claims{Kind: token.KindAgent, MachineID: "other", Issued: now}),
+		"metadata token":  token.Sign(f.key, token.Claims{Kind: token.KindMetadata, MachineID: machineID, Binding: "a1"}),
+		"superseded":      token.Sign(f.key, token.Claims{Kind: token.KindAgent, MachineID: machineID, Issued: now.Add(-time.Minute)}),
+		"garbage":         "v1.garbage",
+		"no token":        "",
+	} {
+		_, err := f.hello(t, tok)
+		assert.Equal(t, codes.Unauthenticated, status.Code(err), name)
+		if tok != "" {
+			assert.NotContains(t, status.Convert(err).Message(), tok, "%s: the token is not echoed", name)
+		}
+	}
+
+	// The newest boot's token is accepted.
+	_, err := f.hello(t, token.Sign(f.key, token.Claims{Kind: token.KindAgent, MachineID: machineID, Issued: now}))
+	require.NoError(t, err)
+
+	// A first message that is not a hello.
+	stream, err := f.client.Session(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Inventory{Inventory: &agentv1.Inventory{}}}))
+
+	_, err = stream.Recv()
+	assert.Equal(t, codes.InvalidArgument, status.Code(err))
+
+	// An oversized message.
+	stream, err = f.client.Session(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{
+		MachineId: machineID, AgentVersion: string(make([]byte, agentapi.MaxMessageSize+1)),
+	}}}))
+
+	_, err = stream.Recv()
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+}
+
+func TestPolicy(t *testing.T) {
+	t.Parallel()
+
+	p := agentapi.Policy{RejectedThen: agentv1.Release_THEN_POWER_OFF, WipeMode: agentv1.Wipe_MODE_ZEROES}
+	alloc := &state.Allocation{ID: "a1", TalosVersion: "v1.9.0"}
+
+	for _, tc := range []struct {
+		name  string
+		entry *machineview.Entry
+		want  string
+	}{
+		{"unknown", nil, "hold-pending"},
+		{"pending", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptancePending}}, "hold-pending"},
+		{"rejected", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceRejected, WipeID: "w1"}}, "release-rejected"},
+		{"accepted, wipe owed", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, WipeID: "w1", Allocation: alloc}}, "wipe-w1"},
+		{"accepted, wiped", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, WipeID: "w1"}, Status: &state.MachineStatusSpec{WipedID: "w1"}}, "hold-ready"},
+		{"allocated", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, Allocation: alloc}}, "boot-allocation-a1"},
+		{"allocated, installed", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, Allocation: alloc}, Status: &state.MachineStatusSpec{InstalledAllocation: "a1"}}, "hold-ready"},
+	} {
+		o := p.Next(tc.entry)
+		assert.Equal(t, tc.want, o.GetId(), tc.name)
+
+		switch a := o.GetAction().(type) {
+		case *agentv1.Order_Release:
+			assert.Equal(t, agentv1.Release_THEN_POWER_OFF, a.Release.GetThen())
+		case *agentv1.Order_Wipe:
+			assert.Equal(t, agentv1.Wipe_MODE_ZEROES, a.Wipe.GetMode())
+		}
+	}
+}
