@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/anvil-metal/anvil/bench/internal/dhcpbench"
@@ -108,6 +109,8 @@ func Main(ctx context.Context, args []string) error {
 
 	var rep report.Report
 
+	loadStart := loadAverage()
+
 	if which == "dhcp" || which == "all" {
 		res, err := dhcpbench.Run(ctx, dhcpbench.Config{
 			ProviderBin: providerBin,
@@ -147,6 +150,9 @@ func Main(ctx context.Context, args []string) error {
 
 		addHTTP(&rep, res, *connections, *rate, *machines)
 	}
+
+	rep.Notef("host load average (1, 5, 15 min) at start %s, at end %s: load from outside the benchmark makes figures swing",
+		loadStart, loadAverage())
 
 	if err := rep.Write(os.Stdout); err != nil {
 		return err
@@ -268,3 +274,18 @@ func loadgenMain(ctx context.Context, args []string) error {
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// loadAverage is the first three fields of /proc/loadavg.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+
+	return strings.Join(f[:3], " ")
+}
