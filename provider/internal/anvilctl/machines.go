@@ -19,6 +19,8 @@ type machineView struct {
 	Machine state.MachineSpec        `yaml:"machine"`
 	Intent  state.MachineIntentSpec  `yaml:"intent"`
 	Status  *state.MachineStatusSpec `yaml:"status,omitempty"`
+	// Inventory is what the machine's agent reported.
+	Inventory *state.MachineInventorySpec `yaml:"inventory,omitempty"`
 }
 
 func getMachines(ctx context.Context, st cosistate.State, p *printer, id string, opts getOptions) error {
@@ -55,6 +57,16 @@ func getMachines(ctx context.Context, st cosistate.State, p *printer, id string,
 		return fmt.Errorf("error listing machine statuses: %w", err)
 	}
 
+	inventories, err := safe.StateListAll[*state.MachineInventory](ctx, st)
+	if err != nil {
+		return fmt.Errorf("error listing machine inventories: %w", err)
+	}
+
+	inventoryByID := make(map[string]*state.MachineInventory, inventories.Len())
+	for inv := range inventories.All() {
+		inventoryByID[inv.Metadata().ID()] = inv
+	}
+
 	intentByID := make(map[string]*state.MachineIntent, intents.Len())
 	for in := range intents.All() {
 		intentByID[in.Metadata().ID()] = in
@@ -81,6 +93,11 @@ func getMachines(ctx context.Context, st cosistate.State, p *printer, id string,
 		if s, ok := statusByID[v.ID]; ok {
 			spec := s.TypedSpec().DeepCopy()
 			v.Status = &spec
+		}
+
+		if inv, ok := inventoryByID[v.ID]; ok {
+			spec := inv.TypedSpec().DeepCopy()
+			v.Inventory = &spec
 		}
 
 		if a := v.Intent.Allocation; a != nil && a.Config != "" && !opts.showConfig {

@@ -1,0 +1,195 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/u-root/u-root/pkg/boot/kexec"
+	"go.uber.org/zap"
+
+	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
+	"github.com/anvil-metal/anvil/agent/internal/initsys"
+	"github.com/anvil-metal/anvil/agent/internal/inventory"
+	"github.com/anvil-metal/anvil/agent/internal/wipe"
+)
+
+// maxBootFile bounds a kexec download.
+const maxBootFile = 1 << 30
+
+// machineActions are the orders' effects on this machine.
+type machineActions struct {
+	logger    *zap.Logger
+	sysfsRoot string
+	devRoot   string
+	// dryRun logs power and kexec actions instead of doing them: for runs outside an
+	// initramfs, where rebooting the host would be a surprise.
+	dryRun bool
+	tmpDir string
+}
+
+func (a *machineActions) Reboot(context.Context) error {
+	if a.dryRun {
+		a.logger.Info("dry run: would reboot")
+
+		return nil
+	}
+
+	return initsys.Reboot()
+}
+
+func (a *machineActions) PowerOff(context.Context) error {
+	if a.dryRun {
+		a.logger.Info("dry run: would power off")
+
+		return nil
+	}
+
+	return initsys.PowerOff()
+}
+
+func (a *machineActions) Kexec(ctx context.Context, k *agentv1.Kexec) error {
+	kernel, err := a.download(ctx, k.GetKernelUrl(), "kernel")
+	if err != nil {
+		return err
+	}
+
+	defer kernel.Close() //nolint:errcheck
+
+	initramfs, err := a.download(ctx, k.GetInitramfsUrl(), "initramfs")
+	if err != nil {
+		return err
+	}
+
+	defer initramfs.Close() //nolint:errcheck
+
+	if a.dryRun {
+		a.logger.Info("dry run: would kexec", zap.String("kernel", k.GetKernelUrl()))
+
+		return nil
+	}
+
+	if err = kexec.FileLoad(kernel, initramfs, k.GetCmdline()); err != nil {
+		return fmt.Errorf("error loading the next kernel: %w", err)
+	}
+
+	return kexec.Reboot()
+}
+
+func (a *machineActions) download(ctx context.Context, url, name string) (*os.File, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("invalid %s URL: %w", name, err)
+	}
+
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("error downloading the %s: %w", name, err)
+	}
+
+	defer resp.Body.Close() //nolint:errcheck
+
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("error downloading the %s: %s", name, resp.Status)
+	}
+
+	f, err := os.CreateTemp(a.tmpDir, name)
+	if err != nil {
+		return nil, err
+	}
+
+	os.Remove(f.Name()) //nolint:errcheck // kept open, gone when closed
+
+	if _, err = io.Copy(f, io.LimitReader(resp.Body, maxBootFile)); err != nil {
+		f.Close() //nolint:errcheck
+
+		return nil, fmt.Errorf("error downloading the %s: %w", name, err)
+	}
+
+	if _, err = f.Seek(0, io.SeekStart); err != nil {
+		f.Close() //nolint:errcheck
+
+		return nil, err
+	}
+
+	return f, nil
+}
+
+// Wipe wipes every disk that can hold a tenant's data: not read-only media, not CD-ROMs.
+func (a *machineActions) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.WipeReport, error) {
+	var mode wipe.Mode
+
+	switch w.GetMode() {
+	case agentv1.Wipe_MODE_FAST:
+		mode = wipe.ModeFast
+	case agentv1.Wipe_MODE_ZEROES:
+		mode = wipe.ModeZeroes
+	default:
+		return nil, fmt.Errorf("wipe mode %s is not supported by this agent", w.GetMode())
+	}
+
+	disks, err := inventory.SysBlockDisks(ctx, a.logger, a.sysfsRoot, a.devRoot)
+	if err != nil {
+		return nil, fmt.Errorf("error listing disks: %w", err)
+	}
+
+	report := &agentv1.WipeReport{GenerationId: w.GetGenerationId()}
+
+	var errs []error
+
+	for _, d := range disks {
+		entry := &agentv1.DiskWipe{Device: d.ID}
+
+		switch {
+		case d.Spec.CDROM:
+			entry.Skipped = "CD-ROM"
+		case d.Spec.Readonly:
+			entry.Skipped = "read-only"
+		case d.Spec.Size == 0:
+			entry.Skipped = "no medium"
+		}
+
+		if entry.Skipped != "" {
+			report.Disks = append(report.Disks, entry)
+
+			continue
+		}
+
+		a.logger.Info("wiping disk", zap.String("disk", d.ID), zap.String("mode", string(mode)), zap.Uint64("size", d.Spec.Size))
+
+		r, err := wipe.Device(ctx, filepath.Join(a.devRoot, d.ID), mode, func(dev string, done, total uint64) {
+			a.logger.Info("wipe progress", zap.String("disk", dev), zap.Uint64("done", done), zap.Uint64("total", total))
+		})
+		if err != nil {
+			errs = append(errs, err)
+
+			continue
+		}
+
+		entry.Method, entry.Bytes, entry.DurationMs, entry.Verified = r.Method, r.Bytes, uint64(r.Duration.Milliseconds()), r.Verified
+		report.Disks = append(report.Disks, entry)
+	}
+
+	// A wipe that failed on any disk is not done: the provider orders it again.
+	if err = errors.Join(errs...); err != nil {
+		return nil, err
+	}
+
+	return report, nil
+}
+
+var errNoBMC = errors.New("reading and provisioning the BMC through the local interface comes with power management; this agent does not do it yet")
+
+func (a *machineActions) GetBMC(context.Context) (*agentv1.BMCInfo, error) { return nil, errNoBMC }
+
+func (a *machineActions) SetBMC(context.Context, *agentv1.SetBMC) (*agentv1.BMCInfo, error) {
+	return nil, errNoBMC
+}

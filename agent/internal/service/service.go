@@ -1,0 +1,242 @@
+// Package service wires the metal agent together: PID-1 duties, kernel modules, network,
+// inventory, the order executor and the session with the provider.
+package service
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/state"
+	"go.uber.org/zap"
+
+	"github.com/anvil-metal/anvil/agent/internal/config"
+	"github.com/anvil-metal/anvil/agent/internal/initsys"
+	"github.com/anvil-metal/anvil/agent/internal/inventory"
+	"github.com/anvil-metal/anvil/agent/internal/link"
+	"github.com/anvil-metal/anvil/agent/internal/modules"
+	"github.com/anvil-metal/anvil/agent/internal/orders"
+	"github.com/anvil-metal/anvil/agent/internal/session"
+	"github.com/anvil-metal/anvil/internal/resourcewire"
+)
+
+// Version is the agent's version, set at build time.
+var Version = "dev"
+
+// addressWait bounds how long the agent waits for an address before it tries the
+// provider anyway (a link may be configured by hand outside an initramfs).
+const addressWait = 2 * time.Minute
+
+// inventoryCheck is how often the inventory is compared with what was reported.
+const inventoryCheck = 10 * time.Second
+
+// Options configure the agent.
+type Options struct {
+	// Config overrides the kernel cmdline's configuration.
+	Config config.Config
+	// PID1 runs the init duties: mounts, reaping, modules, network.
+	PID1 bool
+	// Modules and Network load kernel modules and configure links.
+	Modules bool
+	Network bool
+	// DryRun logs reboots, power-offs and kexecs instead of doing them.
+	DryRun  bool
+	Sources inventory.Sources
+	Logger  *zap.Logger
+}
+
+// Run runs the agent until ctx is done. As PID 1 it must never return early: the caller
+// keeps the process alive whatever it returns.
+func Run(ctx context.Context, opts Options) error {
+	logger := opts.Logger
+	logger.Info("metal agent starting", zap.String("version", Version), zap.Bool("pid1", opts.PID1))
+
+	if opts.PID1 {
+		if err := initsys.MountAll(logger, "/", initsys.Mounts); err != nil {
+			logger.Warn("some mounts failed", zap.Error(err))
+		}
+
+		go initsys.NewReaper(logger).Reap(ctx)
+	}
+
+	cmdline, err := os.ReadFile(filepath.Join(procRoot(opts.Sources), "cmdline"))
+	if err != nil && opts.PID1 {
+		logger.Warn("error reading the kernel cmdline", zap.Error(err))
+	}
+
+	cfg := config.FromCmdline(string(cmdline)).Merge(opts.Config)
+	if err = cfg.Validate(); err != nil {
+		return fmt.Errorf("the agent has no usable provider configuration: %w", err)
+	}
+
+	if opts.Modules {
+		loadModules(ctx, logger)
+	}
+
+	var links *link.Manager
+
+	if opts.Network {
+		if links, err = link.Start(ctx, link.Options{Logger: logger.Named("link")}); err != nil {
+			logger.Warn("error starting the network", zap.Error(err))
+		} else if summary, err := links.WaitAddress(ctx, addressWait); err != nil {
+			logger.Warn("no address yet; trying the provider anyway", zap.Error(err))
+		} else {
+			logger.Info("network up", zap.Any("links", summary))
+		}
+	}
+
+	st, err := inventory.NewState(ctx)
+	if err != nil {
+		return fmt.Errorf("error creating the inventory state: %w", err)
+	}
+
+	go func() {
+		if err := inventory.Run(ctx, st, opts.Sources, logger.Named("inventory")); err != nil {
+			logger.Error("inventory stopped", zap.Error(err))
+		}
+	}()
+
+	executor := orders.New(&machineActions{
+		logger: logger.Named("orders"), sysfsRoot: sysfsRoot(opts.Sources), devRoot: "/dev", dryRun: opts.DryRun, tmpDir: os.TempDir(),
+	}, logger.Named("orders"))
+
+	go executor.Run(ctx)
+
+	return session.Run(ctx, session.Options{
+		Config:       cfg,
+		BootID:       bootID(procRoot(opts.Sources)),
+		AgentVersion: Version,
+		MACs:         func() []string { return macs(ctx, st) },
+		Inventory:    snapshots(st, logger),
+		Executor:     executor,
+		Logger:       logger.Named("session"),
+		OnRegistered: func() { logger.Info("registered", zap.String("machine", cfg.MachineID)) },
+	})
+}
+
+func loadModules(ctx context.Context, logger *zap.Logger) {
+	dir, err := modules.DefaultDir()
+	if err != nil {
+		logger.Warn("no kernel modules directory", zap.Error(err))
+
+		return
+	}
+
+	index, err := modules.Open(dir)
+	if err != nil {
+		logger.Warn("error reading the kernel modules index", zap.Error(err))
+
+		return
+	}
+
+	result, err := modules.Load(ctx, modules.Options{Index: index, Always: modules.Always, Logger: logger.Named("modules")})
+	if err != nil {
+		logger.Warn("error loading kernel modules", zap.Error(err))
+	}
+
+	logger.Info("kernel modules loaded", zap.Int("loaded", len(result.Loaded)), zap.Int("failed", len(result.Failed)),
+		zap.Duration("took", result.Duration))
+}
+
+// snapshots returns the inventory for the session: encoded now, and a channel closed when
+// it changes from what was encoded.
+func snapshots(st state.State, logger *zap.Logger) func(ctx context.Context) ([][]byte, <-chan struct{}, error) {
+	return func(ctx context.Context) ([][]byte, <-chan struct{}, error) {
+		encoded, sum, err := encode(ctx, st)
+
+		changed := make(chan struct{})
+
+		go func() {
+			ticker := time.NewTicker(inventoryCheck)
+			defer ticker.Stop()
+
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-ticker.C:
+				}
+
+				if _, now, err := encode(ctx, st); err == nil && now != sum {
+					close(changed)
+
+					return
+				}
+			}
+		}()
+
+		if err != nil {
+			logger.Warn("error encoding the inventory", zap.Error(err))
+		}
+
+		return encoded, changed, err
+	}
+}
+
+// encode encodes the inventory and sums what it says (specs, not versions), so a rewrite
+// that changes nothing is not a change.
+func encode(ctx context.Context, st state.State) ([][]byte, string, error) {
+	inv, err := inventory.Snapshot(ctx, st)
+	if err != nil {
+		return nil, "", err
+	}
+
+	resources := inv.Resources()
+	h := sha256.New()
+
+	for _, r := range resources {
+		fmt.Fprintf(h, "%s/%s %+v\n", r.Metadata().Type(), r.Metadata().ID(), r.Spec())
+	}
+
+	encoded, err := resourcewire.Encode(resources)
+
+	return encoded, hex.EncodeToString(h.Sum(nil)), err
+}
+
+// macs lists the physical NICs' addresses from the inventory.
+func macs(ctx context.Context, st state.State) []string {
+	inv, err := inventory.Snapshot(ctx, st)
+	if err != nil {
+		return nil
+	}
+
+	var out []string
+
+	for _, l := range inv.Links {
+		if l.TypedSpec().Physical() {
+			out = append(out, l.TypedSpec().HardwareAddr.String())
+		}
+	}
+
+	return out
+}
+
+func bootID(proc string) string {
+	b, err := os.ReadFile(filepath.Join(proc, "sys/kernel/random/boot_id"))
+	if err != nil {
+		return ""
+	}
+
+	return strings.TrimSpace(string(b))
+}
+
+func procRoot(src inventory.Sources) string {
+	if src.ProcRoot != "" {
+		return src.ProcRoot
+	}
+
+	return "/proc"
+}
+
+func sysfsRoot(src inventory.Sources) string {
+	if src.SysfsRoot != "" {
+		return src.SysfsRoot
+	}
+
+	return "/sys"
+}

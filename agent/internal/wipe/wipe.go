@@ -1,0 +1,275 @@
+// Package wipe erases disks: fast (discard, then zero the regions that identify data:
+// partition tables and their backups, filesystem, RAID and LVM signatures at both ends)
+// or zeroes (the whole device), then reads back samples to verify what it promises.
+package wipe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Fast wipe regions: GPT and its backup, MBR, MD superblocks (0.90/1.0 at the end, 1.1/1.2
+// at the start), LVM labels and metadata, ZFS labels (two at each end, 256 KiB each), XFS,
+// ext and the first btrfs superblock all lie within 16 MiB of an end; btrfs keeps a mirror
+// at 64 MiB.
+const (
+	edgeBytes     = 16 << 20
+	btrfsMirror   = 64 << 20
+	btrfsSBSize   = 4 << 10
+	bufferSize    = 4 << 20
+	sampleCount   = 64
+	sampleSize    = 4 << 10
+	progressEvery = 2 * time.Second
+)
+
+// Mode is how a disk is wiped.
+type Mode string
+
+// Wipe modes.
+const (
+	ModeFast   Mode = "fast"
+	ModeZeroes Mode = "zeroes"
+)
+
+// Report is what a wipe did to one disk.
+type Report struct {
+	Device   string
+	Method   string
+	Bytes    uint64
+	Duration time.Duration
+	Verified string
+}
+
+// Progress is told how far a long wipe got.
+type Progress func(device string, done, total uint64)
+
+// Device wipes the block device (or file) at path.
+func Device(ctx context.Context, path string, mode Mode, progress Progress) (Report, error) {
+	start := time.Now()
+
+	f, err := os.OpenFile(path, os.O_RDWR|unix.O_EXCL, 0)
+	if err != nil {
+		return Report{}, fmt.Errorf("error opening %s: %w", path, err)
+	}
+
+	defer f.Close() //nolint:errcheck
+
+	size, err := deviceSize(f)
+	if err != nil {
+		return Report{}, fmt.Errorf("error reading the size of %s: %w", path, err)
+	}
+
+	report := Report{Device: path}
+
+	switch mode {
+	case ModeFast:
+		report, err = fast(ctx, f, path, size)
+	case ModeZeroes:
+		report, err = zeroes(ctx, f, path, size, progress)
+	default:
+		return Report{}, fmt.Errorf("unsupported wipe mode %q", mode)
+	}
+
+	if err != nil {
+		return Report{}, err
+	}
+
+	if err = f.Sync(); err != nil {
+		return Report{}, fmt.Errorf("error syncing %s: %w", path, err)
+	}
+
+	report.Duration = time.Since(start)
+
+	return report, nil
+}
+
+func fast(ctx context.Context, f *os.File, path string, size uint64) (Report, error) {
+	method := "zeroed edges"
+
+	if err := discard(f, 0, size); err == nil {
+		method = "discard, zeroed edges"
+	}
+
+	regions := edges(size)
+
+	var written uint64
+
+	for _, r := range regions {
+		if err := ctx.Err(); err != nil {
+			return Report{}, err
+		}
+
+		if err := zeroRange(f, r.off, r.len, nil); err != nil {
+			return Report{}, fmt.Errorf("error zeroing %s at %d: %w", path, r.off, err)
+		}
+
+		written += r.len
+	}
+
+	if err := f.Sync(); err != nil {
+		return Report{}, fmt.Errorf("error syncing %s: %w", path, err)
+	}
+
+	if err := verifyZero(f, regions); err != nil {
+		return Report{}, fmt.Errorf("verifying %s: %w", path, err)
+	}
+
+	return Report{Device: path, Method: method, Bytes: written, Verified: fmt.Sprintf("%d regions read back as zeroes (%d bytes)", len(regions), written)}, nil
+}
+
+func zeroes(ctx context.Context, f *os.File, path string, size uint64, progress Progress) (Report, error) {
+	last := time.Now()
+
+	err := zeroRange(f, 0, size, func(done uint64) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+
+		if progress != nil && time.Since(last) >= progressEvery {
+			progress(path, done, size)
+			last = time.Now()
+		}
+
+		return nil
+	})
+	if err != nil {
+		return Report{}, fmt.Errorf("error zeroing %s: %w", path, err)
+	}
+
+	if progress != nil {
+		progress(path, size, size)
+	}
+
+	if err = f.Sync(); err != nil {
+		return Report{}, fmt.Errorf("error syncing %s: %w", path, err)
+	}
+
+	samples := append(edges(size), spread(size)...)
+	if err = verifyZero(f, samples); err != nil {
+		return Report{}, fmt.Errorf("verifying %s: %w", path, err)
+	}
+
+	return Report{Device: path, Method: "zeroes", Bytes: size, Verified: fmt.Sprintf("edges and %d samples across the disk read back as zeroes", sampleCount)}, nil
+}
+
+type region struct{ off, len uint64 }
+
+// edges are the regions a fast wipe zeroes, clipped to the device.
+func edges(size uint64) []region {
+	if size <= 2*edgeBytes {
+		return []region{{0, size}}
+	}
+
+	rs := []region{{0, edgeBytes}}
+
+	if size > btrfsMirror+btrfsSBSize+edgeBytes {
+		rs = append(rs, region{btrfsMirror, btrfsSBSize})
+	}
+
+	return append(rs, region{size - edgeBytes, edgeBytes})
+}
+
+// spread are sample blocks evenly across the device.
+func spread(size uint64) []region {
+	if size < sampleSize*sampleCount {
+		return nil
+	}
+
+	step := (size - sampleSize) / (sampleCount - 1)
+	rs := make([]region, 0, sampleCount)
+
+	for i := range uint64(sampleCount) {
+		off := (i * step) &^ (sampleSize - 1)
+		rs = append(rs, region{off, sampleSize})
+	}
+
+	return rs
+}
+
+var zeroBuf = make([]byte, bufferSize)
+
+func zeroRange(f *os.File, off, n uint64, tick func(done uint64) error) error {
+	for done := uint64(0); done < n; {
+		chunk := min(uint64(len(zeroBuf)), n-done)
+
+		if _, err := f.WriteAt(zeroBuf[:chunk], int64(off+done)); err != nil {
+			return err
+		}
+
+		done += chunk
+
+		if tick != nil {
+			if err := tick(done); err != nil {
+				return err
+			}
+		}
+	}
+
+	return nil
+}
+
+func verifyZero(f *os.File, regions []region) error {
+	buf := make([]byte, bufferSize)
+
+	for _, r := range regions {
+		for done := uint64(0); done < r.len; {
+			chunk := min(uint64(len(buf)), r.len-done)
+
+			n, err := f.ReadAt(buf[:chunk], int64(r.off+done))
+			if err != nil && !errors.Is(err, io.EOF) {
+				return fmt.Errorf("error reading back at %d: %w", r.off+done, err)
+			}
+
+			for i, b := range buf[:n] {
+				if b != 0 {
+					return fmt.Errorf("byte at %d is not zero after the wipe", r.off+done+uint64(i))
+				}
+			}
+
+			done += chunk
+		}
+	}
+
+	return nil
+}
+
+// discard tells the device the range holds nothing (BLKDISCARD); files and devices that
+// do not support it say so, and the wipe goes on without.
+func discard(f *os.File, off, n uint64) error {
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+
+	if st.Mode()&os.ModeDevice == 0 {
+		return errors.ErrUnsupported
+	}
+
+	r := [2]uint64{off, n}
+
+	return ioctl(f.Fd(), unix.BLKDISCARD, uintptr(unsafePointer(&r)))
+}
+
+func deviceSize(f *os.File) (uint64, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+
+	if st.Mode()&os.ModeDevice == 0 {
+		return uint64(st.Size()), nil
+	}
+
+	var size uint64
+	if err = ioctl(f.Fd(), unix.BLKGETSIZE64, uintptr(unsafePointer(&size))); err != nil {
+		return 0, err
+	}
+
+	return size, nil
+}

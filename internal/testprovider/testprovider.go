@@ -1,0 +1,320 @@
+// Package testprovider runs the provider binary on loopback for tests: built once per
+// test binary, on ports of its own, with an Image Factory stand-in, anvilctl beside it,
+// and its log printed when a test fails. Kill and Start restart it on the same state.
+package testprovider
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/image-factory/pkg/schematic"
+	"github.com/stretchr/testify/require"
+)
+
+var build struct {
+	once               sync.Once
+	dir                string
+	provider, anvilctl string
+	err                error
+}
+
+// Binaries builds the provider and anvilctl once per test binary.
+func Binaries(t *testing.T) (provider, anvilctl string) {
+	t.Helper()
+
+	build.once.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Join(filepath.Dir(file), "..", "..")
+
+		build.dir, build.err = os.MkdirTemp("", "anvil-testprovider")
+		if build.err != nil {
+			return
+		}
+
+		build.provider = filepath.Join(build.dir, "provider")
+		build.anvilctl = filepath.Join(build.dir, "anvilctl")
+
+		for out, pkg := range map[string]string{build.provider: "./provider/cmd/provider", build.anvilctl: "./provider/cmd/anvilctl"} {
+			cmd := exec.Command("go", "build", "-o", out, pkg)
+			cmd.Dir = root
+
+			if b, err := cmd.CombinedOutput(); err != nil {
+				build.err = fmt.Errorf("error building %s: %w\n%s", pkg, err, b)
+
+				return
+			}
+		}
+	})
+
+	require.NoError(t, build.err)
+
+	return build.provider, build.anvilctl
+}
+
+// Provider is a provider process on loopback.
+type Provider struct {
+	t         *testing.T
+	StateDir  string
+	AssetsDir string
+	Args      []string
+	HTTPURL   string
+	Factory   *Factory
+
+	bin, anvilctl string
+	cmd           *exec.Cmd
+	log           *syncBuffer
+}
+
+// New prepares a provider with agent assets (a fake kernel and initramfs) unless
+// withoutAssets; Start runs it.
+func New(t *testing.T, withAssets bool, extra ...string) *Provider {
+	t.Helper()
+
+	bin, anvilctl := Binaries(t)
+	httpPort := FreePort(t, "tcp")
+	factory := &Factory{}
+	factorySrv := httptest.NewServer(factory)
+	t.Cleanup(factorySrv.Close)
+
+	p := &Provider{
+		t: t, StateDir: t.TempDir(), AssetsDir: t.TempDir(), HTTPURL: fmt.Sprintf("http://127.0.0.1:%d", httpPort),
+		Factory: factory, bin: bin, anvilctl: anvilctl, log: &syncBuffer{},
+	}
+
+	if withAssets {
+		for name, content := range map[string]string{"vmlinuz-amd64": "KERNEL", "initramfs-amd64.xz": "INITRAMFS", "cmdline-amd64": "console=ttyS0"} {
+			require.NoError(t, os.WriteFile(filepath.Join(p.AssetsDir, name), []byte(content), 0o644))
+		}
+	}
+
+	p.Args = append([]string{
+		"--state-dir", p.StateDir,
+		"--api-advertise-address", "127.0.0.1",
+		"--api-listen-address", "127.0.0.1",
+		"--api-port", fmt.Sprint(httpPort),
+		"--dhcp-proxy-iface-or-ip", "lo",
+		"--dhcp-port", fmt.Sprint(FreePort(t, "udp")),
+		"--dhcp-boot-server-port", fmt.Sprint(FreePort(t, "udp")),
+		"--tftp-listen-address", fmt.Sprintf("127.0.0.1:%d", FreePort(t, "udp")),
+		"--tftp-root", t.TempDir(),
+		"--agent-assets-dir", p.AssetsDir,
+		"--image-factory-base-url", factorySrv.URL,
+	}, extra...)
+
+	t.Cleanup(func() {
+		p.Kill()
+
+		if t.Failed() {
+			t.Logf("provider log:\n%s", p.log.String())
+		}
+	})
+
+	return p
+}
+
+// Start runs the provider and waits until its API and control socket answer.
+func (p *Provider) Start() {
+	p.t.Helper()
+
+	p.cmd = exec.Command(p.bin, p.Args...)
+	p.cmd.Stdout = p.log
+	p.cmd.Stderr = p.log
+	require.NoError(p.t, p.cmd.Start())
+
+	require.Eventually(p.t, func() bool {
+		resp, err := http.Get(p.HTTPURL + "/healthz")
+		if err != nil {
+			return false
+		}
+
+		resp.Body.Close() //nolint:errcheck
+
+		_, err = os.Stat(filepath.Join(p.StateDir, "control.sock"))
+
+		return resp.StatusCode == http.StatusOK && err == nil
+	}, 60*time.Second, 50*time.Millisecond, "provider did not come up")
+}
+
+// Kill ends the provider without a chance to clean up, as a power loss would.
+func (p *Provider) Kill() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+
+	p.cmd.Process.Signal(syscall.SIGKILL) //nolint:errcheck
+	p.cmd.Wait()                          //nolint:errcheck
+	p.cmd = nil
+}
+
+// Log returns what the provider logged.
+func (p *Provider) Log() string { return p.log.String() }
+
+// Anvilctl runs anvilctl against the provider's control socket.
+func (p *Provider) Anvilctl(args ...string) (string, error) {
+	p.t.Helper()
+
+	ctx, cancel := context.WithTimeout(p.t.Context(), 30*time.Second)
+	defer cancel()
+
+	out, err := exec.CommandContext(ctx, p.anvilctl, append([]string{"--endpoint", "unix://" + filepath.Join(p.StateDir, "control.sock")}, args...)...).CombinedOutput()
+
+	return string(out), err
+}
+
+// MustAnvilctl runs anvilctl and fails the test on error.
+func (p *Provider) MustAnvilctl(args ...string) string {
+	p.t.Helper()
+
+	out, err := p.Anvilctl(args...)
+	require.NoError(p.t, err, "anvilctl %v: %s", args, out)
+
+	return out
+}
+
+// AnvilctlBinary is the anvilctl the provider is driven with.
+func (p *Provider) AnvilctlBinary() string { return p.anvilctl }
+
+// BootScript fetches a machine's iPXE boot script.
+func (p *Provider) BootScript(uuid, mac string) (int, string) {
+	p.t.Helper()
+
+	resp, err := http.Get(p.HTTPURL + "/ipxe/boot.ipxe?uuid=" + uuid + "&mac=" + strings.ReplaceAll(mac, ":", "-") + "&arch=x86_64&platform=efi")
+	require.NoError(p.t, err)
+
+	defer resp.Body.Close() //nolint:errcheck
+
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(p.t, err)
+
+	return resp.StatusCode, string(body)
+}
+
+// WaitMachine waits until anvilctl lists the machine.
+func (p *Provider) WaitMachine(id string) {
+	p.t.Helper()
+
+	require.Eventually(p.t, func() bool {
+		_, err := p.Anvilctl("get", "machine", id)
+
+		return err == nil
+	}, 30*time.Second, 100*time.Millisecond, "machine %s was not recorded", id)
+}
+
+// KernelArg returns the value of a kernel argument in an agent boot script.
+func KernelArg(script, key string) string {
+	for _, field := range strings.Fields(script) {
+		if v, ok := strings.CutPrefix(field, key+"="); ok {
+			return v
+		}
+	}
+
+	return ""
+}
+
+// FreePort returns a port free on loopback at the time of asking.
+func FreePort(t *testing.T, network string) int {
+	t.Helper()
+
+	if network == "udp" {
+		c, err := net.ListenPacket("udp4", "127.0.0.1:0")
+		require.NoError(t, err)
+
+		defer c.Close() //nolint:errcheck
+
+		return c.LocalAddr().(*net.UDPAddr).Port
+	}
+
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+
+	defer l.Close() //nolint:errcheck
+
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Factory is an Image Factory stand-in on loopback: it registers schematics.
+type Factory struct {
+	mu         sync.Mutex
+	schematics []string
+}
+
+// ServeHTTP implements POST /schematics.
+func (f *Factory) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.URL.Path != "/schematics" {
+		http.NotFound(w, r)
+
+		return
+	}
+
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+
+		return
+	}
+
+	sc, err := schematic.Unmarshal(body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+
+		return
+	}
+
+	id, err := sc.ID()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+
+		return
+	}
+
+	f.mu.Lock()
+	f.schematics = append(f.schematics, id)
+	f.mu.Unlock()
+
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]string{"id": id, "schematic": string(body)}) //nolint:errcheck
+}
+
+// Registered lists the schematic IDs registered so far.
+func (f *Factory) Registered() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	return slices.Clone(f.schematics)
+}
+
+// syncBuffer is a buffer the provider's output and the test read at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+
+	return b.buf.String()
+}
