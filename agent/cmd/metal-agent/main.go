@@ -110,4 +110,3 @@ func newRootCmd() *cobra.Command {
 
 	return cmd
 }
-

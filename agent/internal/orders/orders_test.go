@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
-	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
 	"github.com/anvil-metal/anvil/agent/internal/orders"
+	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
 )
 
 // fakeActions records what the orders did to the "machine".

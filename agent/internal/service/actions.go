@@ -13,10 +13,10 @@ import (
 	"github.com/u-root/u-root/pkg/boot/kexec"
 	"go.uber.org/zap"
 
-	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
 	"github.com/anvil-metal/anvil/agent/internal/initsys"
 	"github.com/anvil-metal/anvil/agent/internal/inventory"
 	"github.com/anvil-metal/anvil/agent/internal/wipe"
+	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
 )
 
 // maxBootFile bounds a kexec download.

@@ -23,9 +23,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
 	"github.com/anvil-metal/anvil/agent/internal/config"
 	"github.com/anvil-metal/anvil/agent/internal/orders"
+	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
 )
 
 // Backoff between attempts.

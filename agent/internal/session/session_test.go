@@ -14,10 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
-	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
 	"github.com/anvil-metal/anvil/agent/internal/config"
 	"github.com/anvil-metal/anvil/agent/internal/orders"
 	"github.com/anvil-metal/anvil/agent/internal/session"
+	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
 	"github.com/anvil-metal/anvil/internal/resourcewire"
 	"github.com/anvil-metal/anvil/internal/testprovider"
 )
