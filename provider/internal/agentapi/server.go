@@ -222,7 +222,7 @@ func (s *Server) hello(stream agentv1.AgentService_SessionServer) (*agentv1.Hell
 		return nil, status.Error(codes.Unauthenticated, "invalid token")
 	}
 
-	if e := s.opts.View.Get(claims.MachineID); e != nil && e.Machine != nil && e.Machine.AgentBootIssued.After(claims.Issued) {
+	if s.opts.View.AgentBootIssued(claims.MachineID).After(claims.Issued) {
 		s.refused.WithLabelValues("superseded").Inc()
 		s.opts.Logger.Warn("agent refused: token superseded by a newer boot", zap.String("machine", claims.MachineID))
 

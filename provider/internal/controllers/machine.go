@@ -18,6 +18,10 @@ import (
 // machine that boots in a loop must not turn every script request into a disk write.
 const pxeStampInterval = time.Minute
 
+// agentStampInterval is how much newer an agent token must be before a boot records it:
+// the boot services know the newest one at once (machineview), the state catches up.
+const agentStampInterval = 10 * time.Second
+
 // maxMACs bounds the MACs remembered per machine.
 const maxMACs = 16
 
@@ -114,7 +118,7 @@ func (obs *PXEObservation) Changes(spec *anvilstate.MachineSpec) bool {
 	return len(spec.MACs) == 0 || spec.MACs[0] != obs.MAC ||
 		spec.UUID != obs.UUID || spec.Arch != obs.Arch || spec.Firmware != obs.Firmware ||
 		spec.LastAddress != obs.Address || spec.LastDecision != obs.Decision ||
-		obs.AgentIssued.After(spec.AgentBootIssued) ||
+		obs.AgentIssued.Sub(spec.AgentBootIssued) >= agentStampInterval ||
 		obs.At.Sub(spec.LastPXE) >= pxeStampInterval
 }
 

@@ -49,6 +49,10 @@ func (s *Server) handleBoot(w http.ResponseWriter, r *http.Request) {
 
 	s.metrics.scripts.WithLabelValues(string(decision.Kind)).Inc()
 
+	if !script.AgentToken.Issued.IsZero() {
+		s.opts.View.NoteAgentBoot(req.MachineID, script.AgentToken.Issued)
+	}
+
 	obs := controllers.PXEObservation{
 		MachineID: req.MachineID, UUID: req.UUID, MAC: req.MAC, Arch: req.Arch, Firmware: req.Firmware,
 		Address: remoteIP(r), Decision: string(decision.Kind), At: now, AgentIssued: script.AgentToken.Issued,

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/state"
@@ -35,6 +36,11 @@ type View struct {
 
 	// changed is closed and replaced on every change: a broadcast to whoever waits.
 	changed chan struct{}
+
+	// agentBoots holds the newest agent token issued per machine, ahead of the state,
+	// which records it only now and then (a machine in a boot loop must not turn every
+	// boot into a disk write).
+	agentBoots sync.Map // resource.ID → time.Time
 
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -84,6 +90,36 @@ func (v *View) ByAddress(addr string) []*Entry {
 	}
 
 	return entries
+}
+
+// NoteAgentBoot records that an agent token was issued to the machine.
+func (v *View) NoteAgentBoot(id resource.ID, issued time.Time) {
+	for {
+		prev, loaded := v.agentBoots.LoadOrStore(id, issued)
+		if !loaded || !issued.After(prev.(time.Time)) { //nolint:forcetypeassert
+			return
+		}
+
+		if v.agentBoots.CompareAndSwap(id, prev, issued) {
+			return
+		}
+	}
+}
+
+// AgentBootIssued returns when the machine's newest agent token was issued: tokens issued
+// earlier are superseded.
+func (v *View) AgentBootIssued(id resource.ID) time.Time {
+	var newest time.Time
+
+	if e := v.Get(id); e != nil && e.Machine != nil {
+		newest = e.Machine.AgentBootIssued
+	}
+
+	if noted, ok := v.agentBoots.Load(id); ok && noted.(time.Time).After(newest) { //nolint:forcetypeassert
+		newest = noted.(time.Time) //nolint:forcetypeassert
+	}
+
+	return newest
 }
 
 // watched are the resource types the view follows.

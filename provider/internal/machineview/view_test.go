@@ -123,3 +123,43 @@ func TestViewChanged(t *testing.T) {
 
 	assert.NotNil(t, v.Get("m1"))
 }
+
+// TestAgentBootIssued: the newest agent token is known at once, ahead of the state.
+func TestAgentBootIssued(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+
+	st, err := state.Open(ctx, t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() }) //nolint:errcheck
+
+	t0 := time.Unix(1700000000, 0)
+
+	m := state.NewMachine("m1")
+	m.TypedSpec().AgentBootIssued = t0
+	require.NoError(t, st.Create(ctx, m))
+
+	v := machineview.New()
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+
+	go func() { done <- v.Run(runCtx, st) }()
+
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+
+	<-v.Ready()
+
+	assert.True(t, v.AgentBootIssued("m1").Equal(t0), "the recorded one")
+	assert.True(t, v.AgentBootIssued("nope").IsZero())
+
+	v.NoteAgentBoot("m1", t0.Add(time.Second))
+	v.NoteAgentBoot("m1", t0.Add(-time.Hour)) // an older note never wins
+	assert.True(t, v.AgentBootIssued("m1").Equal(t0.Add(time.Second)))
+
+	v.NoteAgentBoot("m2", t0)
+	assert.True(t, v.AgentBootIssued("m2").Equal(t0), "known before the state knows the machine")
+}
