@@ -49,5 +49,18 @@ func listenUDP(ctx context.Context, ifname string, port int) (*net.UDPConn, erro
 		return nil, fmt.Errorf("error binding %s UDP port %d: %w", ifname, port, err)
 	}
 
-	return pc.(*net.UDPConn), nil
+	conn := pc.(*net.UDPConn) //nolint:forcetypeassert
+
+	// A burst of PXE clients (a rack powering on) must queue, not drop, while the
+	// readers catch up.
+	if err = conn.SetReadBuffer(readBuffer); err != nil {
+		conn.Close() //nolint:errcheck
+
+		return nil, fmt.Errorf("error sizing the receive buffer of UDP port %d: %w", port, err)
+	}
+
+	return conn, nil
 }
+
+// readBuffer is the DHCP sockets' receive buffer (the kernel caps it at rmem_max).
+const readBuffer = 4 << 20
