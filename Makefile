@@ -13,7 +13,8 @@ ARGS      ?=
 
 # Debian packages, by what needs them.
 PKGS_BUILD := protobuf-compiler
-PKGS_TEST  := iproute2 ipxe
+PKGS_AGENT := linux-image-amd64
+PKGS_TEST  := iproute2 ipxe dnsmasq-base util-linux qemu-system-x86
 PKGS_BENCH := kea-admin dnsmasq-base nginx-light wrk iproute2
 
 # Code generation plugins, at the versions of deps.md.
@@ -27,7 +28,8 @@ COMMANDS := provider anvilctl
 all: build
 
 setup:
-	@hack/setup.sh $(PKGS_BUILD) $(PKGS_TEST)
+	@hack/setup.sh $(PKGS_BUILD) $(PKGS_AGENT) $(PKGS_TEST)
+	@hack/firmware.sh
 
 setup-bench:
 	@hack/setup.sh $(PKGS_BENCH)
@@ -41,6 +43,12 @@ build:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/provider ./provider/cmd/provider
 	$(GO) build -o $(BIN)/anvilctl ./provider/cmd/anvilctl
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/metal-agent ./agent/cmd/metal-agent
+
+# The agent's boot assets: _out/agent/{vmlinuz,initramfs,cmdline}-amd64, from the agent,
+# Debian's kernel and its modules, and the firmware tree.
+agent-initramfs: setup build
+	$(GO) run ./imager/cmd/imager --agent $(BIN)/metal-agent --out $(OUT)/agent --firmware-dir $(OUT)/firmware
 
 generate: tools
 	PATH="$(TOOLS):$$PATH" protoc -I api \
@@ -59,13 +67,13 @@ test: setup lint
 bench: setup-bench build
 	$(GO) run ./bench/cmd/bench all
 
-# The main job until the lab exists: the provider on this host, state under _out/.
-run: setup build
-	$(BIN)/provider --state-dir $(STATE_DIR) $(ARGS)
+# The main job until the lab exists: the provider on this host, state under _out/, with
+# the agent's boot assets.
+run: agent-initramfs
+	$(BIN)/provider --state-dir $(STATE_DIR) --agent-assets-dir $(OUT)/agent $(ARGS)
 
-# Room for what the next issues bring: the agent's boot assets, the lab, its demo and
-# the end-to-end flow.
-agent-initramfs demo e2e:
+# Room for what the next issues bring: the lab, its demo and the end-to-end flow.
+demo e2e:
 	@echo "make $@: not built yet (see the open issues)"; exit 1
 
 clean:

@@ -6,7 +6,6 @@ package testprovider
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -16,15 +15,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/siderolabs/image-factory/pkg/schematic"
 	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/internal/labfactory"
 )
 
 var build struct {
@@ -74,21 +73,21 @@ type Provider struct {
 	AssetsDir string
 	Args      []string
 	HTTPURL   string
-	Factory   *Factory
+	Factory   *labfactory.Factory
 
 	bin, anvilctl string
 	cmd           *exec.Cmd
 	log           *syncBuffer
 }
 
-// New prepares a provider with agent assets (a fake kernel and initramfs) unless
-// withoutAssets; Start runs it.
+// New prepares a provider, with fake agent assets (a kernel and initramfs that are not)
+// when withAssets; Start runs it.
 func New(t *testing.T, withAssets bool, extra ...string) *Provider {
 	t.Helper()
 
 	bin, anvilctl := Binaries(t)
 	httpPort := FreePort(t, "tcp")
-	factory := &Factory{}
+	factory := labfactory.New()
 	factorySrv := httptest.NewServer(factory)
 	t.Cleanup(factorySrv.Close)
 
@@ -246,57 +245,6 @@ func FreePort(t *testing.T, network string) int {
 	defer l.Close() //nolint:errcheck
 
 	return l.Addr().(*net.TCPAddr).Port
-}
-
-// Factory is an Image Factory stand-in on loopback: it registers schematics.
-type Factory struct {
-	mu         sync.Mutex
-	schematics []string
-}
-
-// ServeHTTP implements POST /schematics.
-func (f *Factory) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || r.URL.Path != "/schematics" {
-		http.NotFound(w, r)
-
-		return
-	}
-
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-
-		return
-	}
-
-	sc, err := schematic.Unmarshal(body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-
-		return
-	}
-
-	id, err := sc.ID()
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-
-		return
-	}
-
-	f.mu.Lock()
-	f.schematics = append(f.schematics, id)
-	f.mu.Unlock()
-
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(map[string]string{"id": id, "schematic": string(body)}) //nolint:errcheck
-}
-
-// Registered lists the schematic IDs registered so far.
-func (f *Factory) Registered() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-
-	return slices.Clone(f.schematics)
 }
 
 // syncBuffer is a buffer the provider's output and the test read at once.

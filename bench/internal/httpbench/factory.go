@@ -1,23 +1,20 @@
 package httpbench
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"sync/atomic"
 	"time"
 
-	"github.com/siderolabs/image-factory/pkg/schematic"
+	"github.com/anvil-metal/anvil/internal/labfactory"
 )
 
 // Factory is an Image Factory stand-in on loopback: the provider registers allocations'
 // schematics with it, so that no benchmark traffic leaves the host.
 type Factory struct {
-	URL        string
-	Registered atomic.Int64
+	*labfactory.Factory
 
+	URL string
 	srv *http.Server
 }
 
@@ -28,8 +25,8 @@ func StartFactory() (*Factory, error) {
 		return nil, fmt.Errorf("error listening for the factory stand-in: %w", err)
 	}
 
-	f := &Factory{URL: "http://" + lis.Addr().String()}
-	f.srv = &http.Server{Handler: f, ReadHeaderTimeout: 5 * time.Second}
+	f := &Factory{Factory: labfactory.New(), URL: "http://" + lis.Addr().String()}
+	f.srv = &http.Server{Handler: f.Factory, ReadHeaderTimeout: 5 * time.Second}
 
 	go f.srv.Serve(lis) //nolint:errcheck
 
@@ -38,37 +35,3 @@ func StartFactory() (*Factory, error) {
 
 // Close stops the stand-in.
 func (f *Factory) Close() error { return f.srv.Close() }
-
-func (f *Factory) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || r.URL.Path != "/schematics" {
-		http.NotFound(w, r)
-
-		return
-	}
-
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-
-		return
-	}
-
-	sc, err := schematic.Unmarshal(body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-
-		return
-	}
-
-	id, err := sc.ID()
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-
-		return
-	}
-
-	f.Registered.Add(1)
-
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(map[string]string{"id": id}) //nolint:errcheck
-}

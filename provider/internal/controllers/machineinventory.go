@@ -14,35 +14,21 @@ import (
 type inventoryReport struct {
 	machineID string
 	spec      anvilstate.MachineInventorySpec
-	done      chan error
 }
 
 // MachineInventoryController produces MachineInventory from what agents report.
 type MachineInventoryController struct {
-	reports chan inventoryReport
+	reports inbox[inventoryReport]
 }
 
 // NewMachineInventoryController returns the controller.
 func NewMachineInventoryController() *MachineInventoryController {
-	return &MachineInventoryController{reports: make(chan inventoryReport)}
+	return &MachineInventoryController{reports: newInbox[inventoryReport]()}
 }
 
 // RecordInventory stores the machine's inventory and returns once it is stored.
 func (ctrl *MachineInventoryController) RecordInventory(ctx context.Context, machineID string, spec anvilstate.MachineInventorySpec) error {
-	report := inventoryReport{machineID: machineID, spec: spec, done: make(chan error, 1)}
-
-	select {
-	case ctrl.reports <- report:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-
-	select {
-	case err := <-report.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return ctrl.reports.send(ctx, inventoryReport{machineID: machineID, spec: spec})
 }
 
 // Name implements controller.Controller.
@@ -63,7 +49,9 @@ func (ctrl *MachineInventoryController) Run(ctx context.Context, r controller.Ru
 		case <-ctx.Done():
 			return nil
 		case <-r.EventCh():
-		case report := <-ctrl.reports:
+		case in := <-ctrl.reports:
+			report := in.report
+
 			err := safe.WriterModify(ctx, r, anvilstate.NewMachineInventory(report.machineID), func(inv *anvilstate.MachineInventory) error {
 				*inv.TypedSpec() = report.spec
 
@@ -78,7 +66,7 @@ func (ctrl *MachineInventoryController) Run(ctx context.Context, r controller.Ru
 					zap.Int("disks", len(report.spec.Disks)), zap.Int("nics", len(report.spec.NICs)))
 			}
 
-			report.done <- err
+			in.done <- err
 		}
 	}
 }

@@ -17,17 +17,16 @@ type statusReport struct {
 	machineID string
 	apply     func(*anvilstate.MachineStatusSpec)
 	logged    []zap.Field
-	done      chan error
 }
 
 // MachineStatusController produces MachineStatus from what machines report.
 type MachineStatusController struct {
-	reports chan statusReport
+	reports inbox[statusReport]
 }
 
 // NewMachineStatusController returns the controller.
 func NewMachineStatusController() *MachineStatusController {
-	return &MachineStatusController{reports: make(chan statusReport)}
+	return &MachineStatusController{reports: newInbox[statusReport]()}
 }
 
 // RecordInstalled records that the machine was installed under the allocation
@@ -60,20 +59,7 @@ func (ctrl *MachineStatusController) RecordWiped(ctx context.Context, machineID 
 }
 
 func (ctrl *MachineStatusController) record(ctx context.Context, report statusReport) error {
-	report.done = make(chan error, 1)
-
-	select {
-	case ctrl.reports <- report:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-
-	select {
-	case err := <-report.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return ctrl.reports.send(ctx, report)
 }
 
 // Name implements controller.Controller.
@@ -94,7 +80,9 @@ func (ctrl *MachineStatusController) Run(ctx context.Context, r controller.Runti
 		case <-ctx.Done():
 			return nil
 		case <-r.EventCh():
-		case report := <-ctrl.reports:
+		case in := <-ctrl.reports:
+			report := in.report
+
 			err := safe.WriterModify(ctx, r, anvilstate.NewMachineStatus(report.machineID), func(s *anvilstate.MachineStatus) error {
 				report.apply(s.TypedSpec())
 
@@ -106,7 +94,7 @@ func (ctrl *MachineStatusController) Run(ctx context.Context, r controller.Runti
 				logger.Info("machine status", append([]zap.Field{zap.String("machine", report.machineID)}, report.logged...)...)
 			}
 
-			report.done <- err
+			in.done <- err
 		}
 	}
 }
