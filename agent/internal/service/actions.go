@@ -13,6 +13,7 @@ import (
 	"github.com/u-root/u-root/pkg/boot/kexec"
 	"go.uber.org/zap"
 
+	"github.com/anvil-metal/anvil/agent/internal/bmc"
 	"github.com/anvil-metal/anvil/agent/internal/initsys"
 	"github.com/anvil-metal/anvil/agent/internal/inventory"
 	"github.com/anvil-metal/anvil/agent/internal/wipe"
@@ -186,10 +187,29 @@ func (a *machineActions) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.Wi
 	return report, nil
 }
 
-var errNoBMC = errors.New("reading and provisioning the BMC through the local interface comes with power management; this agent does not do it yet")
+// GetBMC reports where the BMC listens, read through the local IPMI interface.
+func (a *machineActions) GetBMC(ctx context.Context) (*agentv1.BMCInfo, error) {
+	info, err := bmc.Read(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("error reading the BMC: %w", err)
+	}
 
-func (a *machineActions) GetBMC(context.Context) (*agentv1.BMCInfo, error) { return nil, errNoBMC }
+	a.logger.Info("BMC read", zap.String("address", info.Address), zap.Uint16("port", info.Port),
+		zap.Uint8("channel", info.Channel), zap.String("ip_source", info.IPSource))
 
-func (a *machineActions) SetBMC(context.Context, *agentv1.SetBMC) (*agentv1.BMCInfo, error) {
-	return nil, errNoBMC
+	return &agentv1.BMCInfo{Address: info.Address, Port: uint32(info.Port)}, nil
+}
+
+// SetBMC provisions the provider's BMC user. The reply leaves the password out: the
+// provider chose it.
+func (a *machineActions) SetBMC(ctx context.Context, s *agentv1.SetBMC) (*agentv1.BMCInfo, error) {
+	info, err := bmc.Provision(ctx, s.GetUser(), s.GetPassword())
+	if err != nil {
+		return nil, fmt.Errorf("error provisioning the BMC user: %w", err)
+	}
+
+	a.logger.Info("BMC user provisioned", zap.String("user", info.User), zap.Uint8("user_id", info.UserID),
+		zap.String("address", info.Address), zap.Uint16("port", info.Port), zap.Uint8("channel", info.Channel))
+
+	return &agentv1.BMCInfo{Address: info.Address, Port: uint32(info.Port), User: info.User}, nil
 }
