@@ -15,10 +15,10 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/anvil-metal/anvil/agent/internal/initsys"
 	"github.com/anvil-metal/anvil/agent/internal/inventory"
 	"github.com/anvil-metal/anvil/agent/internal/service"
 	"github.com/anvil-metal/anvil/internal/flagenv"
+	"github.com/anvil-metal/anvil/internal/initsys"
 )
 
 func main() {

@@ -14,10 +14,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/anvil-metal/anvil/agent/internal/bmc"
-	"github.com/anvil-metal/anvil/agent/internal/initsys"
 	"github.com/anvil-metal/anvil/agent/internal/inventory"
 	"github.com/anvil-metal/anvil/agent/internal/wipe"
 	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
+	"github.com/anvil-metal/anvil/internal/initsys"
 )
 
 // maxBootFile bounds a kexec download.

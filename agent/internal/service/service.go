@@ -16,12 +16,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/anvil-metal/anvil/agent/internal/config"
-	"github.com/anvil-metal/anvil/agent/internal/initsys"
 	"github.com/anvil-metal/anvil/agent/internal/inventory"
-	"github.com/anvil-metal/anvil/agent/internal/link"
-	"github.com/anvil-metal/anvil/agent/internal/modules"
 	"github.com/anvil-metal/anvil/agent/internal/orders"
 	"github.com/anvil-metal/anvil/agent/internal/session"
+	"github.com/anvil-metal/anvil/internal/initsys"
+	"github.com/anvil-metal/anvil/internal/link"
+	"github.com/anvil-metal/anvil/internal/modules"
 	"github.com/anvil-metal/anvil/internal/resourcewire"
 )
 
