@@ -1,13 +1,21 @@
 // Package labfactory is a local stand-in for the Image Factory, for the lab, tests and
 // benchmarks (the real one cannot be reached from them): it registers schematics as the
-// factory's POST /schematics does, answering with the schematic's content-addressed ID.
+// factory's POST /schematics does, answering with the schematic's content-addressed ID,
+// and serves the factory's iPXE script (GET /pxe/<schematic>/<version>/<platform>-<arch>)
+// and boot assets (GET /image/<schematic>/<version>/{kernel-amd64,initramfs-amd64.xz})
+// from a directory of its own: a kernel and the test "Talos" initramfs.
 package labfactory
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/siderolabs/image-factory/pkg/schematic"
@@ -16,26 +24,79 @@ import (
 // maxSchematic bounds a schematic document.
 const maxSchematic = 1 << 20
 
+// BaseCmdline is what the stand-in puts on every kernel line before its own and the
+// schematic's arguments, as the factory puts Talos' defaults for the platform.
+const BaseCmdline = "console=ttyS0,115200n8 console=tty0"
+
+// Kernel arguments naming what the stand-in served, so the test "Talos" can report
+// exactly what it was booted as.
+const (
+	SchematicArg = "anvil.lab.schematic"
+	VersionArg   = "anvil.lab.version"
+)
+
+// assetFallbacks are the imager's names for the factory's files, so the imager's
+// output directory can be served as it is (the kernel reads a zstd initramfs whatever
+// its name says).
+var assetFallbacks = map[string][]string{
+	"kernel-amd64":       {"kernel-amd64", "vmlinuz-amd64"},
+	"initramfs-amd64.xz": {"initramfs-amd64.xz", "initramfs-amd64.zst"},
+}
+
+var (
+	versionRe  = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.+-]+)?$`)
+	platformRe = regexp.MustCompile(`^([a-z0-9]+)-(amd64|arm64)$`)
+)
+
 // Factory is the stand-in's handler.
 type Factory struct {
+	assets  string
+	baseURL string
+
 	mu         sync.Mutex
 	schematics map[string][]byte
 	order      []string
 }
 
-// New returns an empty factory.
-func New() *Factory {
-	return &Factory{schematics: map[string][]byte{}}
+// Option configures a Factory.
+type Option func(*Factory)
+
+// WithAssets serves the boot assets from dir: kernel-amd64 (or vmlinuz-amd64) and
+// initramfs-amd64.xz (or initramfs-amd64.zst). Without it /image/ answers 404.
+func WithAssets(dir string) Option { return func(f *Factory) { f.assets = dir } }
+
+// WithBaseURL sets the base of the asset URLs in the PXE script; without it they are
+// built from the request's Host, which is what the client reached the factory at.
+func WithBaseURL(u string) Option {
+	return func(f *Factory) { f.baseURL = strings.TrimRight(u, "/") }
 }
 
-// ServeHTTP implements the factory's schematic endpoint.
-func (f *Factory) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || r.URL.Path != "/schematics" {
-		http.NotFound(w, r)
+// New returns an empty factory.
+func New(opts ...Option) *Factory {
+	f := &Factory{schematics: map[string][]byte{}}
 
-		return
+	for _, o := range opts {
+		o(f)
 	}
 
+	return f
+}
+
+// ServeHTTP implements the factory's schematic, PXE and image endpoints.
+func (f *Factory) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.URL.Path == "/schematics" && r.Method == http.MethodPost:
+		f.register(w, r)
+	case strings.HasPrefix(r.URL.Path, "/pxe/") && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		f.pxe(w, r)
+	case strings.HasPrefix(r.URL.Path, "/image/") && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		f.image(w, r)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (f *Factory) register(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxSchematic))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -67,6 +128,99 @@ func (f *Factory) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(map[string]string{"id": id, "schematic": string(body)}) //nolint:errcheck
+}
+
+// pxe answers GET /pxe/<schematic>/<version>/<platform>-<arch> with the factory's script.
+func (f *Factory) pxe(w http.ResponseWriter, r *http.Request) {
+	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/pxe/"), "/")
+	if len(parts) != 3 || parts[0] == "" || !versionRe.MatchString(parts[1]) {
+		http.Error(w, "want /pxe/<schematic>/<version>/<platform>-<arch>", http.StatusBadRequest)
+
+		return
+	}
+
+	m := platformRe.FindStringSubmatch(parts[2])
+	if m == nil {
+		http.Error(w, "want <platform>-<arch> with arch amd64 or arm64, not "+parts[2], http.StatusBadRequest)
+
+		return
+	}
+
+	id, version, platform, arch := parts[0], parts[1], m[1], m[2]
+
+	sc, err := f.parsed(id)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+
+		return
+	}
+
+	base := f.baseURL
+	if base == "" {
+		base = "http://" + r.Host
+	}
+
+	image := base + "/image/" + id + "/" + version + "/"
+	initramfs := "initramfs-" + arch + ".xz"
+	args := append([]string{
+		// Debian's 2019 iPXE needs initrd=<name> on the kernel line under EFI.
+		"initrd=" + initramfs,
+		"talos.platform=" + platform, BaseCmdline,
+		SchematicArg + "=" + id, VersionArg + "=" + version,
+	}, sc.Customization.ExtraKernelArgs...)
+
+	w.Header().Set("Content-Type", "text/plain")
+	fmt.Fprintf(w, "#!ipxe\nimgfree\nkernel %skernel-%s %s\ninitrd %s%s\nboot\n", image, arch, strings.Join(args, " "), image, initramfs)
+}
+
+// image answers GET /image/<schematic>/<version>/<file> from the assets directory.
+func (f *Factory) image(w http.ResponseWriter, r *http.Request) {
+	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/image/"), "/")
+	if len(parts) != 3 || parts[0] == "" || !versionRe.MatchString(parts[1]) {
+		http.Error(w, "want /image/<schematic>/<version>/<file>", http.StatusBadRequest)
+
+		return
+	}
+
+	if _, ok := f.Schematic(parts[0]); !ok {
+		http.Error(w, "unknown schematic "+parts[0], http.StatusNotFound)
+
+		return
+	}
+
+	names, ok := assetFallbacks[parts[2]]
+	if !ok || f.assets == "" {
+		http.NotFound(w, r)
+
+		return
+	}
+
+	for _, name := range names {
+		path := filepath.Join(f.assets, name)
+		if st, err := os.Stat(path); err == nil && st.Mode().IsRegular() {
+			w.Header().Set("Content-Type", "application/octet-stream")
+			http.ServeFile(w, r, path)
+
+			return
+		}
+	}
+
+	http.NotFound(w, r)
+}
+
+// parsed returns a registered schematic, decoded.
+func (f *Factory) parsed(id string) (*schematic.Schematic, error) {
+	doc, ok := f.Schematic(id)
+	if !ok {
+		return nil, fmt.Errorf("unknown schematic %s", id)
+	}
+
+	sc, err := schematic.Unmarshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("error decoding schematic %s: %w", id, err)
+	}
+
+	return sc, nil
 }
 
 // Registered lists the schematic IDs registered, in the order first seen.

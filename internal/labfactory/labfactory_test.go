@@ -1,8 +1,11 @@
 package labfactory_test
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -45,4 +48,100 @@ func TestWithFactoryClient(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close() //nolint:errcheck
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+}
+
+// TestPXEScript: a schematic registered with the factory's client boots, through the PXE
+// script, exactly that schematic and version with its extra kernel arguments.
+func TestPXEScript(t *testing.T) {
+	t.Parallel()
+
+	assets := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(assets, "vmlinuz-amd64"), []byte("KERNEL"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(assets, "initramfs-amd64.zst"), []byte("INITRAMFS"), 0o644))
+
+	f := labfactory.New(labfactory.WithAssets(assets))
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+
+	c, err := client.New(srv.URL)
+	require.NoError(t, err)
+
+	var sc schematic.Schematic
+
+	sc.Customization.ExtraKernelArgs = []string{"talos.config=http://10.0.2.2:50042/metadata/${anvil_machine}?token=${anvil_token}", "talos.events.sink=10.0.2.2:50042"}
+
+	id, _, err := c.SchematicCreate(t.Context(), sc)
+	require.NoError(t, err)
+
+	image := srv.URL + "/image/" + id + "/v1.9.0/"
+	want := "#!ipxe\nimgfree\n" +
+		"kernel " + image + "kernel-amd64 initrd=initramfs-amd64.xz talos.platform=metal console=ttyS0,115200n8 console=tty0 " +
+		"anvil.lab.schematic=" + id + " anvil.lab.version=v1.9.0 " +
+		"talos.config=http://10.0.2.2:50042/metadata/${anvil_machine}?token=${anvil_token} talos.events.sink=10.0.2.2:50042\n" +
+		"initrd " + image + "initramfs-amd64.xz\nboot\n"
+
+	for _, tc := range []struct {
+		name, path string
+		status     int
+		body       string
+	}{
+		{"script", "/pxe/" + id + "/v1.9.0/metal-amd64", http.StatusOK, want},
+		{"kernel", "/image/" + id + "/v1.9.0/kernel-amd64", http.StatusOK, "KERNEL"},
+		{"initramfs", "/image/" + id + "/v1.9.0/initramfs-amd64.xz", http.StatusOK, "INITRAMFS"},
+		{"unknown schematic", "/pxe/" + strings.Repeat("0", 64) + "/v1.9.0/metal-amd64", http.StatusNotFound, ""},
+		{"unknown schematic image", "/image/" + strings.Repeat("0", 64) + "/v1.9.0/kernel-amd64", http.StatusNotFound, ""},
+		{"unknown file", "/image/" + id + "/v1.9.0/metal-amd64.iso", http.StatusNotFound, ""},
+		{"no arch", "/pxe/" + id + "/v1.9.0/metal", http.StatusBadRequest, ""},
+		{"bad arch", "/pxe/" + id + "/v1.9.0/metal-riscv", http.StatusBadRequest, ""},
+		{"bad version", "/pxe/" + id + "/1.9/metal-amd64", http.StatusBadRequest, ""},
+		{"too short", "/pxe/" + id + "/v1.9.0", http.StatusBadRequest, ""},
+		{"too long", "/pxe/" + id + "/v1.9.0/metal-amd64/x", http.StatusBadRequest, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := http.Get(srv.URL + tc.path)
+			require.NoError(t, err)
+
+			defer resp.Body.Close() //nolint:errcheck
+
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			assert.Equal(t, tc.status, resp.StatusCode, "%s", body)
+
+			if tc.body != "" {
+				assert.Equal(t, tc.body, string(body))
+			}
+		})
+	}
+}
+
+// TestNoAssets: without assets the images are not found, and the PXE script still renders.
+func TestNoAssets(t *testing.T) {
+	t.Parallel()
+
+	f := labfactory.New(labfactory.WithBaseURL("http://factory.example/"))
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+
+	c, err := client.New(srv.URL)
+	require.NoError(t, err)
+
+	id, _, err := c.SchematicCreate(t.Context(), schematic.Schematic{})
+	require.NoError(t, err)
+
+	for path, status := range map[string]int{
+		"/pxe/" + id + "/v1.10.0-alpha.1/metal-arm64": http.StatusOK,
+		"/image/" + id + "/v1.9.0/kernel-amd64":       http.StatusNotFound,
+		"/schematics":                                 http.StatusNotFound,
+	} {
+		resp, err := http.Get(srv.URL + path)
+		require.NoError(t, err)
+
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close() //nolint:errcheck
+		assert.Equal(t, status, resp.StatusCode, path)
+
+		if status == http.StatusOK {
+			assert.Contains(t, string(body), "kernel http://factory.example/image/"+id+"/v1.10.0-alpha.1/kernel-arm64 initrd=initramfs-arm64.xz ")
+		}
+	}
 }
