@@ -74,10 +74,23 @@ type Provider struct {
 	Args      []string
 	HTTPURL   string
 	Factory   *labfactory.Factory
+	// FactoryURL is where the Image Factory stand-in listens.
+	FactoryURL string
 
 	bin, anvilctl string
 	cmd           *exec.Cmd
 	log           *syncBuffer
+}
+
+// Options configure NewWith.
+type Options struct {
+	// AgentAssets writes fake agent assets (a kernel and initramfs that are not).
+	AgentAssets bool
+	// Factory configures the Image Factory stand-in, e.g. labfactory.WithAssets.
+	Factory []labfactory.Option
+	// FactoryPXE points the provider's Talos boots at the stand-in's PXE endpoint
+	// rather than the real factory's, so that machines can boot them in the lab.
+	FactoryPXE bool
 }
 
 // New prepares a provider, with fake agent assets (a kernel and initramfs that are not)
@@ -85,24 +98,31 @@ type Provider struct {
 func New(t *testing.T, withAssets bool, extra ...string) *Provider {
 	t.Helper()
 
+	return NewWith(t, Options{AgentAssets: withAssets}, extra...)
+}
+
+// NewWith prepares a provider as configured; extra arguments come last, so they win.
+func NewWith(t *testing.T, opts Options, extra ...string) *Provider {
+	t.Helper()
+
 	bin, anvilctl := Binaries(t)
 	httpPort := FreePort(t, "tcp")
-	factory := labfactory.New()
+	factory := labfactory.New(opts.Factory...)
 	factorySrv := httptest.NewServer(factory)
 	t.Cleanup(factorySrv.Close)
 
 	p := &Provider{
 		t: t, StateDir: t.TempDir(), AssetsDir: t.TempDir(), HTTPURL: fmt.Sprintf("http://127.0.0.1:%d", httpPort),
-		Factory: factory, bin: bin, anvilctl: anvilctl, log: &syncBuffer{},
+		Factory: factory, FactoryURL: factorySrv.URL, bin: bin, anvilctl: anvilctl, log: &syncBuffer{},
 	}
 
-	if withAssets {
+	if opts.AgentAssets {
 		for name, content := range map[string]string{"vmlinuz-amd64": "KERNEL", "initramfs-amd64.xz": "INITRAMFS", "cmdline-amd64": "console=ttyS0"} {
 			require.NoError(t, os.WriteFile(filepath.Join(p.AssetsDir, name), []byte(content), 0o644))
 		}
 	}
 
-	p.Args = append([]string{
+	p.Args = []string{
 		"--state-dir", p.StateDir,
 		"--api-advertise-address", "127.0.0.1",
 		"--api-listen-address", "127.0.0.1",
@@ -114,7 +134,13 @@ func New(t *testing.T, withAssets bool, extra ...string) *Provider {
 		"--tftp-root", t.TempDir(),
 		"--agent-assets-dir", p.AssetsDir,
 		"--image-factory-base-url", factorySrv.URL,
-	}, extra...)
+	}
+
+	if opts.FactoryPXE {
+		p.Args = append(p.Args, "--image-factory-pxe-base-url", factorySrv.URL)
+	}
+
+	p.Args = append(p.Args, extra...)
 
 	t.Cleanup(func() {
 		p.Kill()

@@ -16,7 +16,7 @@ import (
 
 // pxeStampInterval is how stale Machine.LastPXE may get before a boot rewrites it: a
 // machine that boots in a loop must not turn every script request into a disk write.
-const pxeStampInterval = time.Minute
+const pxeStampInterval = 5 * time.Minute
 
 // agentStampInterval is how much newer an agent token must be before a boot records it:
 // the boot services know the newest one at once (machineview), the state catches up.

@@ -24,8 +24,9 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/state"
 )
 
-// observationBuffer is how many PXE observations may wait for the machine controller.
-const observationBuffer = 4096
+// observationBuffer is how many PXE observations may wait for the machine controller: a
+// rack of new machines booting at once is news for each, and every write is a sync.
+const observationBuffer = 16384
 
 // Run runs the provider until ctx is done.
 func Run(ctx context.Context, opts Options, logger *zap.Logger) error {

@@ -31,7 +31,8 @@ type MachineSpec struct {
 	Firmware string `yaml:"firmware,omitempty" protobuf:"4"`
 	// FirstSeen is when the machine first asked for a boot script.
 	FirstSeen time.Time `yaml:"firstSeen" protobuf:"5"`
-	// LastPXE is when the machine last asked for a boot script (kept to the minute).
+	// LastPXE is when the machine last asked for a boot script (kept to five minutes, so a
+	// fleet booting in a loop does not turn into disk writes).
 	LastPXE time.Time `yaml:"lastPXE" protobuf:"6"`
 	// LastAddress is the IP address the last boot script was fetched from.
 	LastAddress string `yaml:"lastAddress,omitempty" protobuf:"7"`
