@@ -1,0 +1,184 @@
+// Command lab runs the lab: a network of namespaces, the site DHCP server, the provider
+// and QEMU machines that PXE-boot from it. See hack/internal/lab.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/anvil-metal/anvil/hack/internal/lab"
+	"github.com/anvil-metal/anvil/hack/internal/machine"
+	"github.com/anvil-metal/anvil/internal/flagenv"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCmd().ExecuteContext(ctx)
+
+	stop()
+
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCmd() *cobra.Command {
+	var dir, prefix string
+
+	root := &cobra.Command{
+		Use:           "lab",
+		Short:         "The Anvil lab: namespaces, site DHCP, the provider and QEMU machines",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+
+	pf := root.PersistentFlags()
+	pf.StringVar(&dir, "dir", "_out/lab", "directory of the lab's state, logs and machines")
+	pf.StringVar(&prefix, "prefix", "anvil", "prefix of the lab's network namespaces (<prefix>-lab, <prefix>-site)")
+
+	// Every flag can also come from ANVIL_<FLAG>.
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		return flagenv.Apply(cmd.Flags(), nil)
+	}
+
+	root.AddCommand(newUpCmd(&dir, &prefix), newDownCmd(&dir, &prefix), newStatusCmd(&dir), newMachineCmd(&dir))
+	annotate(root)
+
+	return root
+}
+
+func annotate(cmd *cobra.Command) {
+	flagenv.Annotate(cmd.LocalNonPersistentFlags())
+
+	if cmd.HasParent() {
+		return
+	}
+
+	flagenv.Annotate(cmd.PersistentFlags())
+
+	for _, c := range cmd.Commands() {
+		annotate(c)
+	}
+}
+
+func newUpCmd(dir, prefix *string) *cobra.Command {
+	var (
+		cfg      lab.Config
+		firmware []string
+	)
+
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Create the network, start dnsmasq, the provider and the machines",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Dir, cfg.Prefix = *dir, *prefix
+
+			for _, f := range firmware {
+				fw, err := machine.ParseFirmware(f)
+				if err != nil {
+					return err
+				}
+
+				cfg.Firmware = append(cfg.Firmware, fw)
+			}
+
+			s, err := lab.Up(cmd.Context(), cfg)
+			if err != nil {
+				return fmt.Errorf("%w (lab down removes what was started)", err)
+			}
+
+			return s.WriteStatus(cmd.Context(), cmd.OutOrStdout())
+		},
+	}
+
+	f := cmd.Flags()
+	f.IntVar(&cfg.Machines, "machines", 3, "number of machines")
+	f.StringSliceVar(&firmware, "firmware", []string{"bios", "uefi", "uefi-pxe"}, "firmware of the machines, in turn: bios, uefi (OVMF + iPXE ROM), uefi-pxe (OVMF's own PXE)")
+	f.BoolVar(&cfg.KVM, "kvm", false, "use KVM instead of TCG (only where KVM really works; not under kvm-pvm)")
+	f.IntVar(&cfg.MemoryMB, "memory", 1024, "memory of each machine, MiB")
+	f.StringVar(&cfg.DiskSize, "disk-size", "8G", "size of each machine's qcow2 disk")
+	f.StringVar(&cfg.ProviderBin, "provider-bin", "_out/bin/provider", "provider binary")
+	f.StringVar(&cfg.AgentAssetsDir, "agent-assets-dir", "_out/agent", "the agent's boot assets (make agent-initramfs)")
+	f.StringVar(&cfg.FactoryURL, "image-factory-base-url", "http://10.77.0.1:8080", "Image Factory (or stand-in) base URL given to the provider")
+	f.StringVar(&cfg.FactoryPXEURL, "image-factory-pxe-base-url", "http://10.77.0.1:8080", "Image Factory PXE base URL given to the provider")
+	f.IntVar(&cfg.APIPort, "api-port", 50042, "the provider's API port")
+	f.StringArrayVar(&cfg.ProviderArgs, "provider-arg", nil, "extra provider argument (repeatable)")
+
+	return cmd
+}
+
+func newDownCmd(dir, prefix *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "down",
+		Short: "Stop everything the lab started and remove its namespaces",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return lab.Down(cmd.Context(), *dir, *prefix)
+		},
+	}
+}
+
+func newStatusCmd(dir *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Print what the lab runs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := lab.Load(*dir)
+			if err != nil {
+				return fmt.Errorf("no lab in %s: %w", *dir, err)
+			}
+
+			return s.WriteStatus(cmd.Context(), cmd.OutOrStdout())
+		},
+	}
+}
+
+func newMachineCmd(dir *string) *cobra.Command {
+	cmd := &cobra.Command{Use: "machine", Short: "Power a lab machine: start, stop, reset"}
+
+	actions := map[string]func(*machine.Machine, context.Context) error{
+		"start": (*machine.Machine).Start,
+		"stop":  (*machine.Machine).Stop,
+		"reset": (*machine.Machine).Reset,
+	}
+
+	for _, name := range []string{"start", "stop", "reset"} {
+		action := actions[name]
+
+		cmd.AddCommand(&cobra.Command{
+			Use:   name + " <machine>...",
+			Short: strings.ToUpper(name[:1]) + name[1:] + " machines (by name, UUID or MAC)",
+			Args:  cobra.MinimumNArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				s, err := lab.Load(*dir)
+				if err != nil {
+					return fmt.Errorf("no lab in %s: %w", *dir, err)
+				}
+
+				for _, a := range args {
+					m, err := s.Machine(a)
+					if err != nil {
+						return err
+					}
+
+					if err := action(m, cmd.Context()); err != nil {
+						return err
+					}
+				}
+
+				return nil
+			},
+		})
+	}
+
+	return cmd
+}

@@ -1,0 +1,422 @@
+// Package lab brings a whole lab up and down: the network (labnet), the site DHCP
+// server, the provider in standalone mode, and the machines. What it starts is recorded
+// in a state file in the lab directory, so "down" stops it even after a crash; it also
+// sweeps the namespaces' processes and the processes naming the lab directory.
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/anvil-metal/anvil/hack/internal/labnet"
+	"github.com/anvil-metal/anvil/hack/internal/machine"
+	"github.com/anvil-metal/anvil/hack/internal/proc"
+)
+
+// Config of a lab.
+type Config struct {
+	// Dir holds the state file, logs, the provider's state and the machines.
+	Dir string
+	// Prefix names the namespaces: <prefix>-lab, <prefix>-site.
+	Prefix string
+
+	Machines int
+	// Firmware kinds, handed out to the machines in turn.
+	Firmware []machine.Firmware
+	KVM      bool
+	MemoryMB int
+	DiskSize string
+
+	ProviderBin    string
+	AgentAssetsDir string
+	FactoryURL     string
+	FactoryPXEURL  string
+	APIPort        int
+	// ProviderArgs are appended to the provider's command line.
+	ProviderArgs []string
+}
+
+// State is what a lab runs, as recorded in <dir>/state.json.
+type State struct {
+	Dir         string         `json:"dir"`
+	Prefix      string         `json:"prefix"`
+	ProviderNS  string         `json:"providerNamespace"`
+	SiteNS      string         `json:"siteNamespace"`
+	ProviderPID int            `json:"providerPid"`
+	DHCPPID     int            `json:"dhcpPid"`
+	Machines    []machine.Spec `json:"machines"`
+}
+
+// StateFile is the state file of the lab in dir.
+func StateFile(dir string) string { return filepath.Join(dir, "state.json") }
+
+// ProviderStateDir is the provider's --state-dir; its control socket is control.sock.
+func (s *State) ProviderStateDir() string { return filepath.Join(s.Dir, "provider") }
+
+// ControlSocket is the provider's control API socket (reachable from the host).
+func (s *State) ControlSocket() string { return filepath.Join(s.ProviderStateDir(), "control.sock") }
+
+// ProviderLog is the provider's output.
+func (s *State) ProviderLog() string { return filepath.Join(s.Dir, "provider.log") }
+
+// DHCPLog is dnsmasq's log.
+func (s *State) DHCPLog() string { return filepath.Join(s.Dir, "dnsmasq.log") }
+
+// Net is the lab's network.
+func (s *State) Net() *labnet.Net { return &labnet.Net{ProviderNS: s.ProviderNS, SiteNS: s.SiteNS} }
+
+// MachineList is the lab's machines.
+func (s *State) MachineList() []*machine.Machine {
+	ms := make([]*machine.Machine, 0, len(s.Machines))
+	for _, spec := range s.Machines {
+		ms = append(ms, machine.New(spec))
+	}
+
+	return ms
+}
+
+// Machine finds a machine by name, UUID or MAC.
+func (s *State) Machine(name string) (*machine.Machine, error) {
+	for _, m := range s.MachineList() {
+		if m.Name == name || m.UUID == name || strings.EqualFold(m.MAC, name) {
+			return m, nil
+		}
+	}
+
+	return nil, fmt.Errorf("no machine %q in the lab at %s", name, s.Dir)
+}
+
+// Load reads the state of the lab in dir.
+func Load(dir string) (*State, error) {
+	b, err := os.ReadFile(StateFile(dir))
+	if err != nil {
+		return nil, fmt.Errorf("error reading the lab state: %w", err)
+	}
+
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("error decoding %s: %w", StateFile(dir), err)
+	}
+
+	return &s, nil
+}
+
+func (s *State) save() error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("error encoding the lab state: %w", err)
+	}
+
+	tmp := StateFile(s.Dir) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("error writing the lab state: %w", err)
+	}
+
+	return os.Rename(tmp, StateFile(s.Dir))
+}
+
+// Up brings the lab up; what already runs is kept. The state is saved after each step,
+// so a failure half-way leaves a lab that Down removes.
+func Up(ctx context.Context, cfg Config) (*State, error) {
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("error resolving %s: %w", cfg.Dir, err)
+	}
+
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("error creating %s: %w", dir, err)
+	}
+
+	s, err := Load(dir)
+	if err != nil {
+		n := labnet.New(cfg.Prefix)
+		s = &State{Dir: dir, Prefix: cfg.Prefix, ProviderNS: n.ProviderNS, SiteNS: n.SiteNS}
+	} else if s.Prefix != cfg.Prefix {
+		return nil, fmt.Errorf("the lab in %s has prefix %q, not %q: bring it down first", dir, s.Prefix, cfg.Prefix)
+	}
+
+	if err := s.save(); err != nil {
+		return nil, err
+	}
+
+	if err := s.Net().Up(ctx); err != nil {
+		return s, err
+	}
+
+	if !proc.Alive(s.DHCPPID) {
+		if s.DHCPPID, err = startDaemon(s.Net().DHCPCommand(context.WithoutCancel(ctx), dir), filepath.Join(dir, "dnsmasq.out")); err != nil {
+			return s, fmt.Errorf("error starting dnsmasq: %w", err)
+		}
+
+		if err := s.save(); err != nil {
+			return s, err
+		}
+	}
+
+	if !proc.Alive(s.ProviderPID) {
+		if err := s.startProvider(ctx, cfg); err != nil {
+			return s, err
+		}
+	}
+
+	if err := s.addMachines(cfg); err != nil {
+		return s, err
+	}
+
+	for _, m := range s.MachineList() {
+		if err := s.Net().AddTap(ctx, m.Tap); err != nil {
+			return s, err
+		}
+
+		if err := m.Start(ctx); err != nil {
+			return s, err
+		}
+	}
+
+	return s, nil
+}
+
+func (s *State) addMachines(cfg Config) error {
+	firmware := cfg.Firmware
+	if len(firmware) == 0 {
+		firmware = []machine.Firmware{machine.BIOS}
+	}
+
+	for i := len(s.Machines); i < cfg.Machines; i++ {
+		fw := firmware[i%len(firmware)]
+		name := fmt.Sprintf("%s-%d", fw, i)
+
+		s.Machines = append(s.Machines, machine.Spec{
+			Name: name, Index: i, Seed: s.Prefix, Firmware: fw,
+			Dir: filepath.Join(s.Dir, "machines", name), NetNS: s.ProviderNS, Tap: fmt.Sprintf("tap%d", i),
+			KVM: cfg.KVM, MemoryMB: cfg.MemoryMB, DiskSize: cfg.DiskSize,
+		})
+	}
+
+	return s.save()
+}
+
+func (s *State) startProvider(ctx context.Context, cfg Config) error {
+	bin, err := filepath.Abs(cfg.ProviderBin)
+	if err != nil {
+		return fmt.Errorf("error resolving %s: %w", cfg.ProviderBin, err)
+	}
+
+	assets, err := filepath.Abs(cfg.AgentAssetsDir)
+	if err != nil {
+		return fmt.Errorf("error resolving %s: %w", cfg.AgentAssetsDir, err)
+	}
+
+	tftpRoot := filepath.Join(s.Dir, "tftp")
+	if err := fillTFTPRoot(tftpRoot); err != nil {
+		return err
+	}
+
+	_ = os.Remove(s.ControlSocket())
+
+	args := append([]string{
+		"--state-dir", s.ProviderStateDir(),
+		"--api-advertise-address", labnet.ProviderAddr,
+		"--api-port", strconv.Itoa(cfg.APIPort),
+		"--dhcp-proxy-iface-or-ip", labnet.Bridge,
+		"--tftp-root", tftpRoot,
+		"--agent-assets-dir", assets,
+		"--image-factory-base-url", cfg.FactoryURL,
+		"--image-factory-pxe-base-url", cfg.FactoryPXEURL,
+	}, cfg.ProviderArgs...)
+
+	cmd := labnet.Command(context.WithoutCancel(ctx), s.ProviderNS, bin, args...)
+	if s.ProviderPID, err = startDaemon(cmd, s.ProviderLog()); err != nil {
+		return fmt.Errorf("error starting the provider: %w", err)
+	}
+
+	if err := s.save(); err != nil {
+		return err
+	}
+
+	// Ready when its control socket exists (the API is in the namespace, unreachable
+	// from here; the socket is on the file system).
+	deadline := time.Now().Add(60 * time.Second)
+
+	for {
+		if _, err := os.Stat(s.ControlSocket()); err == nil {
+			return nil
+		}
+
+		if !proc.Alive(s.ProviderPID) {
+			return fmt.Errorf("the provider exited; see %s", s.ProviderLog())
+		}
+
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the provider did not come up in 60 s; see %s", s.ProviderLog())
+		}
+
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// fillTFTPRoot copies the iPXE binaries the firmware's own PXE fetches, resolved:
+// Debian's /usr/lib/ipxe/ipxe.efi is a symlink to /boot, which the TFTP root must not
+// need.
+func fillTFTPRoot(root string) error {
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return fmt.Errorf("error creating %s: %w", root, err)
+	}
+
+	for _, name := range []string{"ipxe.efi", "snponly.efi", "undionly.kpxe"} {
+		src, err := filepath.EvalSymlinks(filepath.Join("/usr/lib/ipxe", name))
+		if err != nil {
+			continue // missing: the provider reports it when asked for it
+		}
+
+		if err := copyFile(src, filepath.Join(root, name)); err != nil {
+			return err
+		}
+	}
+
+	return nil
+}
+
+// startDaemon starts cmd in a session of its own (a terminal's Ctrl-C does not reach
+// it), output to log, and returns its pid. A goroutine reaps it when it exits, in case
+// the caller lives on (tests); it ends with the process.
+func startDaemon(cmd *exec.Cmd, log string) (int, error) {
+	f, err := os.OpenFile(log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return 0, fmt.Errorf("error opening %s: %w", log, err)
+	}
+
+	defer f.Close() //nolint:errcheck
+
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("error starting %s: %w", cmd.Path, err)
+	}
+
+	go cmd.Wait() //nolint:errcheck
+
+	return cmd.Process.Pid, nil
+}
+
+// Down stops everything the lab in dir started and removes its namespaces. prefix is
+// used when the state file is gone. It is safe to run again.
+func Down(ctx context.Context, dir, prefix string) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("error resolving %s: %w", dir, err)
+	}
+
+	s, err := Load(dir)
+	if err != nil {
+		n := labnet.New(prefix)
+		s = &State{Dir: dir, Prefix: prefix, ProviderNS: n.ProviderNS, SiteNS: n.SiteNS}
+	}
+
+	var errs []error
+
+	for _, m := range s.MachineList() {
+		errs = append(errs, m.Stop(ctx))
+	}
+
+	errs = append(errs, proc.Stop(ctx, s.ProviderPID, 10*time.Second), proc.Stop(ctx, s.DHCPPID, 5*time.Second))
+
+	// The sweep: whatever still runs in the namespaces or names the lab directory.
+	pids := proc.FindByArg(dir + "/")
+
+	for _, ns := range s.Net().Namespaces() {
+		nsPIDs, err := labnet.NamespacePIDs(ctx, ns)
+		errs = append(errs, err)
+		pids = append(pids, nsPIDs...)
+	}
+
+	for _, pid := range pids {
+		errs = append(errs, proc.Stop(ctx, pid, 5*time.Second))
+	}
+
+	errs = append(errs, s.Net().Down(ctx))
+
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+
+	if err := os.Remove(StateFile(dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("error removing the lab state: %w", err)
+	}
+
+	return nil
+}
+
+// WriteStatus prints what the lab runs.
+func (s *State) WriteStatus(ctx context.Context, w io.Writer) error {
+	existing, err := labnet.ListNamespaces(ctx)
+	if err != nil {
+		return err
+	}
+
+	up := func(ok bool) string {
+		if ok {
+			return "running"
+		}
+
+		return "stopped"
+	}
+
+	var b strings.Builder
+
+	fmt.Fprintf(&b, "lab %s (prefix %s)\n", s.Dir, s.Prefix)
+
+	for _, ns := range s.Net().Namespaces() {
+		fmt.Fprintf(&b, "namespace %-20s %s\n", ns, map[bool]string{true: "present", false: "absent"}[contains(existing, ns)])
+	}
+
+	fmt.Fprintf(&b, "provider  pid %-8d %s  log %s  control unix://%s\n", s.ProviderPID, up(proc.Alive(s.ProviderPID)), s.ProviderLog(), s.ControlSocket())
+	fmt.Fprintf(&b, "dnsmasq   pid %-8d %s  log %s\n", s.DHCPPID, up(proc.Alive(s.DHCPPID)), s.DHCPLog())
+
+	for _, m := range s.MachineList() {
+		fmt.Fprintf(&b, "machine %-12s %-8s pid %-8d %s  uuid %s  mac %s  %s %s  serial log %s\n",
+			m.Name, m.Firmware, m.PID(), up(m.Running()), m.UUID, m.MAC, m.Vendor.Manufacturer, m.Vendor.Product, m.SerialLog())
+	}
+
+	_, err = io.WriteString(w, b.String())
+
+	return err
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+
+	return false
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("error reading %s: %w", src, err)
+	}
+
+	if err := os.WriteFile(dst, b, 0o644); err != nil {
+		return fmt.Errorf("error writing %s: %w", dst, err)
+	}
+
+	return nil
+}

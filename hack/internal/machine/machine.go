@@ -1,0 +1,308 @@
+// Package machine runs a lab machine: a QEMU virtual machine on a tap of the lab
+// network, with the firmware of a kind of server (SeaBIOS or OVMF, with QEMU's iPXE NIC
+// ROM or the firmware's own PXE), a disk, a serial console captured to a file, SMBIOS
+// identity of a vendor, and a power API over QMP.
+package machine
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/anvil-metal/anvil/hack/internal/labnet"
+	"github.com/anvil-metal/anvil/hack/internal/proc"
+)
+
+// Firmware is the boot firmware of a machine.
+type Firmware string
+
+// Firmware kinds.
+const (
+	// BIOS is SeaBIOS with QEMU's iPXE NIC ROM.
+	BIOS Firmware = "bios"
+	// UEFI is OVMF with QEMU's iPXE NIC ROM.
+	UEFI Firmware = "uefi"
+	// UEFIPXE is OVMF with an empty NIC ROM: the firmware's own PXE, which TFTPs iPXE.
+	UEFIPXE Firmware = "uefi-pxe"
+)
+
+// Firmware files (Debian's ovmf and ipxe-qemu).
+var (
+	OVMFCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	OVMFVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+	// NICROM is the virtio-net iPXE ROM QEMU loads by default (BIOS and EFI images).
+	NICROM = "/usr/lib/ipxe/qemu/efi-virtio.rom"
+)
+
+// ParseFirmware checks a firmware kind.
+func ParseFirmware(s string) (Firmware, error) {
+	switch f := Firmware(strings.TrimSpace(s)); f {
+	case BIOS, UEFI, UEFIPXE:
+		return f, nil
+	default:
+		return "", fmt.Errorf("unknown firmware %q (bios, uefi or uefi-pxe)", s)
+	}
+}
+
+// Vendor is the SMBIOS type 1 identity of a machine.
+type Vendor struct{ Manufacturer, Product string }
+
+// Vendors are handed out by machine index, so a lab looks like a mixed fleet.
+var Vendors = []Vendor{
+	{"Dell Inc.", "PowerEdge R630"},
+	{"Supermicro", "SYS-1029P-WTR"},
+	{"HPE", "ProLiant DL360 Gen10"},
+	{"Lenovo", "ThinkSystem SR630"},
+}
+
+// Spec describes a machine.
+type Spec struct {
+	// Name is unique in the lab; Index numbers it (tap, vendor). UUID, MAC and serial
+	// derive from Seed, Name and Index, so they are stable across runs.
+	Name  string
+	Index int
+	Seed  string
+
+	Firmware Firmware
+	// Dir holds the machine's disk, firmware variables, QMP socket, pid file and serial log.
+	Dir string
+	// NetNS and Tap are where the NIC is: the tap exists in the namespace.
+	NetNS, Tap string
+
+	KVM      bool
+	MemoryMB int
+	CPUs     int
+	DiskSize string
+	QEMU     string
+}
+
+// Machine is a lab machine.
+type Machine struct {
+	Spec
+
+	UUID, MAC, Serial string
+	Vendor            Vendor
+}
+
+// New derives the machine's identity from its spec.
+func New(spec Spec) *Machine {
+	if spec.MemoryMB == 0 {
+		spec.MemoryMB = 1024
+	}
+
+	if spec.CPUs == 0 {
+		spec.CPUs = 2
+	}
+
+	if spec.DiskSize == "" {
+		spec.DiskSize = "8G"
+	}
+
+	if spec.QEMU == "" {
+		spec.QEMU = "qemu-system-x86_64"
+	}
+
+	if spec.Firmware == "" {
+		spec.Firmware = BIOS
+	}
+
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s/%s/%d", spec.Seed, spec.Name, spec.Index)))
+
+	u := sum[:16]
+	u[6] = u[6]&0x0f | 0x40 // version 4 layout; the bits are a hash, not random
+	u[8] = u[8]&0x3f | 0x80
+
+	return &Machine{
+		Spec:   spec,
+		UUID:   fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16]),
+		MAC:    fmt.Sprintf("52:54:00:%02x:%02x:%02x", sum[16], sum[17], sum[18]),
+		Serial: fmt.Sprintf("LAB%X", sum[19:23]),
+		Vendor: Vendors[spec.Index%len(Vendors)],
+	}
+}
+
+// Paths of the machine's files.
+func (m *Machine) SerialLog() string { return filepath.Join(m.Dir, "serial.log") }
+func (m *Machine) QMPSocket() string { return filepath.Join(m.Dir, "qmp.sock") }
+func (m *Machine) PIDFile() string   { return filepath.Join(m.Dir, "qemu.pid") }
+func (m *Machine) Disk() string      { return filepath.Join(m.Dir, "disk.qcow2") }
+func (m *Machine) varsFile() string  { return filepath.Join(m.Dir, "OVMF_VARS.fd") }
+func (m *Machine) qemuLog() string   { return filepath.Join(m.Dir, "qemu.log") }
+
+// PID is QEMU's pid, 0 when it does not run.
+func (m *Machine) PID() int {
+	b, err := os.ReadFile(m.PIDFile())
+	if err != nil {
+		return 0
+	}
+
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if !proc.Alive(pid) {
+		return 0
+	}
+
+	return pid
+}
+
+// Running reports whether the machine is powered on.
+func (m *Machine) Running() bool { return m.PID() != 0 }
+
+// Start powers the machine on (creating its disk and firmware variables the first
+// time); it returns once QEMU runs. Starting a running machine does nothing.
+func (m *Machine) Start(ctx context.Context) error {
+	if m.Running() {
+		return nil
+	}
+
+	if err := os.MkdirAll(m.Dir, 0o755); err != nil {
+		return fmt.Errorf("error creating %s: %w", m.Dir, err)
+	}
+
+	if err := m.prepare(ctx); err != nil {
+		return err
+	}
+
+	_ = os.Remove(m.QMPSocket())
+
+	args := m.Args()
+
+	var out bytes.Buffer
+
+	// -daemonize: QEMU returns once the machine runs (or reports why not), and the
+	// machine outlives the command that started it.
+	cmd := labnet.Command(ctx, m.NetNS, m.QEMU, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("error starting machine %s: %w: %s", m.Name, err, strings.TrimSpace(out.String()))
+	}
+
+	if m.PID() == 0 {
+		return fmt.Errorf("machine %s is not running after start; see %s", m.Name, m.qemuLog())
+	}
+
+	return nil
+}
+
+// Args is QEMU's command line (without the binary).
+func (m *Machine) Args() []string {
+	accel := []string{"-accel", "tcg", "-cpu", "max"}
+	if m.KVM {
+		accel = []string{"-accel", "kvm", "-cpu", "host"}
+	}
+
+	nic := "virtio-net-pci,netdev=n0,mac=" + m.MAC + ",bootindex=1"
+	if m.Firmware == UEFIPXE {
+		nic += ",romfile=" // the firmware's own PXE
+	}
+
+	args := append(accel,
+		"-name", m.Seed+"-"+m.Name+",process="+m.Seed+"-"+m.Name,
+		"-machine", "q35", "-m", strconv.Itoa(m.MemoryMB), "-smp", strconv.Itoa(m.CPUs),
+		"-display", "none", "-vga", "none",
+		"-daemonize", "-pidfile", m.PIDFile(),
+		"-D", m.qemuLog(),
+		// append: the log keeps every boot across power cycles.
+		"-chardev", "file,id=serial0,path="+m.SerialLog()+",append=on",
+		"-serial", "chardev:serial0",
+		"-qmp", "unix:"+m.QMPSocket()+",server=on,wait=off",
+		"-netdev", "tap,id=n0,ifname="+m.Tap+",script=no,downscript=no",
+		"-device", nic,
+		"-drive", "file="+m.Disk()+",format=qcow2,if=none,id=disk0",
+		"-device", "virtio-blk-pci,drive=disk0,bootindex=2",
+		"-smbios", fmt.Sprintf("type=1,manufacturer=%s,product=%s,serial=%s,uuid=%s",
+			m.Vendor.Manufacturer, m.Vendor.Product, m.Serial, m.UUID),
+	)
+
+	if m.Firmware == BIOS {
+		// The serial graphics adapter mirrors SeaBIOS's and iPXE's screen onto the serial
+		// port, so the serial log shows the PXE boot as it does under OVMF.
+		args = append(args, "-device", "sga")
+	} else {
+		args = append(args,
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+OVMFCode,
+			"-drive", "if=pflash,format=raw,unit=1,file="+m.varsFile(),
+		)
+	}
+
+	return args
+}
+
+func (m *Machine) prepare(ctx context.Context) error {
+	if m.Firmware != UEFIPXE {
+		if _, err := os.Stat(NICROM); err != nil {
+			return fmt.Errorf("the iPXE NIC ROM is missing (apt-get install --reinstall ipxe-qemu): %w", err)
+		}
+	}
+
+	if _, err := os.Stat(m.Disk()); errors.Is(err, os.ErrNotExist) {
+		out, err := exec.CommandContext(ctx, "qemu-img", "create", "-q", "-f", "qcow2", m.Disk(), m.DiskSize).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("error creating the disk of %s: %w: %s", m.Name, err, out)
+		}
+	}
+
+	if m.Firmware == BIOS {
+		return nil
+	}
+
+	if _, err := os.Stat(m.varsFile()); err == nil {
+		return nil
+	}
+
+	return copyFile(OVMFVars, m.varsFile())
+}
+
+// Stop powers the machine off (QMP quit, then SIGKILL if QEMU does not go).
+func (m *Machine) Stop(ctx context.Context) error {
+	pid := m.PID()
+	if pid == 0 {
+		return nil
+	}
+
+	if err := m.QMP(ctx, "quit"); err == nil && proc.WaitGone(ctx, pid, 10*time.Second) {
+		return nil
+	}
+
+	return proc.Stop(ctx, pid, 5*time.Second)
+}
+
+// Reset presses the reset button.
+func (m *Machine) Reset(ctx context.Context) error {
+	if !m.Running() {
+		return fmt.Errorf("machine %s is off", m.Name)
+	}
+
+	return m.QMP(ctx, "system_reset")
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("error opening %s: %w", src, err)
+	}
+
+	defer in.Close() //nolint:errcheck
+
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("error creating %s: %w", dst, err)
+	}
+
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close() //nolint:errcheck
+
+		return fmt.Errorf("error copying %s: %w", src, err)
+	}
+
+	return out.Close()
+}
