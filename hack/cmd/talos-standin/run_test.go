@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"github.com/siderolabs/siderolink/api/events"
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+)
+
+// sink records the events published to it.
+type sink struct {
+	events.UnimplementedEventSinkServiceServer
+
+	mu  sync.Mutex
+	got []string
+}
+
+func (s *sink) Publish(_ context.Context, req *events.EventRequest) (*events.EventResponse, error) {
+	var ev machine.SequenceEvent
+	if err := req.GetData().UnmarshalTo(&ev); err != nil {
+		return nil, err
+	}
+
+	s.mu.Lock()
+	s.got = append(s.got, req.GetData().GetTypeUrl()+" "+ev.GetSequence()+" "+ev.GetAction().String())
+	s.mu.Unlock()
+
+	return &events.EventResponse{}, nil
+}
+
+// TestRun: outside an initramfs, the stand-in reports its boot, fetches its config and
+// sends the install sequence's START and STOP, as Talos does.
+func TestRun(t *testing.T) {
+	t.Parallel()
+
+	cfg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("token") != "tok" {
+			http.Error(w, "no", http.StatusForbidden)
+
+			return
+		}
+
+		w.Write([]byte("hello")) //nolint:errcheck
+	}))
+	t.Cleanup(cfg.Close)
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+
+	s := &sink{}
+	srv := grpc.NewServer()
+	events.RegisterEventSinkServiceServer(srv, s)
+
+	go srv.Serve(l) //nolint:errcheck
+
+	t.Cleanup(srv.Stop)
+
+	var out bytes.Buffer
+
+	cmdline := "console=ttyS0 anvil.lab.schematic=abc anvil.lab.version=v1.9.0 talos.config=" + cfg.URL + "/metadata/m?token=tok talos.events.sink=" + l.Addr().String()
+	require.NoError(t, run(t.Context(), zap.NewNop(), &out, cmdline))
+
+	assert.Equal(t, "TALOS-STANDIN schematic=abc version=v1.9.0\n"+
+		"TALOS-STANDIN cmdline="+cmdline+"\n"+
+		"TALOS-STANDIN config status=200 bytes=5 sha256=2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824\n"+
+		"TALOS-STANDIN installed\n", out.String())
+	assert.Equal(t, []string{"talos/runtime/machine.SequenceEvent install START", "talos/runtime/machine.SequenceEvent install STOP"}, s.got)
+
+	// A refused config is reported with its status, not retried.
+	out.Reset()
+	require.NoError(t, run(t.Context(), zap.NewNop(), &out, "talos.config="+cfg.URL+"/metadata/m?token=bad"))
+	assert.Contains(t, out.String(), "config status=403 ")
+	assert.NotContains(t, out.String(), "installed")
+}
