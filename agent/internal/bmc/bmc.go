@@ -132,7 +132,10 @@ func withDevice(ctx context.Context, f func(BMC) error) error {
 // lanChannels lists the 802.3 LAN channels. Channel 0 is IPMB, 0x0E aliases the channel
 // the request came in on (here the system interface) and 0x0F is the system interface.
 func lanChannels(ctx context.Context, b BMC) ([]uint8, error) {
-	var channels []uint8
+	var (
+		channels []uint8
+		lastErr  error
+	)
 
 	for ch := uint8(1); ch <= 0x0F; ch++ {
 		if ch == 0x0E {
@@ -145,8 +148,9 @@ func lanChannels(ctx context.Context, b BMC) ([]uint8, error) {
 
 		info, err := b.GetChannelInfo(ctx, ch)
 		if err != nil {
-			// An absent channel answers with an error code; a BMC that did not answer
-			// at all fails the next step anyway.
+			// An absent channel answers with an error code.
+			lastErr = err
+
 			continue
 		}
 
@@ -156,6 +160,12 @@ func lanChannels(ctx context.Context, b BMC) ([]uint8, error) {
 	}
 
 	if len(channels) == 0 {
+		// The last answer tells a BMC without the command (QEMU's ipmi-bmc-sim answers
+		// "invalid command") from one without a LAN channel.
+		if lastErr != nil {
+			return nil, fmt.Errorf("the BMC has no 802.3 LAN channel (channels 1-15; last answer: %w)", lastErr)
+		}
+
 		return nil, errors.New("the BMC has no 802.3 LAN channel (channels 1-15)")
 	}
 
