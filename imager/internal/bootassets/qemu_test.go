@@ -49,7 +49,7 @@ func TestAgentBootsInQEMU(t *testing.T) {
 	dir := t.TempDir()
 	agent := filepath.Join(dir, "metal-agent")
 
-	build := exec.Command("go", "build", "-o", agent, "github.com/anvil-metal/anvil/agent/cmd/metal-agent")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", agent, "github.com/anvil-metal/anvil/agent/cmd/metal-agent")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 
 	out, err := build.CombinedOutput()
