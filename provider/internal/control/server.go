@@ -94,8 +94,9 @@ func (s *Server) newGRPC(extra ...grpc.ServerOption) *grpc.Server {
 }
 
 type served struct {
-	srv *grpc.Server
-	lis net.Listener
+	srv  *grpc.Server
+	lis  net.Listener
+	name string
 }
 
 // Run serves until ctx is canceled, then stops gracefully and removes the socket.
@@ -107,7 +108,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 	defer os.Remove(s.opts.SocketPath) //nolint:errcheck
 
-	servers := []served{{srv: s.newGRPC(), lis: unixLis}}
+	servers := []served{{srv: s.newGRPC(), lis: unixLis, name: s.opts.SocketPath}}
 
 	if s.opts.TCPAddress != "" && s.opts.TLSConfig != nil {
 		tcpLis, err := net.Listen("tcp", s.opts.TCPAddress)
@@ -117,13 +118,14 @@ func (s *Server) Run(ctx context.Context) error {
 			return fmt.Errorf("error listening on %s: %w", s.opts.TCPAddress, err)
 		}
 
-		servers = append(servers, served{srv: s.newGRPC(grpc.Creds(credentials.NewTLS(s.opts.TLSConfig))), lis: tcpLis})
+		servers = append(servers, served{srv: s.newGRPC(grpc.Creds(credentials.NewTLS(s.opts.TLSConfig))), lis: tcpLis, name: tcpLis.Addr().String()})
 	}
 
 	errCh := make(chan error, len(servers))
 
 	for _, sv := range servers {
-		s.logger.Info("serving control API", zap.Stringer("address", sv.lis.Addr()))
+		// The socket was renamed into place: its listener knows only the temporary name.
+		s.logger.Info("serving control API", zap.String("address", sv.name))
 
 		go func() {
 			if err := sv.srv.Serve(sv.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {

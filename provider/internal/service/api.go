@@ -67,7 +67,14 @@ func (env *environment) apiServices() ([]runner, error) {
 
 		eg.Go(func() error { return mux.Run(ctx) })
 		eg.Go(func() error { return http.Serve(ctx, mux.Plain()) })
-		eg.Go(func() error { return agentServer.Serve(mux.TLS()) })
+		eg.Go(func() error {
+			// Stopping closes the listener under Serve: that is no error.
+			if err := agentServer.Serve(mux.TLS()); err != nil && ctx.Err() == nil {
+				return fmt.Errorf("error serving the agent API: %w", err)
+			}
+
+			return nil
+		})
 		eg.Go(func() error {
 			<-ctx.Done()
 			agentServer.Stop()
