@@ -82,11 +82,15 @@ func (m *Manager) leaseLoop(ctx context.Context, log *zap.Logger, ifc *net.Inter
 		applied = &c
 		server, _ := netip.AddrFromSlice(lease.ACK.ServerIdentifier().To4())
 
-		m.update(ifc.Name, func(ls *linkState) {
-			ls.lease, ls.server, ls.got, ls.err = &c, server, lease.CreationTime, nil
-		})
+		// DNS and the hostname first, then wake WaitAddress: a caller woken by the lease
+		// finds the link fully configured.
+		m.mu.Lock()
+		m.links[ifc.Name].lease, m.links[ifc.Name].server, m.links[ifc.Name].got, m.links[ifc.Name].err = &c, server, lease.CreationTime, nil
+		m.mu.Unlock()
+
 		m.writeDNS()
 		m.setHostname(c.Hostname)
+		m.update(ifc.Name, func(*linkState) {})
 
 		log.Info("DHCPv4 lease",
 			zap.Stringer("address", c.Address),

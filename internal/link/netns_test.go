@@ -214,14 +214,20 @@ func TestChildInNamespace(t *testing.T) {
 
 	assert.True(t, foundDefault, "default route via %s on %s", gateway, servedLink)
 
-	resolv, err := os.ReadFile(os.Getenv(resolvEnv))
-	require.NoError(t, err)
-	assert.Contains(t, string(resolv), "nameserver "+nameserver+"\n")
-	assert.Contains(t, string(resolv), "search lab.anvil\n")
+	// WaitAddress may be woken by the kernel's address (or the other link's retries)
+	// before the lease's DNS and hostname are written: they follow within moments.
+	require.Eventually(t, func() bool {
+		resolv, err := os.ReadFile(os.Getenv(resolvEnv))
 
-	host, err := os.Hostname()
-	require.NoError(t, err)
-	assert.Equal(t, leaseHostID, host)
+		return err == nil && strings.Contains(string(resolv), "nameserver "+nameserver+"\n") &&
+			strings.Contains(string(resolv), "search lab.anvil\n")
+	}, 10*time.Second, 10*time.Millisecond, "resolv.conf from the lease")
+
+	require.Eventually(t, func() bool {
+		host, err := os.Hostname()
+
+		return err == nil && host == leaseHostID
+	}, 10*time.Second, 10*time.Millisecond, "hostname from the lease")
 
 	// The link nobody serves keeps failing, says why, and keeps retrying.
 	require.Eventually(t, func() bool {
