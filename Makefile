@@ -14,7 +14,7 @@ ARGS      ?=
 # Debian packages, by what needs them.
 PKGS_BUILD := protobuf-compiler
 PKGS_AGENT := linux-image-amd64
-PKGS_TEST  := iproute2 ipxe dnsmasq-base util-linux qemu-system-x86
+PKGS_TEST  := iproute2 ipxe dnsmasq-base util-linux qemu-system-x86 qemu-utils ipxe-qemu ovmf
 PKGS_BENCH := kea-admin dnsmasq-base nginx-light wrk iproute2
 
 # Code generation plugins, at the versions of deps.md.
