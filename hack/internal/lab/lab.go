@@ -154,6 +154,10 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 	}
 
 	if !proc.Alive(s.DHCPPID) {
+		if err := labnet.PrepareDHCP(dir); err != nil {
+			return s, err
+		}
+
 		if s.DHCPPID, err = startDaemon(s.Net().DHCPCommand(context.WithoutCancel(ctx), dir), filepath.Join(dir, "dnsmasq.out")); err != nil {
 			return s, fmt.Errorf("error starting dnsmasq: %w", err)
 		}
@@ -174,6 +178,12 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 	}
 
 	for _, m := range s.MachineList() {
+		if m.Index < 100 {
+			if err := labnet.ReserveAddress(dir, m.MAC, fmt.Sprintf("10.77.0.%d", 100+m.Index)); err != nil {
+				return s, err
+			}
+		}
+
 		if err := s.Net().AddTap(ctx, m.Tap); err != nil {
 			return s, err
 		}

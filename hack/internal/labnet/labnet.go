@@ -149,11 +149,36 @@ func (n *Net) DHCPCommand(ctx context.Context, dir string) *exec.Cmd {
 		"--dhcp-range="+DHCPStart+","+DHCPEnd+",255.255.255.0,1h",
 		"--enable-ra",
 		"--dhcp-range=::,constructor:"+SiteVeth+",ra-only,64",
+		"--dhcp-hostsdir="+hostsDir(dir),
 		"--dhcp-leasefile="+filepath.Join(dir, "dnsmasq.leases"),
 		"--pid-file="+filepath.Join(dir, "dnsmasq.pid"),
 		"--log-dhcp",
 		"--log-facility="+filepath.Join(dir, "dnsmasq.log"),
 	)
+}
+
+func hostsDir(dir string) string { return filepath.Join(dir, "dhcp-hosts") }
+
+// PrepareDHCP creates what DHCPCommand needs in dir.
+func PrepareDHCP(dir string) error {
+	if err := os.MkdirAll(hostsDir(dir), 0o755); err != nil {
+		return fmt.Errorf("error creating %s: %w", hostsDir(dir), err)
+	}
+
+	return nil
+}
+
+// ReserveAddress gives mac a fixed address from the site DHCP server (dnsmasq re-reads
+// its hosts directory on change). Without it, dnsmasq can offer one address to two
+// machines booting at once, and OVMF's own PXE gives up on the NAK that follows.
+func ReserveAddress(dir, mac, addr string) error {
+	name := filepath.Join(hostsDir(dir), strings.ReplaceAll(mac, ":", "-"))
+
+	if err := os.WriteFile(name, []byte(mac+","+addr+"\n"), 0o644); err != nil {
+		return fmt.Errorf("error reserving %s for %s: %w", addr, mac, err)
+	}
+
+	return nil
 }
 
 // ListNamespaces lists the host's named network namespaces.
