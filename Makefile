@@ -29,6 +29,8 @@ all: build
 
 setup:
 	@hack/setup.sh $(PKGS_BUILD) $(PKGS_AGENT) $(PKGS_TEST)
+	@# Seen here: dpkg lists ipxe-qemu while its ROMs are missing; put them back.
+	@test -f /usr/lib/ipxe/qemu/efi-virtio.rom || apt-get install -y -qq --reinstall ipxe-qemu >/dev/null
 	@hack/firmware.sh
 
 setup-bench:
