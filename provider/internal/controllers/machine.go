@@ -20,7 +20,7 @@ const pxeStampInterval = 5 * time.Minute
 
 // agentStampInterval is how much newer an agent token must be before a boot records it:
 // the boot services know the newest one at once (machineview), the state catches up.
-const agentStampInterval = 10 * time.Second
+const agentStampInterval = time.Minute
 
 // maxMACs bounds the MACs remembered per machine.
 const maxMACs = 16
