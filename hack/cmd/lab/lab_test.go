@@ -79,7 +79,7 @@ func TestLabSmoke(t *testing.T) {
 	}
 
 	out, err := runLab("up", "--machines", fmt.Sprint(len(strings.Split(firmware, ","))), "--firmware", firmware,
-		"--provider-bin", provider, "--agent-assets-dir", assets)
+		"--provider-bin", provider, "--agent-assets-dir", assets, "--factory=false") // hack/e2e runs the factory
 	poweredOn := time.Now()
 
 	require.NoError(t, err, "lab up: %s", out)

@@ -72,6 +72,7 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 	var (
 		cfg      lab.Config
 		firmware []string
+		factory  bool
 	)
 
 	cmd := &cobra.Command{
@@ -88,6 +89,12 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 				}
 
 				cfg.Firmware = append(cfg.Firmware, fw)
+			}
+
+			if !factory {
+				cfg.FactoryBin = ""
+			} else if err := buildFactory(cmd.Context(), cfg); err != nil {
+				return err
 			}
 
 			s, err := lab.Up(cmd.Context(), cfg)
@@ -110,9 +117,24 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 	f.StringVar(&cfg.FactoryURL, "image-factory-base-url", "http://10.77.0.1:8080", "Image Factory (or stand-in) base URL given to the provider")
 	f.StringVar(&cfg.FactoryPXEURL, "image-factory-pxe-base-url", "http://10.77.0.1:8080", "Image Factory PXE base URL given to the provider")
 	f.IntVar(&cfg.APIPort, "api-port", 50042, "the provider's API port")
+	f.BoolVar(&factory, "factory", true, "run the Image Factory stand-in on 10.77.0.1:8080 (built from hack/cmd/lab-factory and hack/cmd/talos-standin when missing)")
+	f.StringVar(&cfg.FactoryBin, "factory-bin", "_out/bin/lab-factory", "the Image Factory stand-in's binary")
+	f.StringVar(&cfg.FactoryAssetsDir, "factory-assets-dir", "_out/talos-standin", "the stand-in Talos boot assets the factory serves")
 	f.StringArrayVar(&cfg.ProviderArgs, "provider-arg", nil, "extra provider argument (repeatable)")
 
 	return cmd
+}
+
+// buildFactory builds the factory stand-in and its boot assets when they are missing,
+// from the module in the working directory.
+func buildFactory(ctx context.Context, cfg lab.Config) error {
+	if _, err := os.Stat(cfg.FactoryBin); err != nil {
+		if err := lab.BuildFactory(ctx, ".", cfg.FactoryBin); err != nil {
+			return err
+		}
+	}
+
+	return lab.BuildStandinAssets(ctx, ".", cfg.FactoryAssetsDir)
 }
 
 func newDownCmd(dir, prefix *string) *cobra.Command {

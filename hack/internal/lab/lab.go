@@ -42,6 +42,11 @@ type Config struct {
 	FactoryURL     string
 	FactoryPXEURL  string
 	APIPort        int
+	// FactoryBin is the Image Factory stand-in (hack/cmd/lab-factory), run in the
+	// provider's namespace on 10.77.0.1:8080 serving FactoryAssetsDir (the test "Talos",
+	// hack/cmd/talos-standin, as the imager builds it); empty: no factory.
+	FactoryBin       string
+	FactoryAssetsDir string
 	// ProviderArgs are appended to the provider's command line.
 	ProviderArgs []string
 }
@@ -54,6 +59,7 @@ type State struct {
 	SiteNS      string         `json:"siteNamespace"`
 	ProviderPID int            `json:"providerPid"`
 	DHCPPID     int            `json:"dhcpPid"`
+	FactoryPID  int            `json:"factoryPid,omitempty"`
 	Machines    []machine.Spec `json:"machines"`
 }
 
@@ -71,6 +77,9 @@ func (s *State) ProviderLog() string { return filepath.Join(s.Dir, "provider.log
 
 // DHCPLog is dnsmasq's log.
 func (s *State) DHCPLog() string { return filepath.Join(s.Dir, "dnsmasq.log") }
+
+// FactoryLog is the Image Factory stand-in's output (one line per request).
+func (s *State) FactoryLog() string { return filepath.Join(s.Dir, "factory.log") }
 
 // Net is the lab's network.
 func (s *State) Net() *labnet.Net { return &labnet.Net{ProviderNS: s.ProviderNS, SiteNS: s.SiteNS} }
@@ -163,6 +172,12 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 		}
 
 		if err := s.save(); err != nil {
+			return s, err
+		}
+	}
+
+	if cfg.FactoryBin != "" && !proc.Alive(s.FactoryPID) {
+		if err := s.startFactory(ctx, cfg); err != nil {
 			return s, err
 		}
 	}
@@ -344,7 +359,8 @@ func Down(ctx context.Context, dir, prefix string) error {
 		errs = append(errs, m.Stop(ctx))
 	}
 
-	errs = append(errs, proc.Stop(ctx, s.ProviderPID, 10*time.Second), proc.Stop(ctx, s.DHCPPID, 5*time.Second))
+	errs = append(errs, proc.Stop(ctx, s.ProviderPID, 10*time.Second), proc.Stop(ctx, s.DHCPPID, 5*time.Second),
+		proc.Stop(ctx, s.FactoryPID, 5*time.Second))
 
 	// The sweep: whatever still runs in the namespaces or names the lab directory.
 	pids := proc.FindByArg(dir + "/")
@@ -397,6 +413,10 @@ func (s *State) WriteStatus(ctx context.Context, w io.Writer) error {
 
 	fmt.Fprintf(&b, "provider  pid %-8d %s  log %s  control unix://%s\n", s.ProviderPID, up(proc.Alive(s.ProviderPID)), s.ProviderLog(), s.ControlSocket())
 	fmt.Fprintf(&b, "dnsmasq   pid %-8d %s  log %s\n", s.DHCPPID, up(proc.Alive(s.DHCPPID)), s.DHCPLog())
+
+	if s.FactoryPID != 0 {
+		fmt.Fprintf(&b, "factory   pid %-8d %s  log %s  http://%s\n", s.FactoryPID, up(proc.Alive(s.FactoryPID)), s.FactoryLog(), FactoryListen)
+	}
 
 	for _, m := range s.MachineList() {
 		fmt.Fprintf(&b, "machine %-12s %-8s pid %-8d %s  uuid %s  mac %s  %s %s  serial log %s\n",

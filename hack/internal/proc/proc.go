@@ -113,7 +113,7 @@ func FindByArg(s string) []int {
 
 func isLabDaemon(argv0 string) bool {
 	switch base := filepath.Base(argv0); {
-	case strings.HasPrefix(base, "qemu-system"), base == "dnsmasq", base == "provider", base == "ip":
+	case strings.HasPrefix(base, "qemu-system"), base == "dnsmasq", base == "provider", base == "ip", base == "lab-factory":
 		return true
 	default:
 		return false

@@ -1,0 +1,94 @@
+// Command lab-factory serves the Image Factory stand-in (internal/labfactory) for the
+// lab: the lab runs it in the provider's namespace on 10.77.0.1:8080, with the test
+// "Talos" (hack/cmd/talos-standin) as the boot assets. It logs every request.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/anvil-metal/anvil/internal/labfactory"
+)
+
+func main() {
+	listen := flag.String("listen", "10.77.0.1:8080", "address to listen on")
+	assets := flag.String("assets", "_out/talos-standin", "boot assets: vmlinuz-amd64 and initramfs-amd64.zst (the imager's output)")
+	baseURL := flag.String("base-url", "", "base of the asset URLs in the PXE script (default: the Host the client used)")
+	flag.Parse()
+
+	if err := run(*listen, *assets, *baseURL); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+func run(listen, assets, baseURL string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	opts := []labfactory.Option{labfactory.WithAssets(assets)}
+	if baseURL != "" {
+		opts = append(opts, labfactory.WithBaseURL(baseURL))
+	}
+
+	factory := labfactory.New(opts...)
+
+	l, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("error listening on %s: %w", listen, err)
+	}
+
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rec := &recorder{ResponseWriter: w, status: http.StatusOK}
+			start := time.Now()
+			factory.ServeHTTP(rec, r)
+			log.Printf("%s %s %s → %d (%d bytes, %s)", r.RemoteAddr, r.Method, r.URL.Path, rec.status, rec.bytes, time.Since(start).Round(time.Millisecond))
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+
+	log.Printf("lab-factory: serving %s on http://%s", assets, listen)
+
+	go func() {
+		<-ctx.Done()
+
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+
+		srv.Shutdown(shutdown) //nolint:errcheck
+	}()
+
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+
+	return nil
+}
+
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (r *recorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	n, err := r.ResponseWriter.Write(b)
+	r.bytes += int64(n)
+
+	return n, err
+}

@@ -1,0 +1,161 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/anvil-metal/anvil/hack/internal/labnet"
+	"github.com/anvil-metal/anvil/hack/internal/proc"
+)
+
+// FactoryListen is where the lab's Image Factory stand-in listens, in the provider's
+// namespace: the provider's --image-factory-base-url default, http://10.77.0.1:8080.
+const FactoryListen = labnet.ProviderAddr + ":8080"
+
+// startFactory runs hack/cmd/lab-factory in the provider's namespace and waits until it
+// listens (it logs "serving" once its socket is bound).
+func (s *State) startFactory(ctx context.Context, cfg Config) error {
+	bin, err := filepath.Abs(cfg.FactoryBin)
+	if err != nil {
+		return fmt.Errorf("error resolving %s: %w", cfg.FactoryBin, err)
+	}
+
+	assets, err := filepath.Abs(cfg.FactoryAssetsDir)
+	if err != nil {
+		return fmt.Errorf("error resolving %s: %w", cfg.FactoryAssetsDir, err)
+	}
+
+	if _, err := os.Stat(filepath.Join(assets, "vmlinuz-amd64")); err != nil {
+		return fmt.Errorf("the factory's boot assets are missing (lab.BuildStandinAssets): %w", err)
+	}
+
+	_ = os.Remove(s.FactoryLog())
+
+	cmd := labnet.Command(context.WithoutCancel(ctx), s.ProviderNS, bin, "--listen", FactoryListen, "--assets", assets)
+	if s.FactoryPID, err = startDaemon(cmd, s.FactoryLog()); err != nil {
+		return fmt.Errorf("error starting the factory stand-in: %w", err)
+	}
+
+	if err := s.save(); err != nil {
+		return err
+	}
+
+	deadline := time.Now().Add(30 * time.Second)
+
+	for {
+		if b, err := os.ReadFile(s.FactoryLog()); err == nil && strings.Contains(string(b), "lab-factory: serving") {
+			return nil
+		}
+
+		if !proc.Alive(s.FactoryPID) {
+			return fmt.Errorf("the factory stand-in exited; see %s", s.FactoryLog())
+		}
+
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the factory stand-in did not come up in 30 s; see %s", s.FactoryLog())
+		}
+
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// BuildFactory builds hack/cmd/lab-factory to bin, from the module at root.
+func BuildFactory(ctx context.Context, root, bin string) error {
+	return goBuild(ctx, root, bin, "./hack/cmd/lab-factory")
+}
+
+// BuildStandinAssets builds the test "Talos" (hack/cmd/talos-standin) and its boot
+// assets into out (vmlinuz-amd64, initramfs-amd64.zst) with the imager, from the module
+// at root, unless out already has them.
+func BuildStandinAssets(ctx context.Context, root, out string) error {
+	if StandinAssetsExist(out) {
+		return nil
+	}
+
+	kernel := debianKernel()
+	if kernel == "" {
+		return fmt.Errorf("no Debian kernel with its modules (/boot/vmlinuz-<v>, /lib/modules/<v>): make setup installs linux-image-amd64")
+	}
+
+	tmp, err := os.MkdirTemp("", "talos-standin-")
+	if err != nil {
+		return err
+	}
+
+	defer os.RemoveAll(tmp) //nolint:errcheck
+
+	bin := filepath.Join(tmp, "talos-standin")
+	if err := goBuild(ctx, root, bin, "./hack/cmd/talos-standin"); err != nil {
+		return err
+	}
+
+	// Build beside out, then rename: a half-built directory is never taken as built.
+	work := out + ".tmp"
+	_ = os.RemoveAll(work)
+
+	cmd := exec.CommandContext(ctx, "go", "run", "./imager/cmd/imager", "--agent", bin, "--kernel", kernel, "--out", work, "--zstd-level", "3")
+	cmd.Dir = root
+
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("error building the stand-in's boot assets: %w: %s", err, b)
+	}
+
+	_ = os.RemoveAll(out)
+
+	return os.Rename(work, out)
+}
+
+// StandinAssetsExist tells whether dir has the stand-in's kernel and initramfs.
+func StandinAssetsExist(dir string) bool {
+	initramfs, _ := filepath.Glob(filepath.Join(dir, "initramfs-amd64.*"))
+	_, err := os.Stat(filepath.Join(dir, "vmlinuz-amd64"))
+
+	return err == nil && len(initramfs) > 0
+}
+
+func goBuild(ctx context.Context, root, out, pkg string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("error building %s: %w: %s", pkg, err, b)
+	}
+
+	return nil
+}
+
+// debianKernel is /boot/vmlinuz-<v> of the newest /lib/modules/<v> that has one.
+func debianKernel() string {
+	dirs, _ := filepath.Glob("/lib/modules/*")
+	sort.Sort(sort.Reverse(sort.StringSlice(dirs)))
+
+	for _, d := range dirs {
+		k := "/boot/vmlinuz-" + filepath.Base(d)
+		if _, err := os.Stat(k); err == nil {
+			return k
+		}
+	}
+
+	return ""
+}
+
+// RestartProvider stops the provider and starts it again with cfg (e.g. other
+// ProviderArgs); its state directory, and so what it knows, is kept.
+func (s *State) RestartProvider(ctx context.Context, cfg Config) error {
+	if err := proc.Stop(ctx, s.ProviderPID, 10*time.Second); err != nil {
+		return fmt.Errorf("error stopping the provider: %w", err)
+	}
+
+	return s.startProvider(ctx, cfg)
+}
