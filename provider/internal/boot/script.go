@@ -70,13 +70,14 @@ type Script struct {
 }
 
 // StartScript is the script the ProxyDHCP hands to iPXE: it asks iPXE for what
-// identifies the machine and chains to the boot script with it.
+// identifies the machine and chains to the boot script with it. When the boot script
+// sends the machine to its disk (it exits, or answers 404), or the provider cannot be
+// reached, this script exits too: iPXE hands the machine back to the firmware, which
+// tries its next boot device.
 func (s *Scripts) StartScript() string {
 	return "#!ipxe\n" +
-		"chain " + s.BaseURL + "/ipxe/boot.ipxe?uuid=${uuid}&mac=${netX/mac:hexhyp}&arch=${buildarch}&platform=${platform} ||\n" +
-		"echo Anvil: the provider did not answer; retrying in 10 s\n" +
-		"sleep 10\n" +
-		"chain " + s.BaseURL + "/ipxe/start.ipxe\n"
+		"chain " + s.BaseURL + "/ipxe/boot.ipxe?uuid=${uuid}&mac=${netX/mac:hexhyp}&arch=${buildarch}&platform=${platform} || exit\n" +
+		"exit\n"
 }
 
 // Render returns the script for the decision; claims.Issued stamps an agent token.

@@ -139,3 +139,15 @@ func TestSchematicCarriesProviderArgs(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, id, 64)
 }
+
+// TestStartScript: the start script hands the machine back to the firmware whenever the
+// boot script does not boot something (boot-from-disk by exit or 404, provider down),
+// rather than looping.
+func TestStartScript(t *testing.T) {
+	t.Parallel()
+
+	got := testScripts(t, false).StartScript()
+	assert.Equal(t, "#!ipxe\n"+
+		"chain http://10.77.0.1:50042/ipxe/boot.ipxe?uuid=${uuid}&mac=${netX/mac:hexhyp}&arch=${buildarch}&platform=${platform} || exit\n"+
+		"exit\n", got)
+}
