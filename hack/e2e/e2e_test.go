@@ -6,7 +6,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -30,6 +29,7 @@ import (
 	"github.com/anvil-metal/anvil/hack/internal/diskimage"
 	"github.com/anvil-metal/anvil/hack/internal/lab"
 	"github.com/anvil-metal/anvil/hack/internal/labnet"
+	"github.com/anvil-metal/anvil/hack/internal/labtest"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
 	"github.com/anvil-metal/anvil/hack/internal/proc"
 )
@@ -91,17 +91,17 @@ func diskMethods() map[machine.Firmware]string {
 
 // TestE2E is the whole flow; see the package comment.
 func TestE2E(t *testing.T) {
-	requireLabHost(t)
+	labtest.RequireHost(t)
 
-	root := repoRoot(t)
+	root := labtest.RepoRoot(t)
 	bin := t.TempDir()
 	provider, anvilctl, factory := filepath.Join(bin, "provider"), filepath.Join(bin, "anvilctl"), filepath.Join(bin, "lab-factory")
 
-	goBuild(t, root, provider, "./provider/cmd/provider")
-	goBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
-	goBuild(t, root, factory, "./hack/cmd/lab-factory")
+	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
+	labtest.GoBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
+	labtest.GoBuild(t, root, factory, "./hack/cmd/lab-factory")
 
-	agentDir := agentAssets(t, root, bin)
+	agentDir := labtest.AgentAssets(t, root, bin)
 	standinDir := standinAssets(t, root, bin)
 
 	dir := filepath.Join(t.TempDir(), "lab")
@@ -110,7 +110,7 @@ func TestE2E(t *testing.T) {
 	// Registered after the temporary directories, so it runs before they are removed.
 	t.Cleanup(func() {
 		if t.Failed() {
-			dumpLogs(t, dir)
+			labtest.DumpLogs(t, dir)
 		}
 
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -475,61 +475,6 @@ func nonEmptyLines(s string) []string {
 	return lines
 }
 
-func requireLabHost(t *testing.T) {
-	t.Helper()
-
-	if os.Geteuid() != 0 {
-		t.Skip("the lab needs root (network namespaces, taps, ports 67/69)")
-	}
-
-	for _, tool := range []string{"ip", "dnsmasq", "qemu-system-x86_64", "qemu-img"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s (make setup installs it)", tool)
-		}
-	}
-}
-
-func repoRoot(t *testing.T) string {
-	t.Helper()
-
-	_, file, _, _ := runtime.Caller(0)
-
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
-func goBuild(t *testing.T, root, out, pkg string) {
-	t.Helper()
-
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-
-	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, "building %s: %s", pkg, b)
-}
-
-// agentAssets is _out/agent when make agent-initramfs has run, else assets built here.
-func agentAssets(t *testing.T, root, bin string) string {
-	t.Helper()
-
-	made := filepath.Join(root, "_out", "agent")
-	if lab.StandinAssetsExist(made) {
-		return made
-	}
-
-	agent := filepath.Join(bin, "metal-agent")
-	goBuild(t, root, agent, "./agent/cmd/metal-agent")
-
-	out := filepath.Join(bin, "agent")
-	cmd := exec.Command("go", "run", "./imager/cmd/imager", "--agent", agent, "--out", out, "--zstd-level", "3")
-	cmd.Dir = root
-
-	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, "building the agent's boot assets: %s", b)
-
-	return out
-}
-
 // standinAssets is the stand-in Talos' boot assets, built here (they are small and
 // must match the stand-in's source).
 func standinAssets(t *testing.T, root, bin string) string {
@@ -539,23 +484,4 @@ func standinAssets(t *testing.T, root, bin string) string {
 	require.NoError(t, lab.BuildStandinAssets(t.Context(), root, out))
 
 	return out
-}
-
-func dumpLogs(t *testing.T, dir string) {
-	t.Helper()
-
-	logs, _ := filepath.Glob(filepath.Join(dir, "machines", "*", "serial.log"))
-	logs = append(logs, filepath.Join(dir, "provider.log"), filepath.Join(dir, "dnsmasq.log"), filepath.Join(dir, "factory.log"))
-
-	for _, l := range logs {
-		b, err := os.ReadFile(l)
-		if err != nil {
-			t.Logf("%s: %v", l, err)
-
-			continue
-		}
-
-		// Drop the terminal escapes iPXE writes, which make the log unreadable.
-		t.Logf("%s:\n%s", l, bytes.ReplaceAll(b, []byte("\x1b"), []byte("^[")))
-	}
 }

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/anvil-metal/anvil/hack/internal/lab"
 	"github.com/anvil-metal/anvil/hack/internal/labnet"
+	"github.com/anvil-metal/anvil/hack/internal/labtest"
 	"github.com/anvil-metal/anvil/hack/internal/proc"
 )
 
@@ -30,17 +29,17 @@ const registerDeadline = 5 * time.Minute
 // dnsmasq gives the address, the provider's ProxyDHCP the boot script — and their agents
 // register with their MAC and inventory. Nothing is left behind, pass or fail.
 func TestLabSmoke(t *testing.T) {
-	requireLabHost(t)
+	labtest.RequireHost(t)
 
-	root := repoRoot(t)
+	root := labtest.RepoRoot(t)
 	bin := t.TempDir()
 	labBin, provider, anvilctl := filepath.Join(bin, "lab"), filepath.Join(bin, "provider"), filepath.Join(bin, "anvilctl")
 
-	goBuild(t, root, labBin, "./hack/cmd/lab")
-	goBuild(t, root, provider, "./provider/cmd/provider")
-	goBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
+	labtest.GoBuild(t, root, labBin, "./hack/cmd/lab")
+	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
+	labtest.GoBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
 
-	assets := agentAssets(t, root, bin)
+	assets := labtest.AgentAssets(t, root, bin)
 
 	dir := filepath.Join(t.TempDir(), "lab")
 	prefix := fmt.Sprintf("anvt%d", os.Getpid()%100000)
@@ -55,7 +54,7 @@ func TestLabSmoke(t *testing.T) {
 	// Registered after the temporary directories, so it runs before they are removed.
 	t.Cleanup(func() {
 		if t.Failed() {
-			dumpLogs(t, dir)
+			labtest.DumpLogs(t, dir)
 		}
 
 		out, err := runLab("down")
@@ -135,80 +134,4 @@ func TestLabSmoke(t *testing.T) {
 	require.NoError(t, err, out)
 	assert.Contains(t, out, m.SerialLog())
 	assert.Regexp(t, `provider\s+pid \d+\s+running`, out)
-}
-
-func requireLabHost(t *testing.T) {
-	t.Helper()
-
-	if os.Geteuid() != 0 {
-		t.Skip("the lab needs root (network namespaces, taps, ports 67/69)")
-	}
-
-	for _, tool := range []string{"ip", "dnsmasq", "qemu-system-x86_64", "qemu-img"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s (make setup installs it)", tool)
-		}
-	}
-}
-
-func repoRoot(t *testing.T) string {
-	t.Helper()
-
-	_, file, _, _ := runtime.Caller(0)
-
-	return filepath.Join(filepath.Dir(file), "..", "..", "..")
-}
-
-func goBuild(t *testing.T, root, out, pkg string) {
-	t.Helper()
-
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-
-	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, "building %s: %s", pkg, b)
-}
-
-// agentAssets is _out/agent when make agent-initramfs has run, else assets built here.
-func agentAssets(t *testing.T, root, bin string) string {
-	t.Helper()
-
-	made := filepath.Join(root, "_out", "agent")
-	if initramfs, _ := filepath.Glob(filepath.Join(made, "initramfs-amd64.*")); len(initramfs) > 0 {
-		if _, err := os.Stat(filepath.Join(made, "vmlinuz-amd64")); err == nil {
-			return made
-		}
-	}
-
-	agent := filepath.Join(bin, "metal-agent")
-	goBuild(t, root, agent, "./agent/cmd/metal-agent")
-
-	out := filepath.Join(bin, "agent")
-	cmd := exec.Command("go", "run", "./imager/cmd/imager", "--agent", agent, "--out", out, "--zstd-level", "3")
-	cmd.Dir = root
-
-	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, "building the agent's boot assets: %s", b)
-
-	return out
-}
-
-func dumpLogs(t *testing.T, dir string) {
-	t.Helper()
-
-	logs, _ := filepath.Glob(filepath.Join(dir, "machines", "*", "serial.log"))
-	logs = append(logs, filepath.Join(dir, "provider.log"), filepath.Join(dir, "dnsmasq.log"))
-
-	for _, l := range logs {
-		b, err := os.ReadFile(l)
-		if err != nil {
-			t.Logf("%s: %v", l, err)
-
-			continue
-		}
-
-		// Drop the terminal escapes iPXE writes, which make the log unreadable.
-		t.Logf("%s:\n%s", l, bytes.ReplaceAll(b, []byte("\x1b"), []byte("^[")))
-	}
 }
