@@ -42,12 +42,11 @@ const (
 	extension    = "siderolabs/intel-ucode"
 	standin      = "TALOS-STANDIN"
 
-	// defaultDiskMethods covers ipxe-sanboot (BIOS) only: with ipxe-exit and http-404 the
-	// provider's start script (provider/internal/boot/script.go, StartScript) falls
-	// through to its "retrying in 10 s" lines when boot.ipxe exits or answers 404, so
-	// iPXE loops on the provider and never hands the machine back to the firmware.
-	// ANVIL_E2E_DISK_METHODS=ipxe-sanboot:bios,ipxe-exit:uefi,http-404:uefi-pxe runs them
-	// all once that is fixed.
+	// defaultDiskMethods covers ipxe-sanboot (BIOS) only. Under OVMF, ipxe-exit reaches
+	// the disk only after the firmware's PXEv6 and HTTP boot timeouts (~3.5 min, near
+	// the step deadline), and the uefi-pxe machine stops after a 404 once the provider's
+	// ipxe.efi has taken its NIC; ANVIL_E2E_DISK_METHODS=ipxe-sanboot:bios,ipxe-exit:uefi,http-404:uefi-pxe
+	// runs them all.
 	defaultDiskMethods = "ipxe-sanboot:bios"
 )
 

@@ -253,7 +253,7 @@ wait:
 
 	code, script = p.BootScript(vmUUID, vmMAC)
 	require.Equal(t, http.StatusOK, code)
-	assert.Contains(t, script, "\nexit\n", "an installed machine boots from its disk")
+	assert.Contains(t, script, "\nexit 1\n", "an installed machine boots from its disk")
 
 	names := make([]string, 0, len(marks))
 	for n := range marks {

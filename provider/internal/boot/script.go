@@ -74,10 +74,16 @@ type Script struct {
 // sends the machine to its disk (it exits, or answers 404), or the provider cannot be
 // reached, this script exits too: iPXE hands the machine back to the firmware, which
 // tries its next boot device.
+//
+// It exits with a failure (exit 1), never with success: iPXE returns its exit status to
+// the firmware, and UEFI firmware (EDK2/OVMF's BDS, per the UEFI boot manager rules)
+// that sees a boot option return EFI_SUCCESS stops walking BootOrder and opens its
+// setup UI, so a bare exit would leave the machine in the firmware menu instead of
+// on its disk. On failure it tries the next boot option; SeaBIOS does either way.
 func (s *Scripts) StartScript() string {
 	return "#!ipxe\n" +
-		"chain " + s.BaseURL + "/ipxe/boot.ipxe?uuid=${uuid}&mac=${netX/mac:hexhyp}&arch=${buildarch}&platform=${platform} || exit\n" +
-		"exit\n"
+		"chain " + s.BaseURL + "/ipxe/boot.ipxe?uuid=${uuid}&mac=${netX/mac:hexhyp}&arch=${buildarch}&platform=${platform} || exit 1\n" +
+		"exit 1\n"
 }
 
 // Render returns the script for the decision; claims.Issued stamps an agent token.
@@ -142,9 +148,11 @@ func (s *Scripts) disk() Script {
 	case DiskHTTP404:
 		return Script{Status: http.StatusNotFound, Body: "boot from disk\n"}
 	case DiskIPXESanboot:
-		return Script{Status: http.StatusOK, Body: "#!ipxe\necho Anvil: booting from disk\nsanboot --no-describe --drive 0x80 || exit\n"}
+		return Script{Status: http.StatusOK, Body: "#!ipxe\necho Anvil: booting from disk\nsanboot --no-describe --drive 0x80 || exit 1\n"}
 	default:
-		return Script{Status: http.StatusOK, Body: "#!ipxe\necho Anvil: booting from disk\nexit\n"}
+		// A failure status, so that UEFI firmware tries its next boot option (the disk)
+		// rather than opening its setup UI: see StartScript.
+		return Script{Status: http.StatusOK, Body: "#!ipxe\necho Anvil: booting from disk\nexit 1\n"}
 	}
 }
 

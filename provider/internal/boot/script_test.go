@@ -106,8 +106,8 @@ func TestRenderDisk(t *testing.T) {
 		status int
 		body   string
 	}{
-		boot.DiskIPXEExit:    {http.StatusOK, "\nexit\n"},
-		boot.DiskIPXESanboot: {http.StatusOK, "sanboot --no-describe --drive 0x80 || exit\n"},
+		boot.DiskIPXEExit:    {http.StatusOK, "\nexit 1\n"},
+		boot.DiskIPXESanboot: {http.StatusOK, "sanboot --no-describe --drive 0x80 || exit 1\n"},
 		boot.DiskHTTP404:     {http.StatusNotFound, "boot from disk"},
 	} {
 		s := testScripts(t, true)
@@ -142,12 +142,13 @@ func TestSchematicCarriesProviderArgs(t *testing.T) {
 
 // TestStartScript: the start script hands the machine back to the firmware whenever the
 // boot script does not boot something (boot-from-disk by exit or 404, provider down),
-// rather than looping.
+// rather than looping, and with a failure status, so that UEFI firmware goes on to its
+// next boot option instead of its setup UI.
 func TestStartScript(t *testing.T) {
 	t.Parallel()
 
 	got := testScripts(t, false).StartScript()
 	assert.Equal(t, "#!ipxe\n"+
-		"chain http://10.77.0.1:50042/ipxe/boot.ipxe?uuid=${uuid}&mac=${netX/mac:hexhyp}&arch=${buildarch}&platform=${platform} || exit\n"+
-		"exit\n", got)
+		"chain http://10.77.0.1:50042/ipxe/boot.ipxe?uuid=${uuid}&mac=${netX/mac:hexhyp}&arch=${buildarch}&platform=${platform} || exit 1\n"+
+		"exit 1\n", got)
 }
