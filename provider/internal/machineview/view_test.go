@@ -13,25 +13,25 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/state"
 )
 
-func TestViewFollowsState(t *testing.T) {
-	t.Parallel()
+func openState(t *testing.T) *state.Store {
+	t.Helper()
 
-	ctx := t.Context()
-
-	st, err := state.Open(ctx, t.TempDir())
+	st, err := state.Open(t.Context(), t.TempDir())
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() }) //nolint:errcheck
 
-	// A machine stored before the view starts is there once it is ready.
-	m := state.NewMachine("m1")
-	m.TypedSpec().LastAddress = "10.0.0.5"
-	require.NoError(t, st.Create(ctx, m))
+	return st
+}
+
+// startView runs a view over st until the test ends and waits until it is ready.
+func startView(t *testing.T, st *state.Store) *machineview.View {
+	t.Helper()
 
 	v := machineview.New()
-	runCtx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 
-	go func() { done <- v.Run(runCtx, st) }()
+	go func() { done <- v.Run(ctx, st) }()
 
 	t.Cleanup(func() {
 		cancel()
@@ -43,6 +43,23 @@ func TestViewFollowsState(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the view never became ready")
 	}
+
+	return v
+}
+
+func TestViewFollowsState(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+
+	st := openState(t)
+
+	// A machine stored before the view starts is there once it is ready.
+	m := state.NewMachine("m1")
+	m.TypedSpec().LastAddress = "10.0.0.5"
+	require.NoError(t, st.Create(ctx, m))
+
+	v := startView(t, st)
 
 	require.NotNil(t, v.Get("m1"))
 	assert.Equal(t, "10.0.0.5", v.Get("m1").Machine.LastAddress)
@@ -61,7 +78,7 @@ func TestViewFollowsState(t *testing.T) {
 	}, 5*time.Second, time.Millisecond)
 
 	// The machine moves to another address: the index follows.
-	_, err = safe.StateUpdateWithConflicts(ctx, st, m.Metadata(), func(m *state.Machine) error {
+	_, err := safe.StateUpdateWithConflicts(ctx, st, m.Metadata(), func(m *state.Machine) error {
 		m.TypedSpec().LastAddress = "10.0.0.6"
 
 		return nil
@@ -88,22 +105,9 @@ func TestViewChanged(t *testing.T) {
 
 	ctx := t.Context()
 
-	st, err := state.Open(ctx, t.TempDir())
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() }) //nolint:errcheck
+	st := openState(t)
 
-	v := machineview.New()
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-
-	go func() { done <- v.Run(runCtx, st) }()
-
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-
-	<-v.Ready()
+	v := startView(t, st)
 
 	changed := v.Changed()
 
@@ -130,9 +134,7 @@ func TestAgentBootIssued(t *testing.T) {
 
 	ctx := t.Context()
 
-	st, err := state.Open(ctx, t.TempDir())
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() }) //nolint:errcheck
+	st := openState(t)
 
 	t0 := time.Unix(1700000000, 0)
 
@@ -140,18 +142,7 @@ func TestAgentBootIssued(t *testing.T) {
 	m.TypedSpec().AgentBootIssued = t0
 	require.NoError(t, st.Create(ctx, m))
 
-	v := machineview.New()
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-
-	go func() { done <- v.Run(runCtx, st) }()
-
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-
-	<-v.Ready()
+	v := startView(t, st)
 
 	assert.True(t, v.AgentBootIssued("m1").Equal(t0), "the recorded one")
 	assert.True(t, v.AgentBootIssued("nope").IsZero())
