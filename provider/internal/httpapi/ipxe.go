@@ -47,7 +47,7 @@ func (s *Server) handleBoot(w http.ResponseWriter, r *http.Request) {
 	decision := boot.Decide(in)
 	script := s.opts.Scripts.Render(req, decision, token.Claims{Issued: now})
 
-	s.metrics.scripts.WithLabelValues(string(decision.Kind)).Inc()
+	s.metrics.scriptsByKind[decision.Kind].Inc()
 
 	if !script.AgentToken.Issued.IsZero() {
 		s.opts.View.NoteAgentBoot(req.MachineID, script.AgentToken.Issued)

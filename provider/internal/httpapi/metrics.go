@@ -1,9 +1,16 @@
 package httpapi
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/anvil-metal/anvil/provider/internal/boot"
+)
 
 type metrics struct {
-	scripts          *prometheus.CounterVec
+	scripts *prometheus.CounterVec
+	// scriptsByKind are scripts' children, resolved once: every boot counts, and a
+	// label lookup per request is work the hot path need not do.
+	scriptsByKind    map[boot.Kind]prometheus.Counter
 	badRequests      prometheus.Counter
 	observationsLost prometheus.Counter
 	metadata         *prometheus.CounterVec
@@ -27,6 +34,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "anvil_event_sink_events_total", Help: "Talos events received, by result.",
 		}, []string{"result"}),
+	}
+
+	m.scriptsByKind = map[boot.Kind]prometheus.Counter{}
+	for _, k := range []boot.Kind{boot.KindAgent, boot.KindTalos, boot.KindDisk} {
+		m.scriptsByKind[k] = m.scripts.WithLabelValues(string(k))
 	}
 
 	reg.MustRegister(m.scripts, m.badRequests, m.observationsLost, m.metadata, m.events)

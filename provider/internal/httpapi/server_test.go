@@ -185,6 +185,12 @@ func TestBootScripts(t *testing.T) {
 
 	code, _ = f.get(t, "/ipxe/start.ipxe")
 	assert.Equal(t, http.StatusOK, code)
+
+	code, body = f.get(t, "/metrics")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `anvil_boot_scripts_total{decision="agent"} 1`)
+	assert.Contains(t, body, `anvil_boot_scripts_total{decision="talos"} 1`)
+	assert.Contains(t, body, "anvil_boot_script_bad_requests_total 1")
 }
 
 func TestAgentAssets(t *testing.T) {
