@@ -65,7 +65,7 @@ func New(opts Options) *Server {
 	mux.HandleFunc("GET /ipxe/boot.ipxe", s.handleBoot)
 	mux.HandleFunc("GET /assets/agent/{name}", s.handleAgentAsset)
 	mux.HandleFunc("GET /metadata/{machine}", s.handleMetadata)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) }) //nolint:errcheck
+	mux.HandleFunc("GET /healthz", s.handleHealth)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{}))
 
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -80,6 +80,17 @@ func New(opts Options) *Server {
 	})
 
 	return s
+}
+
+// handleHealth answers ready only once the boot services can answer machines: until the
+// view holds the state, boot requests get 503.
+func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	select {
+	case <-s.opts.View.Ready():
+		w.Write([]byte("ok\n")) //nolint:errcheck
+	default:
+		http.Error(w, "starting", http.StatusServiceUnavailable)
+	}
 }
 
 // Handler returns the server's HTTP handler (for tests).

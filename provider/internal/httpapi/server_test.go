@@ -315,3 +315,41 @@ func TestEventSink(t *testing.T) {
 	resp.Body.Close() //nolint:errcheck
 	assert.Equal(t, "ok\n", string(body))
 }
+
+// TestHealthWaitsForTheView: /healthz says ready only once boot requests can be answered.
+func TestHealthWaitsForTheView(t *testing.T) {
+	t.Parallel()
+
+	store, err := state.Open(t.Context(), t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close() }) //nolint:errcheck
+
+	view := machineview.New()
+	srv := httpapi.New(httpapi.Options{
+		State: store, View: view, Scripts: &boot.Scripts{}, Observations: make(chan controllers.PXEObservation, 1),
+		Registry: prometheus.NewRegistry(), Logger: zaptest.NewLogger(t),
+	})
+
+	get := func(target string) int {
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, target, nil))
+
+		return rec.Code
+	}
+
+	assert.Equal(t, http.StatusServiceUnavailable, get("/healthz"))
+	assert.Equal(t, http.StatusServiceUnavailable, get(bootURL(m1)))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+
+	go func() { done <- view.Run(ctx, store) }()
+
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+
+	<-view.Ready()
+	assert.Equal(t, http.StatusOK, get("/healthz"))
+}
