@@ -42,12 +42,11 @@ const (
 	extension    = "siderolabs/intel-ucode"
 	standin      = "TALOS-STANDIN"
 
-	// defaultDiskMethods covers ipxe-sanboot (BIOS) only. Under OVMF, ipxe-exit reaches
-	// the disk only after the firmware's PXEv6 and HTTP boot timeouts (~3.5 min, near
-	// the step deadline), and the uefi-pxe machine stops after a 404 once the provider's
-	// ipxe.efi has taken its NIC; ANVIL_E2E_DISK_METHODS=ipxe-sanboot:bios,ipxe-exit:uefi,http-404:uefi-pxe
-	// runs them all.
-	defaultDiskMethods = "ipxe-sanboot:bios"
+	// defaultDiskMethods gives each firmware kind the boot-from-disk method a site would
+	// use with it, so that the suite boots from disk by every method: sanboot works only
+	// under BIOS in Debian's iPXE; under OVMF the firmware falls through to the disk
+	// after its HTTPv4 boot option times out (~60 s under TCG).
+	defaultDiskMethods = "ipxe-sanboot:bios,ipxe-exit:uefi,http-404:uefi-pxe"
 )
 
 var (

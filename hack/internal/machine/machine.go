@@ -231,7 +231,17 @@ func (m *Machine) Args() []string {
 		args = append(args,
 			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+OVMFCode,
 			"-drive", "if=pflash,format=raw,unit=1,file="+m.varsFile(),
+			// A server set up for IPv4 network boot: without these OVMF adds PXEv6 and
+			// HTTPv6 boot options after the NIC's PXEv4 one, and a machine sent back
+			// to the firmware (iPXE exit, HTTP 404) waits out their DHCPv6 timeouts
+			// before it reaches its disk. IPv6 in iPXE and Linux is untouched.
+			"-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=no",
 		)
+		if m.Firmware == UEFI {
+			// The iPXE ROM is this NIC's PXE, as a NIC's option ROM is on a server;
+			// OVMF's own PXE on top of it would be a second attempt at the same boot.
+			args = append(args, "-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=no")
+		}
 	}
 
 	return args

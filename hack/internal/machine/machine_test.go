@@ -37,9 +37,9 @@ func TestArgs(t *testing.T) {
 		kvm           bool
 		want, wantNot []string
 	}{
-		{machine.BIOS, false, []string{"-accel tcg", "-cpu max", "-device sga", "bootindex=1", "bootindex=2"}, []string{"pflash", "romfile="}},
-		{machine.UEFI, false, []string{"if=pflash,format=raw,unit=0,readonly=on,file=" + machine.OVMFCode, "OVMF_VARS.fd"}, []string{"romfile=", "sga"}},
-		{machine.UEFIPXE, true, []string{"-accel kvm", "romfile=", "pflash"}, []string{"tcg"}},
+		{machine.BIOS, false, []string{"-accel tcg", "-cpu max", "-device sga", "bootindex=1", "bootindex=2"}, []string{"pflash", "romfile=", "fw_cfg"}},
+		{machine.UEFI, false, []string{"if=pflash,format=raw,unit=0,readonly=on,file=" + machine.OVMFCode, "OVMF_VARS.fd", "IPv6Support,string=no", "IPv4PXESupport,string=no"}, []string{"romfile=", "sga"}},
+		{machine.UEFIPXE, true, []string{"-accel kvm", "romfile=", "pflash", "IPv6Support,string=no"}, []string{"tcg", "IPv4PXESupport"}},
 	} {
 		m := machine.New(machine.Spec{Name: string(tc.firmware), Seed: "t", Firmware: tc.firmware, KVM: tc.kvm, Dir: "/lab/m", Tap: "tap0", NetNS: "t-lab"})
 		args := strings.Join(m.Args(), " ")
