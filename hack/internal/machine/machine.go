@@ -75,8 +75,16 @@ type Spec struct {
 	Firmware Firmware
 	// Dir holds the machine's disk, firmware variables, QMP socket, pid file and serial log.
 	Dir string
-	// NetNS and Tap are where the NIC is: the tap exists in the namespace.
+	// NetNS and Tap are where the NIC is: the tap exists in the namespace. An empty
+	// NetNS runs QEMU in the caller's namespace.
 	NetNS, Tap string
+	// Netdev replaces the tap as the NIC's QEMU -netdev (without its id), e.g.
+	// "user,restrict=on" for a machine that needs no lab network. Empty: the tap.
+	Netdev string
+	// DiskFirst boots the disk before the network (disk bootindex 1, NIC 2); the zero
+	// value keeps the NIC first, as on servers set up for network provisioning.
+	// SetNextBootNetwork overrides it for one start.
+	DiskFirst bool
 
 	KVM      bool
 	MemoryMB int
@@ -138,6 +146,10 @@ func (m *Machine) Disk() string      { return filepath.Join(m.Dir, "disk.qcow2")
 func (m *Machine) varsFile() string  { return filepath.Join(m.Dir, "OVMF_VARS.fd") }
 func (m *Machine) qemuLog() string   { return filepath.Join(m.Dir, "qemu.log") }
 
+// nextBootNetworkFile marks a pending one-shot network boot. A file, not a field: the
+// lab's commands and its BMC services are separate processes acting on one machine.
+func (m *Machine) nextBootNetworkFile() string { return filepath.Join(m.Dir, "next-boot-network") }
+
 // PID is QEMU's pid, 0 when it does not run.
 func (m *Machine) PID() int {
 	b, err := os.ReadFile(m.PIDFile())
@@ -173,13 +185,18 @@ func (m *Machine) Start(ctx context.Context) error {
 
 	_ = os.Remove(m.QMPSocket())
 
+	netOnce := m.NextBootNetwork()
 	args := m.Args()
 
 	var out bytes.Buffer
 
 	// -daemonize: QEMU returns once the machine runs (or reports why not), and the
 	// machine outlives the command that started it.
-	cmd := labnet.Command(ctx, m.NetNS, m.QEMU, args...)
+	cmd := exec.CommandContext(ctx, m.QEMU, args...)
+	if m.NetNS != "" {
+		cmd = labnet.Command(ctx, m.NetNS, m.QEMU, args...)
+	}
+
 	cmd.Stdout, cmd.Stderr = &out, &out
 
 	if err := cmd.Run(); err != nil {
@@ -190,19 +207,66 @@ func (m *Machine) Start(ctx context.Context) error {
 		return fmt.Errorf("machine %s is not running after start; see %s", m.Name, m.qemuLog())
 	}
 
+	if netOnce {
+		// This start applied the override; the next one uses the configured order.
+		if err := m.SetNextBootNetwork(false); err != nil {
+			return err
+		}
+	}
+
 	return nil
 }
 
-// Args is QEMU's command line (without the binary).
+// SetNextBootNetwork makes the next start (or a reset, which then restarts QEMU) boot
+// the network first, once; false cancels a pending override.
+func (m *Machine) SetNextBootNetwork(on bool) error {
+	if !on {
+		if err := os.Remove(m.nextBootNetworkFile()); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("error clearing the network boot override of %s: %w", m.Name, err)
+		}
+
+		return nil
+	}
+
+	if err := os.MkdirAll(m.Dir, 0o755); err != nil {
+		return fmt.Errorf("error creating %s: %w", m.Dir, err)
+	}
+
+	if err := os.WriteFile(m.nextBootNetworkFile(), nil, 0o644); err != nil {
+		return fmt.Errorf("error setting the network boot override of %s: %w", m.Name, err)
+	}
+
+	return nil
+}
+
+// NextBootNetwork reports whether a one-shot network boot is pending.
+func (m *Machine) NextBootNetwork() bool {
+	_, err := os.Stat(m.nextBootNetworkFile())
+
+	return err == nil
+}
+
+// Args is QEMU's command line (without the binary) for the next start: the boot order
+// follows DiskFirst unless a one-shot network boot is pending.
 func (m *Machine) Args() []string {
 	accel := []string{"-accel", "tcg", "-cpu", "max"}
 	if m.KVM {
 		accel = []string{"-accel", "kvm", "-cpu", "host"}
 	}
 
-	nic := "virtio-net-pci,netdev=n0,mac=" + m.MAC + ",bootindex=1"
+	nicIndex, diskIndex := "1", "2"
+	if m.DiskFirst && !m.NextBootNetwork() {
+		nicIndex, diskIndex = "2", "1"
+	}
+
+	nic := "virtio-net-pci,netdev=n0,mac=" + m.MAC + ",bootindex=" + nicIndex
 	if m.Firmware == UEFIPXE {
 		nic += ",romfile=" // the firmware's own PXE
+	}
+
+	netdev := "tap,id=n0,ifname=" + m.Tap + ",script=no,downscript=no"
+	if m.Netdev != "" {
+		netdev = m.Netdev + ",id=n0"
 	}
 
 	args := append(accel,
@@ -215,10 +279,10 @@ func (m *Machine) Args() []string {
 		"-chardev", "file,id=serial0,path="+m.SerialLog()+",append=on",
 		"-serial", "chardev:serial0",
 		"-qmp", "unix:"+m.QMPSocket()+",server=on,wait=off",
-		"-netdev", "tap,id=n0,ifname="+m.Tap+",script=no,downscript=no",
+		"-netdev", netdev,
 		"-device", nic,
 		"-drive", "file="+m.Disk()+",format=qcow2,if=none,id=disk0",
-		"-device", "virtio-blk-pci,drive=disk0,bootindex=2",
+		"-device", "virtio-blk-pci,drive=disk0,bootindex="+diskIndex,
 		"-smbios", fmt.Sprintf("type=1,manufacturer=%s,product=%s,serial=%s,uuid=%s",
 			m.Vendor.Manufacturer, m.Vendor.Product, m.Serial, m.UUID),
 	)
@@ -286,10 +350,19 @@ func (m *Machine) Stop(ctx context.Context) error {
 	return proc.Stop(ctx, pid, 5*time.Second)
 }
 
-// Reset presses the reset button.
+// Reset presses the reset button. With a network boot pending it restarts QEMU
+// instead: QEMU fixes the boot order at start, and a reset would keep the old one.
 func (m *Machine) Reset(ctx context.Context) error {
 	if !m.Running() {
 		return fmt.Errorf("machine %s is off", m.Name)
+	}
+
+	if m.NextBootNetwork() {
+		if err := m.Stop(ctx); err != nil {
+			return fmt.Errorf("error stopping %s to apply the network boot: %w", m.Name, err)
+		}
+
+		return m.Start(ctx)
 	}
 
 	return m.QMP(ctx, "system_reset")

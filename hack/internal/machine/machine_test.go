@@ -1,11 +1,17 @@
 package machine_test
 
 import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/hack/internal/machine"
 )
@@ -54,4 +60,115 @@ func TestArgs(t *testing.T) {
 
 		assert.NotContains(t, args, "-no-reboot", "machines reboot normally")
 	}
+}
+
+// deviceArg is the -device argument of a driver, "" if there is none.
+func deviceArg(args []string, driver string) string {
+	for i := 1; i < len(args); i++ {
+		if args[i-1] == "-device" && strings.HasPrefix(args[i], driver+",") {
+			return args[i]
+		}
+	}
+
+	return ""
+}
+
+func TestBootOrder(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		name                string
+		diskFirst, netOnce  bool
+		wantNIC, wantDisk   string
+		netdev, wantNetdev  string
+		wantNotNetdevSubstr string
+	}{
+		{"default: network first", false, false, "bootindex=1", "bootindex=2", "", "tap,id=n0,ifname=tap0", "user"},
+		{"disk first", true, false, "bootindex=2", "bootindex=1", "", "tap,id=n0,ifname=tap0", "user"},
+		{"disk first, network once", true, true, "bootindex=1", "bootindex=2", "", "tap,id=n0,ifname=tap0", "user"},
+		{"user netdev", true, false, "bootindex=2", "bootindex=1", "user,restrict=on", "user,restrict=on,id=n0", "ifname"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			m := machine.New(machine.Spec{Name: "m", Seed: "t", Dir: t.TempDir(), Tap: "tap0", DiskFirst: tc.diskFirst, Netdev: tc.netdev})
+			require.NoError(t, m.SetNextBootNetwork(tc.netOnce))
+			assert.Equal(t, tc.netOnce, m.NextBootNetwork())
+
+			args := m.Args()
+			assert.True(t, strings.HasSuffix(deviceArg(args, "virtio-net-pci"), tc.wantNIC), deviceArg(args, "virtio-net-pci"))
+			assert.True(t, strings.HasSuffix(deviceArg(args, "virtio-blk-pci"), tc.wantDisk), deviceArg(args, "virtio-blk-pci"))
+
+			joined := strings.Join(args, " ")
+			assert.Contains(t, joined, "-netdev "+tc.wantNetdev)
+			assert.NotContains(t, joined, "-netdev "+tc.wantNotNetdevSubstr)
+		})
+	}
+}
+
+// fakeQEMU stands in for qemu-system-x86_64: it logs its arguments beside the pid file
+// and leaves a process running whose pid it writes there, as -daemonize does.
+const fakeQEMU = `#!/bin/sh
+prev=
+for a in "$@"; do
+	[ "$prev" = "-pidfile" ] && pidfile=$a
+	prev=$a
+done
+echo "$*" >> "$(dirname "$pidfile")/args.log"
+sleep 120 </dev/null >/dev/null 2>&1 &
+echo $! > "$pidfile"
+`
+
+// TestNetworkBootOnce checks that a start consumes the override and that a reset
+// with the override pending starts QEMU again with the network first.
+func TestNetworkBootOnce(t *testing.T) {
+	t.Parallel()
+
+	if _, err := os.Stat(machine.NICROM); err != nil {
+		t.Skipf("the iPXE NIC ROM is missing (Debian ipxe-qemu): %v", err)
+	}
+
+	if _, err := exec.LookPath("qemu-img"); err != nil {
+		t.Skip("qemu-img is missing (Debian qemu-utils)")
+	}
+
+	dir := t.TempDir()
+	qemu := filepath.Join(dir, "qemu")
+	require.NoError(t, os.WriteFile(qemu, []byte(fakeQEMU), 0o755))
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	m := machine.New(machine.Spec{Name: "once", Seed: "t", Dir: filepath.Join(dir, "m"), QEMU: qemu, DiskFirst: true, Netdev: "user", DiskSize: "1M"})
+	t.Cleanup(func() { _ = m.Stop(context.Background()) }) //nolint:errcheck
+
+	starts := func() []string {
+		b, err := os.ReadFile(filepath.Join(m.Dir, "args.log"))
+		require.NoError(t, err)
+
+		return strings.Split(strings.TrimSpace(string(b)), "\n")
+	}
+
+	require.NoError(t, m.SetNextBootNetwork(true))
+	require.NoError(t, m.Start(ctx))
+
+	first := m.PID()
+	require.NotZero(t, first)
+	assert.False(t, m.NextBootNetwork(), "the start consumed the override")
+	assert.Contains(t, starts()[0], "mac="+m.MAC+",bootindex=1", "the network first, once")
+	assert.Contains(t, starts()[0], "drive=disk0,bootindex=2")
+	assert.Contains(t, deviceArg(m.Args(), "virtio-blk-pci"), "bootindex=1", "then the disk first again")
+
+	require.NoError(t, m.SetNextBootNetwork(true))
+	require.NoError(t, m.Reset(ctx))
+
+	second := m.PID()
+	require.NotZero(t, second)
+	assert.NotEqual(t, first, second, "a reset with the override pending restarts QEMU")
+	assert.False(t, m.NextBootNetwork())
+	require.Len(t, starts(), 2)
+	assert.Contains(t, starts()[1], "mac="+m.MAC+",bootindex=1")
+
+	require.NoError(t, m.Stop(ctx))
+	assert.False(t, m.Running())
 }
