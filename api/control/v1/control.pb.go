@@ -1085,6 +1085,268 @@ func (x *SetPowerResponse) GetIntent() *MachineIntent {
 	return nil
 }
 
+type RebootRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MachineId     string                 `protobuf:"bytes,1,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebootRequest) Reset() {
+	*x = RebootRequest{}
+	mi := &file_control_v1_control_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebootRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebootRequest) ProtoMessage() {}
+
+func (x *RebootRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebootRequest.ProtoReflect.Descriptor instead.
+func (*RebootRequest) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RebootRequest) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
+	}
+	return ""
+}
+
+type RebootResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Intent *MachineIntent         `protobuf:"bytes,1,opt,name=intent,proto3" json:"intent,omitempty"`
+	// reboot_id names the request; the machine's power status shows it once carried out.
+	RebootId      string `protobuf:"bytes,2,opt,name=reboot_id,json=rebootId,proto3" json:"reboot_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebootResponse) Reset() {
+	*x = RebootResponse{}
+	mi := &file_control_v1_control_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebootResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebootResponse) ProtoMessage() {}
+
+func (x *RebootResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebootResponse.ProtoReflect.Descriptor instead.
+func (*RebootResponse) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RebootResponse) GetIntent() *MachineIntent {
+	if x != nil {
+		return x.Intent
+	}
+	return nil
+}
+
+func (x *RebootResponse) GetRebootId() string {
+	if x != nil {
+		return x.RebootId
+	}
+	return ""
+}
+
+type SetBMCRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	MachineId string                 `protobuf:"bytes,1,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	// kind is ipmi, redfish, api or none; empty removes the config.
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// address is a host or IP (ipmi, redfish) or a base URL (api).
+	Address  string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	Port     uint32 `protobuf:"varint,4,opt,name=port,proto3" json:"port,omitempty"`
+	Username string `protobuf:"bytes,5,opt,name=username,proto3" json:"username,omitempty"`
+	// password is stored encrypted and never served back.
+	Password string `protobuf:"bytes,6,opt,name=password,proto3" json:"password,omitempty"`
+	// insecure skips TLS verification (redfish).
+	Insecure bool `protobuf:"varint,7,opt,name=insecure,proto3" json:"insecure,omitempty"`
+	// system_id picks the Redfish System; empty: the one with the machine's UUID.
+	SystemId      string `protobuf:"bytes,8,opt,name=system_id,json=systemId,proto3" json:"system_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBMCRequest) Reset() {
+	*x = SetBMCRequest{}
+	mi := &file_control_v1_control_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBMCRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBMCRequest) ProtoMessage() {}
+
+func (x *SetBMCRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBMCRequest.ProtoReflect.Descriptor instead.
+func (*SetBMCRequest) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SetBMCRequest) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
+	}
+	return ""
+}
+
+func (x *SetBMCRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *SetBMCRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *SetBMCRequest) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *SetBMCRequest) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *SetBMCRequest) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
+func (x *SetBMCRequest) GetInsecure() bool {
+	if x != nil {
+		return x.Insecure
+	}
+	return false
+}
+
+func (x *SetBMCRequest) GetSystemId() string {
+	if x != nil {
+		return x.SystemId
+	}
+	return ""
+}
+
+type SetBMCResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MachineId     string                 `protobuf:"bytes,1,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Endpoint      string                 `protobuf:"bytes,3,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBMCResponse) Reset() {
+	*x = SetBMCResponse{}
+	mi := &file_control_v1_control_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBMCResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBMCResponse) ProtoMessage() {}
+
+func (x *SetBMCResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBMCResponse.ProtoReflect.Descriptor instead.
+func (*SetBMCResponse) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SetBMCResponse) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
+	}
+	return ""
+}
+
+func (x *SetBMCResponse) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *SetBMCResponse) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
 var File_control_v1_control_proto protoreflect.FileDescriptor
 
 const file_control_v1_control_proto_rawDesc = "" +
@@ -1164,7 +1426,28 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x122\n" +
 	"\x05power\x18\x02 \x01(\x0e2\x1c.anvil.control.v1.PowerStateR\x05power\"K\n" +
 	"\x10SetPowerResponse\x127\n" +
-	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent*r\n" +
+	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\".\n" +
+	"\rRebootRequest\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\x01 \x01(\tR\tmachineId\"f\n" +
+	"\x0eRebootResponse\x127\n" +
+	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\x12\x1b\n" +
+	"\treboot_id\x18\x02 \x01(\tR\brebootId\"\xe1\x01\n" +
+	"\rSetBMCRequest\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x12\n" +
+	"\x04port\x18\x04 \x01(\rR\x04port\x12\x1a\n" +
+	"\busername\x18\x05 \x01(\tR\busername\x12\x1a\n" +
+	"\bpassword\x18\x06 \x01(\tR\bpassword\x12\x1a\n" +
+	"\binsecure\x18\a \x01(\bR\binsecure\x12\x1b\n" +
+	"\tsystem_id\x18\b \x01(\tR\bsystemId\"_\n" +
+	"\x0eSetBMCResponse\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1a\n" +
+	"\bendpoint\x18\x03 \x01(\tR\bendpoint*r\n" +
 	"\n" +
 	"Acceptance\x12\x1a\n" +
 	"\x16ACCEPTANCE_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -1176,7 +1459,7 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\x17POWER_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13POWER_STATE_DEFAULT\x10\x01\x12\x12\n" +
 	"\x0ePOWER_STATE_ON\x10\x02\x12\x13\n" +
-	"\x0fPOWER_STATE_OFF\x10\x032\xae\x05\n" +
+	"\x0fPOWER_STATE_OFF\x10\x032\xc8\x06\n" +
 	"\x11TransitionService\x12K\n" +
 	"\x06Accept\x12\x1f.anvil.control.v1.AcceptRequest\x1a .anvil.control.v1.AcceptResponse\x12K\n" +
 	"\x06Reject\x12\x1f.anvil.control.v1.RejectRequest\x1a .anvil.control.v1.RejectResponse\x12Q\n" +
@@ -1186,7 +1469,9 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\rMarkInstalled\x12&.anvil.control.v1.MarkInstalledRequest\x1a'.anvil.control.v1.MarkInstalledResponse\x12K\n" +
 	"\x06Cordon\x12\x1f.anvil.control.v1.CordonRequest\x1a .anvil.control.v1.CordonResponse\x12Q\n" +
 	"\bUncordon\x12!.anvil.control.v1.UncordonRequest\x1a\".anvil.control.v1.UncordonResponse\x12Q\n" +
-	"\bSetPower\x12!.anvil.control.v1.SetPowerRequest\x1a\".anvil.control.v1.SetPowerResponseB7Z5github.com/anvil-metal/anvil/api/control/v1;controlv1b\x06proto3"
+	"\bSetPower\x12!.anvil.control.v1.SetPowerRequest\x1a\".anvil.control.v1.SetPowerResponse\x12K\n" +
+	"\x06Reboot\x12\x1f.anvil.control.v1.RebootRequest\x1a .anvil.control.v1.RebootResponse\x12K\n" +
+	"\x06SetBMC\x12\x1f.anvil.control.v1.SetBMCRequest\x1a .anvil.control.v1.SetBMCResponseB7Z5github.com/anvil-metal/anvil/api/control/v1;controlv1b\x06proto3"
 
 var (
 	file_control_v1_control_proto_rawDescOnce sync.Once
@@ -1201,7 +1486,7 @@ func file_control_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_control_v1_control_proto_goTypes = []any{
 	(Acceptance)(0),               // 0: anvil.control.v1.Acceptance
 	(PowerState)(0),               // 1: anvil.control.v1.PowerState
@@ -1223,6 +1508,10 @@ var file_control_v1_control_proto_goTypes = []any{
 	(*UncordonResponse)(nil),      // 17: anvil.control.v1.UncordonResponse
 	(*SetPowerRequest)(nil),       // 18: anvil.control.v1.SetPowerRequest
 	(*SetPowerResponse)(nil),      // 19: anvil.control.v1.SetPowerResponse
+	(*RebootRequest)(nil),         // 20: anvil.control.v1.RebootRequest
+	(*RebootResponse)(nil),        // 21: anvil.control.v1.RebootResponse
+	(*SetBMCRequest)(nil),         // 22: anvil.control.v1.SetBMCRequest
+	(*SetBMCResponse)(nil),        // 23: anvil.control.v1.SetBMCResponse
 }
 var file_control_v1_control_proto_depIdxs = []int32{
 	0,  // 0: anvil.control.v1.MachineIntent.acceptance:type_name -> anvil.control.v1.Acceptance
@@ -1236,27 +1525,32 @@ var file_control_v1_control_proto_depIdxs = []int32{
 	2,  // 8: anvil.control.v1.UncordonResponse.intent:type_name -> anvil.control.v1.MachineIntent
 	1,  // 9: anvil.control.v1.SetPowerRequest.power:type_name -> anvil.control.v1.PowerState
 	2,  // 10: anvil.control.v1.SetPowerResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	4,  // 11: anvil.control.v1.TransitionService.Accept:input_type -> anvil.control.v1.AcceptRequest
-	6,  // 12: anvil.control.v1.TransitionService.Reject:input_type -> anvil.control.v1.RejectRequest
-	8,  // 13: anvil.control.v1.TransitionService.Allocate:input_type -> anvil.control.v1.AllocateRequest
-	10, // 14: anvil.control.v1.TransitionService.Deallocate:input_type -> anvil.control.v1.DeallocateRequest
-	12, // 15: anvil.control.v1.TransitionService.MarkInstalled:input_type -> anvil.control.v1.MarkInstalledRequest
-	14, // 16: anvil.control.v1.TransitionService.Cordon:input_type -> anvil.control.v1.CordonRequest
-	16, // 17: anvil.control.v1.TransitionService.Uncordon:input_type -> anvil.control.v1.UncordonRequest
-	18, // 18: anvil.control.v1.TransitionService.SetPower:input_type -> anvil.control.v1.SetPowerRequest
-	5,  // 19: anvil.control.v1.TransitionService.Accept:output_type -> anvil.control.v1.AcceptResponse
-	7,  // 20: anvil.control.v1.TransitionService.Reject:output_type -> anvil.control.v1.RejectResponse
-	9,  // 21: anvil.control.v1.TransitionService.Allocate:output_type -> anvil.control.v1.AllocateResponse
-	11, // 22: anvil.control.v1.TransitionService.Deallocate:output_type -> anvil.control.v1.DeallocateResponse
-	13, // 23: anvil.control.v1.TransitionService.MarkInstalled:output_type -> anvil.control.v1.MarkInstalledResponse
-	15, // 24: anvil.control.v1.TransitionService.Cordon:output_type -> anvil.control.v1.CordonResponse
-	17, // 25: anvil.control.v1.TransitionService.Uncordon:output_type -> anvil.control.v1.UncordonResponse
-	19, // 26: anvil.control.v1.TransitionService.SetPower:output_type -> anvil.control.v1.SetPowerResponse
-	19, // [19:27] is the sub-list for method output_type
-	11, // [11:19] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	2,  // 11: anvil.control.v1.RebootResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	4,  // 12: anvil.control.v1.TransitionService.Accept:input_type -> anvil.control.v1.AcceptRequest
+	6,  // 13: anvil.control.v1.TransitionService.Reject:input_type -> anvil.control.v1.RejectRequest
+	8,  // 14: anvil.control.v1.TransitionService.Allocate:input_type -> anvil.control.v1.AllocateRequest
+	10, // 15: anvil.control.v1.TransitionService.Deallocate:input_type -> anvil.control.v1.DeallocateRequest
+	12, // 16: anvil.control.v1.TransitionService.MarkInstalled:input_type -> anvil.control.v1.MarkInstalledRequest
+	14, // 17: anvil.control.v1.TransitionService.Cordon:input_type -> anvil.control.v1.CordonRequest
+	16, // 18: anvil.control.v1.TransitionService.Uncordon:input_type -> anvil.control.v1.UncordonRequest
+	18, // 19: anvil.control.v1.TransitionService.SetPower:input_type -> anvil.control.v1.SetPowerRequest
+	20, // 20: anvil.control.v1.TransitionService.Reboot:input_type -> anvil.control.v1.RebootRequest
+	22, // 21: anvil.control.v1.TransitionService.SetBMC:input_type -> anvil.control.v1.SetBMCRequest
+	5,  // 22: anvil.control.v1.TransitionService.Accept:output_type -> anvil.control.v1.AcceptResponse
+	7,  // 23: anvil.control.v1.TransitionService.Reject:output_type -> anvil.control.v1.RejectResponse
+	9,  // 24: anvil.control.v1.TransitionService.Allocate:output_type -> anvil.control.v1.AllocateResponse
+	11, // 25: anvil.control.v1.TransitionService.Deallocate:output_type -> anvil.control.v1.DeallocateResponse
+	13, // 26: anvil.control.v1.TransitionService.MarkInstalled:output_type -> anvil.control.v1.MarkInstalledResponse
+	15, // 27: anvil.control.v1.TransitionService.Cordon:output_type -> anvil.control.v1.CordonResponse
+	17, // 28: anvil.control.v1.TransitionService.Uncordon:output_type -> anvil.control.v1.UncordonResponse
+	19, // 29: anvil.control.v1.TransitionService.SetPower:output_type -> anvil.control.v1.SetPowerResponse
+	21, // 30: anvil.control.v1.TransitionService.Reboot:output_type -> anvil.control.v1.RebootResponse
+	23, // 31: anvil.control.v1.TransitionService.SetBMC:output_type -> anvil.control.v1.SetBMCResponse
+	22, // [22:32] is the sub-list for method output_type
+	12, // [12:22] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_control_v1_control_proto_init() }
@@ -1270,7 +1564,7 @@ func file_control_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_v1_control_proto_rawDesc), len(file_control_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   18,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

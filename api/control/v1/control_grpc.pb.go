@@ -33,6 +33,8 @@ const (
 	TransitionService_Cordon_FullMethodName        = "/anvil.control.v1.TransitionService/Cordon"
 	TransitionService_Uncordon_FullMethodName      = "/anvil.control.v1.TransitionService/Uncordon"
 	TransitionService_SetPower_FullMethodName      = "/anvil.control.v1.TransitionService/SetPower"
+	TransitionService_Reboot_FullMethodName        = "/anvil.control.v1.TransitionService/Reboot"
+	TransitionService_SetBMC_FullMethodName        = "/anvil.control.v1.TransitionService/SetBMC"
 )
 
 // TransitionServiceClient is the client API for TransitionService service.
@@ -66,6 +68,13 @@ type TransitionServiceClient interface {
 	Uncordon(ctx context.Context, in *UncordonRequest, opts ...grpc.CallOption) (*UncordonResponse, error)
 	// SetPower sets the desired power state.
 	SetPower(ctx context.Context, in *SetPowerRequest, opts ...grpc.CallOption) (*SetPowerResponse, error)
+	// Reboot asks for a reboot of an accepted machine: through its BMC (PXE once, then a
+	// power cycle), so that it boots what the provider serves it now.
+	Reboot(ctx context.Context, in *RebootRequest, opts ...grpc.CallOption) (*RebootResponse, error)
+	// SetBMC tells the provider how to reach a machine's BMC, keyed by the machine's UUID;
+	// the machine need not have booted yet. A user's BMC config is never replaced by the
+	// credentials an agent provisions. An empty kind removes the config.
+	SetBMC(ctx context.Context, in *SetBMCRequest, opts ...grpc.CallOption) (*SetBMCResponse, error)
 }
 
 type transitionServiceClient struct {
@@ -156,6 +165,26 @@ func (c *transitionServiceClient) SetPower(ctx context.Context, in *SetPowerRequ
 	return out, nil
 }
 
+func (c *transitionServiceClient) Reboot(ctx context.Context, in *RebootRequest, opts ...grpc.CallOption) (*RebootResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RebootResponse)
+	err := c.cc.Invoke(ctx, TransitionService_Reboot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *transitionServiceClient) SetBMC(ctx context.Context, in *SetBMCRequest, opts ...grpc.CallOption) (*SetBMCResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetBMCResponse)
+	err := c.cc.Invoke(ctx, TransitionService_SetBMC_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TransitionServiceServer is the server API for TransitionService service.
 // All implementations must embed UnimplementedTransitionServiceServer
 // for forward compatibility.
@@ -187,6 +216,13 @@ type TransitionServiceServer interface {
 	Uncordon(context.Context, *UncordonRequest) (*UncordonResponse, error)
 	// SetPower sets the desired power state.
 	SetPower(context.Context, *SetPowerRequest) (*SetPowerResponse, error)
+	// Reboot asks for a reboot of an accepted machine: through its BMC (PXE once, then a
+	// power cycle), so that it boots what the provider serves it now.
+	Reboot(context.Context, *RebootRequest) (*RebootResponse, error)
+	// SetBMC tells the provider how to reach a machine's BMC, keyed by the machine's UUID;
+	// the machine need not have booted yet. A user's BMC config is never replaced by the
+	// credentials an agent provisions. An empty kind removes the config.
+	SetBMC(context.Context, *SetBMCRequest) (*SetBMCResponse, error)
 	mustEmbedUnimplementedTransitionServiceServer()
 }
 
@@ -220,6 +256,12 @@ func (UnimplementedTransitionServiceServer) Uncordon(context.Context, *UncordonR
 }
 func (UnimplementedTransitionServiceServer) SetPower(context.Context, *SetPowerRequest) (*SetPowerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetPower not implemented")
+}
+func (UnimplementedTransitionServiceServer) Reboot(context.Context, *RebootRequest) (*RebootResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reboot not implemented")
+}
+func (UnimplementedTransitionServiceServer) SetBMC(context.Context, *SetBMCRequest) (*SetBMCResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetBMC not implemented")
 }
 func (UnimplementedTransitionServiceServer) mustEmbedUnimplementedTransitionServiceServer() {}
 func (UnimplementedTransitionServiceServer) testEmbeddedByValue()                           {}
@@ -386,6 +428,42 @@ func _TransitionService_SetPower_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TransitionService_Reboot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RebootRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransitionServiceServer).Reboot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TransitionService_Reboot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransitionServiceServer).Reboot(ctx, req.(*RebootRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TransitionService_SetBMC_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetBMCRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransitionServiceServer).SetBMC(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TransitionService_SetBMC_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransitionServiceServer).SetBMC(ctx, req.(*SetBMCRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TransitionService_ServiceDesc is the grpc.ServiceDesc for TransitionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -424,6 +502,14 @@ var TransitionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetPower",
 			Handler:    _TransitionService_SetPower_Handler,
+		},
+		{
+			MethodName: "Reboot",
+			Handler:    _TransitionService_Reboot_Handler,
+		},
+		{
+			MethodName: "SetBMC",
+			Handler:    _TransitionService_SetBMC_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

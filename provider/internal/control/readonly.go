@@ -7,6 +7,8 @@ import (
 	"github.com/cosi-project/runtime/pkg/state"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
 )
 
 // ErrReadOnly is returned for every write through the state API. It carries the gRPC
@@ -73,4 +75,55 @@ func (readOnly) Modify(context.Context, resource.Resource, func(resource.Resourc
 
 func (readOnly) ModifyWithResult(context.Context, resource.Resource, func(resource.Resource) error, ...state.UpdateOption) (resource.Resource, error) {
 	return nil, ErrReadOnly
+}
+
+// secretTypes are never served: a BMC password is for the provider's own use.
+var secretTypes = map[resource.Type]bool{anvilstate.BMCSecretType: true}
+
+func refuseSecret(kind resource.Kind) error {
+	if secretTypes[kind.Type()] {
+		return status.Errorf(codes.PermissionDenied, "%s is not served: it holds secrets", kind.Type())
+	}
+
+	return nil
+}
+
+func (r readOnly) Get(ctx context.Context, ptr resource.Pointer, opts ...state.GetOption) (resource.Resource, error) {
+	if err := refuseSecret(ptr); err != nil {
+		return nil, err
+	}
+
+	return r.State.Get(ctx, ptr, opts...)
+}
+
+func (r readOnly) List(ctx context.Context, kind resource.Kind, opts ...state.ListOption) (resource.List, error) {
+	if err := refuseSecret(kind); err != nil {
+		return resource.List{}, err
+	}
+
+	return r.State.List(ctx, kind, opts...)
+}
+
+func (r readOnly) Watch(ctx context.Context, ptr resource.Pointer, ch chan<- state.Event, opts ...state.WatchOption) error {
+	if err := refuseSecret(ptr); err != nil {
+		return err
+	}
+
+	return r.State.Watch(ctx, ptr, ch, opts...)
+}
+
+func (r readOnly) WatchKind(ctx context.Context, kind resource.Kind, ch chan<- state.Event, opts ...state.WatchKindOption) error {
+	if err := refuseSecret(kind); err != nil {
+		return err
+	}
+
+	return r.State.WatchKind(ctx, kind, ch, opts...)
+}
+
+func (r readOnly) WatchKindAggregated(ctx context.Context, kind resource.Kind, ch chan<- []state.Event, opts ...state.WatchKindOption) error {
+	if err := refuseSecret(kind); err != nil {
+		return err
+	}
+
+	return r.State.WatchKindAggregated(ctx, kind, ch, opts...)
 }

@@ -62,3 +62,40 @@ func TestReadOnlyRefusesWrites(t *testing.T) {
 	require.NoError(t, ro.WatchKind(ctx, ptr, ch, cosistate.WithBootstrapContents(true)))
 	assert.Equal(t, cosistate.Created, (<-ch).Type)
 }
+
+// A BMC's password is never served, by any read.
+func TestReadOnlyHidesSecrets(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	st := openState(t)
+
+	secret := state.NewBMCSecret(machineID)
+	secret.TypedSpec().Password = "hunter2-bmc"
+	require.NoError(t, st.Create(ctx, secret))
+
+	ro := control.ReadOnly(st)
+	ptr := secret.Metadata()
+	ch, chs := make(chan cosistate.Event, 1), make(chan []cosistate.Event, 1)
+
+	for name, read := range map[string]func() error{
+		"get": func() error {
+			_, err := ro.Get(ctx, ptr)
+
+			return err
+		},
+		"list": func() error {
+			_, err := ro.List(ctx, ptr)
+
+			return err
+		},
+		"watch":                 func() error { return ro.Watch(ctx, ptr, ch) },
+		"watch kind":            func() error { return ro.WatchKind(ctx, ptr, ch) },
+		"watch kind aggregated": func() error { return ro.WatchKindAggregated(ctx, ptr, chs) },
+	} {
+		err := read()
+		require.Error(t, err, name)
+		assert.Equal(t, codes.PermissionDenied, status.Code(err), name)
+		assert.NotContains(t, err.Error(), "hunter2", name)
+	}
+}

@@ -81,6 +81,8 @@ func apply(ctx context.Context, tr *control.Transitions, name string) error {
 		_, err = tr.Uncordon(ctx, &controlv1.UncordonRequest{MachineId: id})
 	case "power-off":
 		_, err = tr.SetPower(ctx, &controlv1.SetPowerRequest{MachineId: id, Power: controlv1.PowerState_POWER_STATE_OFF})
+	case "reboot":
+		_, err = tr.Reboot(ctx, &controlv1.RebootRequest{MachineId: id})
 	default:
 		panic(name)
 	}
@@ -118,6 +120,7 @@ func TestTransitions(t *testing.T) {
 		{"pending", "cordon", ok(pen, false, true)},
 		{"pending", "uncordon", ok(pen, false, false)},
 		{"pending", "power-off", ok(pen, false, false)},
+		{"pending", "reboot", refused},
 
 		{"accepted", "accept", ok(acc, false, false)},
 		{"accepted", "reject", ok(rej, false, false)},
@@ -126,6 +129,7 @@ func TestTransitions(t *testing.T) {
 		{"accepted", "installed", refused},
 		{"accepted", "cordon", ok(acc, false, true)},
 		{"accepted", "power-off", ok(acc, false, false)},
+		{"accepted", "reboot", ok(acc, false, false)},
 
 		{"rejected", "accept", want{acceptance: acc, newWipe: true}},
 		{"rejected", "reject", ok(rej, false, false)},
@@ -134,6 +138,7 @@ func TestTransitions(t *testing.T) {
 		{"rejected", "installed", refused},
 		{"rejected", "cordon", ok(rej, false, true)},
 		{"rejected", "power-off", ok(rej, false, false)},
+		{"rejected", "reboot", refused},
 
 		{"rejected+accepted", "allocate", ok(acc, true, false)},
 
@@ -144,6 +149,7 @@ func TestTransitions(t *testing.T) {
 		{"allocated", "installed", ok(acc, true, false)},
 		{"allocated", "cordon", ok(acc, true, true)},
 		{"allocated", "power-off", ok(acc, true, false)},
+		{"allocated", "reboot", ok(acc, true, false)},
 
 		{"cordoned", "allocate", refused},
 		{"cordoned", "uncordon", ok(acc, false, false)},
@@ -184,6 +190,9 @@ func TestTransitions(t *testing.T) {
 			assert.Equal(t, tc.want.newWipe, after.WipeID != before.WipeID, "wipe owed")
 
 			switch tc.transition {
+			case "reboot":
+				assert.NotEqual(t, before.RebootID, after.RebootID, "a new reboot request")
+				assert.NotEmpty(t, after.RebootID)
 			case "power-off":
 				assert.Equal(t, state.PowerOff, after.Power)
 			case "installed":
