@@ -117,7 +117,7 @@ func TestLifecycle(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 3)
 	assert.Equal(t, []string{"ID", "ARCH", "FIRMWARE", "ADDRESS", "ACCEPTANCE", "ALLOCATION", "INSTALLED", "POWER", "LAST", "BOOT"}, strings.Fields(lines[0]))
-	assert.Equal(t, []string{m1, "amd64", "uefi", "10.5.0.10", "pending", "-", "-", "unknown", "agent"}, strings.Fields(lines[1])[:9])
+	assert.Equal(t, []string{m1, "amd64", "uefi", "10.5.0.10", "pending", "-", "-", "manual", "agent"}, strings.Fields(lines[1])[:9])
 
 	out = mustRun(t, ep, "machine", "accept", m1)
 	assert.Contains(t, out, "machine "+m1+": accepted, not allocated")
@@ -138,8 +138,31 @@ func TestLifecycle(t *testing.T) {
 	mustRun(t, ep, "machine", "cordon", m2)
 
 	out = mustRun(t, ep, "get", "machines")
-	assert.Regexp(t, m1+`\s+amd64\s+uefi\s+10.5.0.10\s+accepted\s+v1.9.0\s+yes\s+unknown \(want on\)\s+agent 1m`, out)
-	assert.Regexp(t, m2+`\s+amd64\s+bios\s+10.5.0.11\s+pending,cordoned\s+-\s+-\s+unknown`, out)
+	assert.Regexp(t, m1+`\s+amd64\s+uefi\s+10.5.0.10\s+accepted\s+v1.9.0\s+yes\s+manual \(want on\)\s+agent 1m`, out)
+	assert.Regexp(t, m2+`\s+amd64\s+bios\s+10.5.0.11\s+pending,cordoned\s+-\s+-\s+manual`, out)
+
+	// A BMC, its password from a file; shown without it.
+	pw := filepath.Join(t.TempDir(), "bmc-password")
+	require.NoError(t, os.WriteFile(pw, []byte("bmc-s3cret\n"), 0o600))
+
+	out = mustRun(t, ep, "machine", "bmc", "set", m1, "--kind", "ipmi", "--address", "10.5.0.200", "--username", "anvil", "--password-file", pw)
+	assert.Contains(t, out, "ipmi://anvil@10.5.0.200")
+	assert.NotContains(t, out, "s3cret")
+
+	out = mustRun(t, ep, "get", "machines")
+	assert.Regexp(t, m1+`\s+amd64\s+uefi\s+10.5.0.10\s+accepted\s+v1.9.0\s+yes\s+ipmi unknown \(want on\)`, out)
+
+	out = mustRun(t, ep, "get", "bmc", m1, "-o", "yaml")
+	assert.Contains(t, out, "address: 10.5.0.200")
+	assert.Contains(t, out, "hasPassword: true")
+	assert.NotContains(t, out, "s3cret")
+
+	out = mustRun(t, ep, "machine", "reboot", m1)
+	assert.Contains(t, out, "reboot requested")
+
+	_, errOut, code := run(t, ep, "machine", "reboot", m2)
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, errOut, "only accepted machines")
 
 	// YAML: the machine's three resources, the config redacted unless asked for.
 	out = mustRun(t, ep, "get", "machine", m1, "-o", "yaml")

@@ -69,7 +69,8 @@ func newMachineCommand(a *app) *cobra.Command {
 		})
 	}
 
-	cmd.AddCommand(newAcceptCommand(a), newInstalledCommand(a), newAllocateCommand(a), newPowerCommand(a))
+	cmd.AddCommand(newAcceptCommand(a), newInstalledCommand(a), newAllocateCommand(a), newPowerCommand(a),
+		newRebootCommand(a), newBMCCommand(a))
 
 	return cmd
 }

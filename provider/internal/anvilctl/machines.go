@@ -21,6 +21,9 @@ type machineView struct {
 	Status  *state.MachineStatusSpec `yaml:"status,omitempty"`
 	// Inventory is what the machine's agent reported.
 	Inventory *state.MachineInventorySpec `yaml:"inventory,omitempty"`
+	// BMC is how its power is reached (never the password); Power what was seen of it.
+	BMC   *state.BMCConfigSpec   `yaml:"bmc,omitempty"`
+	Power *state.PowerStatusSpec `yaml:"power,omitempty"`
 }
 
 func getMachines(ctx context.Context, st cosistate.State, p *printer, id string, opts getOptions) error {
@@ -62,6 +65,26 @@ func getMachines(ctx context.Context, st cosistate.State, p *printer, id string,
 		return fmt.Errorf("error listing machine inventories: %w", err)
 	}
 
+	bmcs, err := safe.StateListAll[*state.BMCConfig](ctx, st)
+	if err != nil {
+		return fmt.Errorf("error listing BMC configs: %w", err)
+	}
+
+	powers, err := safe.StateListAll[*state.PowerStatus](ctx, st)
+	if err != nil {
+		return fmt.Errorf("error listing power statuses: %w", err)
+	}
+
+	bmcByID := make(map[string]*state.BMCConfig, bmcs.Len())
+	for b := range bmcs.All() {
+		bmcByID[b.Metadata().ID()] = b
+	}
+
+	powerByID := make(map[string]*state.PowerStatus, powers.Len())
+	for p := range powers.All() {
+		powerByID[p.Metadata().ID()] = p
+	}
+
 	inventoryByID := make(map[string]*state.MachineInventory, inventories.Len())
 	for inv := range inventories.All() {
 		inventoryByID[inv.Metadata().ID()] = inv
@@ -98,6 +121,16 @@ func getMachines(ctx context.Context, st cosistate.State, p *printer, id string,
 		if inv, ok := inventoryByID[v.ID]; ok {
 			spec := inv.TypedSpec().DeepCopy()
 			v.Inventory = &spec
+		}
+
+		if b, ok := bmcByID[v.ID]; ok {
+			spec := b.TypedSpec().DeepCopy()
+			v.BMC = &spec
+		}
+
+		if ps, ok := powerByID[v.ID]; ok {
+			spec := ps.TypedSpec().DeepCopy()
+			v.Power = &spec
 		}
 
 		if a := v.Intent.Allocation; a != nil && a.Config != "" && !opts.showConfig {
@@ -139,15 +172,7 @@ func (v machineView) row(now time.Time) []string {
 		}
 	}
 
-	observed := state.PowerUnknown
-	if v.Status != nil && v.Status.Power != "" {
-		observed = v.Status.Power
-	}
-
-	power := string(observed)
-	if v.Intent.Power != "" && v.Intent.Power != state.PowerDefault && v.Intent.Power != observed {
-		power += fmt.Sprintf(" (want %s)", v.Intent.Power)
-	}
+	power := v.powerColumn()
 
 	lastBoot := "-"
 	if !v.Machine.LastPXE.IsZero() {
@@ -155,6 +180,44 @@ func (v machineView) row(now time.Time) []string {
 	}
 
 	return []string{v.ID, orDash(v.Machine.Arch), orDash(v.Machine.Firmware), orDash(v.Machine.LastAddress), acceptance, allocation, installed, power, lastBoot}
+}
+
+// powerColumn is "<backend> <state>", with what the provider wants when it differs and
+// why the BMC could not be driven: "ipmi on", "api off (want on)", "redfish unknown
+// [unreachable]"; "manual" for a machine without a BMC.
+func (v machineView) powerColumn() string {
+	want := state.PowerState("")
+	if v.Power != nil {
+		want = v.Power.Desired
+	}
+
+	if v.Intent.Power == state.PowerOn || v.Intent.Power == state.PowerOff {
+		want = v.Intent.Power
+	}
+
+	if v.BMC == nil || v.BMC.Kind == "" || v.BMC.Kind == "none" {
+		if want != "" {
+			return "manual (want " + string(want) + ")"
+		}
+
+		return "manual"
+	}
+
+	observed := state.PowerUnknown
+	if v.Power != nil && v.Power.State != "" {
+		observed = v.Power.State
+	}
+
+	out := v.BMC.Kind + " " + string(observed)
+	if want != "" && want != observed {
+		out += " (want " + string(want) + ")"
+	}
+
+	if v.Power != nil && v.Power.Condition != "" && v.Power.Condition != "ok" {
+		out += " [" + v.Power.Condition + "]"
+	}
+
+	return out
 }
 
 func orDash(s string) string {
