@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -32,6 +33,7 @@ import (
 	"github.com/anvil-metal/anvil/hack/internal/labtest"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
 	"github.com/anvil-metal/anvil/hack/internal/proc"
+	"github.com/anvil-metal/anvil/hack/internal/timeline"
 )
 
 const (
@@ -66,6 +68,27 @@ type result struct {
 	diskMethod             string
 	diskBoot               time.Duration // power-on → the disk's system, after the install
 	diskOK                 bool
+	allocated              time.Time
+	agent, talos           timeline.Stages
+}
+
+// stages cuts the machine's boots into stages from its console and the provider's log.
+func (r *result) stages(t *testing.T, consoles *timeline.Consoles, providerLog string) {
+	// QEMU writes its pid file as it starts the machine: the power-on.
+	st, err := os.Stat(r.m.PIDFile())
+	if !assert.NoError(t, err, "%s: the pid file", r.m.Name) {
+		return
+	}
+
+	entries, err := timeline.ReadProviderLog(providerLog)
+	if !assert.NoError(t, err) {
+		return
+	}
+
+	r.agent = timeline.Agent(consoles, r.m.SerialLog(), entries, r.m.UUID, st.ModTime())
+	if r.bootedOK {
+		r.talos = timeline.Talos(consoles, r.m.SerialLog(), entries, r.m.UUID, r.allocated, standin)
+	}
 }
 
 // diskMethods pairs each boot-from-disk method with the machine that proves it, by
@@ -87,21 +110,62 @@ func diskMethods() map[machine.Firmware]string {
 	return out
 }
 
-// TestE2E is the whole flow; see the package comment.
+// TestE2E is the whole flow; see the package comment. ANVIL_E2E_RUNS=N runs it N times
+// on a fresh lab each (the disk step in the first run only) and reports each stage's
+// median (make figures).
 func TestE2E(t *testing.T) {
 	labtest.RequireHost(t)
 
 	root := labtest.RepoRoot(t)
 	bin := t.TempDir()
-	provider, anvilctl, factory := filepath.Join(bin, "provider"), filepath.Join(bin, "anvilctl"), filepath.Join(bin, "lab-factory")
+	b := binaries{
+		provider: filepath.Join(bin, "provider"), anvilctl: filepath.Join(bin, "anvilctl"), factory: filepath.Join(bin, "lab-factory"),
+		diskInit: filepath.Join(bin, "disk-init"),
+	}
 
-	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
-	labtest.GoBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
-	labtest.GoBuild(t, root, factory, "./hack/cmd/lab-factory")
+	labtest.GoBuild(t, root, b.provider, "./provider/cmd/provider")
+	labtest.GoBuild(t, root, b.anvilctl, "./provider/cmd/anvilctl")
+	labtest.GoBuild(t, root, b.factory, "./hack/cmd/lab-factory")
 
-	agentDir := labtest.AgentAssets(t, root, bin)
-	standinDir := standinAssets(t, root, bin)
+	b.agent = labtest.AgentAssets(t, root, bin)
+	b.standin = standinAssets(t, root, bin)
 
+	runs := 1
+	if v := os.Getenv("ANVIL_E2E_RUNS"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, "ANVIL_E2E_RUNS")
+		require.Positive(t, n, "ANVIL_E2E_RUNS")
+
+		runs = n
+	}
+
+	var all [][]*result
+
+	for run := 1; run <= runs; run++ {
+		var results []*result
+
+		ok := t.Run(fmt.Sprintf("run-%d", run), func(t *testing.T) {
+			results = flowRun(t, b, run == 1)
+		})
+
+		all = append(all, results)
+
+		if !ok {
+			break
+		}
+	}
+
+	writeReport(t, root, all)
+}
+
+// binaries are what every run uses, built once.
+type binaries struct {
+	provider, anvilctl, factory, diskInit string
+	agent, standin                        string // asset directories
+}
+
+// flowRun is one run of the flow on a lab of its own; withDisk adds step 5.
+func flowRun(t *testing.T, b binaries, withDisk bool) []*result {
 	dir := filepath.Join(t.TempDir(), "lab")
 	prefix := fmt.Sprintf("anve%d", os.Getpid()%100000)
 
@@ -129,10 +193,10 @@ func TestE2E(t *testing.T) {
 	cfg := lab.Config{
 		Dir: dir, Prefix: prefix,
 		Firmware:    []machine.Firmware{machine.BIOS, machine.UEFI, machine.UEFIPXE},
-		ProviderBin: provider, AgentAssetsDir: agentDir,
+		ProviderBin: b.provider, AgentAssetsDir: b.agent,
 		FactoryURL: "http://" + lab.FactoryListen, FactoryPXEURL: "http://" + lab.FactoryListen,
 		APIPort:    50042,
-		FactoryBin: factory, FactoryAssetsDir: standinDir,
+		FactoryBin: b.factory, FactoryAssetsDir: b.standin,
 	}
 
 	// 1. The provider, the site DHCP server and the factory, no machines yet: the
@@ -141,7 +205,7 @@ func TestE2E(t *testing.T) {
 	require.NoError(t, err)
 
 	ctl := func(args ...string) (string, error) {
-		out, err := exec.Command(anvilctl, append([]string{"--endpoint", "unix://" + state.ControlSocket()}, args...)...).CombinedOutput()
+		out, err := exec.Command(b.anvilctl, append([]string{"--endpoint", "unix://" + state.ControlSocket()}, args...)...).CombinedOutput()
 
 		return string(out), err
 	}
@@ -149,6 +213,10 @@ func TestE2E(t *testing.T) {
 	out, err := ctl("get", "machines")
 	require.NoError(t, err, out)
 	require.Len(t, nonEmptyLines(out), 1, "the provider knows no machines yet:\n%s", out)
+
+	// The consoles are followed from before power-on, so that their lines carry the
+	// time they appeared (the stages' clock, with the provider's log).
+	consoles := timeline.Follow(t.Context(), filepath.Join(dir, "machines", "*", "serial.log"), 50*time.Millisecond)
 
 	// 2–4. Three machines, one per firmware kind, powered on together.
 	cfg.Machines = 3
@@ -163,10 +231,13 @@ func TestE2E(t *testing.T) {
 	// 5 needs each machine's disk bootable: the disk system is built once here, and
 	// written to a machine's disk once its stand-in reported the install (as Talos'
 	// installer would have).
-	methods := diskMethods()
-	diskInit := filepath.Join(bin, "disk-init")
+	methods := map[machine.Firmware]string{}
+	if withDisk {
+		methods = diskMethods()
+	}
 
-	if len(methods) > 0 {
+	diskInit := b.diskInit
+	if _, err := os.Stat(diskInit); len(methods) > 0 && err != nil {
 		require.NoError(t, diskimage.BuildInit(t.Context(), diskInit))
 	}
 
@@ -186,6 +257,7 @@ func TestE2E(t *testing.T) {
 			r.diskMethod = methods[m.Firmware]
 
 			flow(t, ctl, m, poweredOn, filepath.Join(dir, "config-"+m.Name+".yaml"), r)
+			r.stages(t, consoles, state.ProviderLog())
 
 			// Off (its CPU is the other machines'), then, where step 5 needs it, the
 			// installed system on its disk.
@@ -244,7 +316,7 @@ func TestE2E(t *testing.T) {
 		require.NoError(t, m.Stop(t.Context()))
 	}
 
-	writeReport(t, root, results)
+	return results
 }
 
 // flow takes one machine from power-on to "installed".
@@ -298,6 +370,7 @@ func flow(t *testing.T, ctl func(...string) (string, error), m *machine.Machine,
 	}
 
 	allocated := time.Now()
+	r.allocated = allocated
 
 	out, err = ctl("machine", "allocate", m.UUID, "--talos-version", talosVersion, "--extensions", extension, "--config", configFile)
 	if !assert.NoError(t, err, out) {
@@ -427,11 +500,46 @@ func httpStatusInNS(t *testing.T, ns, url string) string {
 	return string(m[1])
 }
 
-func writeReport(t *testing.T, root string, results []*result) {
+func writeReport(t *testing.T, root string, runs [][]*result) {
+	if len(runs) == 0 || len(runs[0]) == 0 {
+		return
+	}
+
 	var b strings.Builder
 
-	fmt.Fprintf(&b, "Anvil e2e %s (TCG, %d CPUs)\n", time.Now().UTC().Format(time.RFC3339), runtime.NumCPU())
-	fmt.Fprintf(&b, "%-12s %-9s %-21s %-22s %-21s %-28s %s\n", "machine", "firmware", "power-on→registered", "allocation→stand-in", "allocation→installed", "power-on→disk (method)", "wipe")
+	fmt.Fprintf(&b, "Anvil e2e %s (TCG, %d CPUs, %d run(s); the disk step in the first)\n\n", time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), len(runs))
+
+	// The stages, median over the runs: seconds since power-on, since allocation.
+	var names []string
+
+	agent, talos := map[string]timeline.Stages{}, map[string]timeline.Stages{}
+	agentRuns, talosRuns := map[string][]timeline.Stages{}, map[string][]timeline.Stages{}
+
+	for _, results := range runs {
+		for _, r := range results {
+			name := r.m.Name + " (" + string(r.m.Firmware) + ")"
+			if _, ok := agentRuns[name]; !ok {
+				names = append(names, name)
+			}
+
+			agentRuns[name] = append(agentRuns[name], r.agent)
+			talosRuns[name] = append(talosRuns[name], r.talos)
+		}
+	}
+
+	for _, name := range names {
+		agent[name], _ = timeline.Median(agentRuns[name])
+		talos[name], _ = timeline.Median(talosRuns[name])
+	}
+
+	b.WriteString(timeline.Table(fmt.Sprintf("power-on → agent registered, seconds since power-on (median of %d)", len(runs)), names, agent, timeline.AgentStages))
+	b.WriteString("\n")
+	b.WriteString(timeline.Table(fmt.Sprintf("allocation → target kernel, seconds since allocation (median of %d)", len(runs)), names, talos, timeline.TalosStages))
+	b.WriteString("\n")
+
+	results := runs[0]
+
+	fmt.Fprintf(&b, "run 1:\n%-12s %-9s %-21s %-22s %-21s %-28s %s\n", "machine", "firmware", "power-on→registered", "allocation→stand-in", "allocation→installed", "power-on→disk (method)", "wipe")
 
 	sort.Slice(results, func(i, j int) bool { return results[i].m.Index < results[j].m.Index })
 
