@@ -62,10 +62,7 @@ func Dial(ctx context.Context, ep power.Endpoint) (power.Client, error) {
 
 	if err = c.call(ctx, "opening a session", lib.Connect); err != nil {
 		// The socket (and any half-open session) goes once the connect attempt returns.
-		expired, cancel := context.WithCancel(context.Background())
-		cancel()
-
-		go c.release(expired) //nolint:errcheck // nothing to report to: the dial failed already
+		go c.release(expiredContext()) //nolint:errcheck // nothing to report to: the dial failed already
 
 		return nil, err
 	}
@@ -81,6 +78,9 @@ type client struct {
 	desc string // the endpoint without its password, for errors
 	turn chan struct{}
 
+	// silent records that a call got no answer: Close then skips Close Session, which
+	// would only wait for the same silence.
+	silent atomic.Bool
 	// closed refuses calls after Close: go-ipmi would open a new socket for them.
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -108,19 +108,25 @@ func (c *client) call(ctx context.Context, what string, fn func(ctx context.Cont
 		done <- fn(ctx)
 	}()
 
+	var err error
+
 	select {
-	case err := <-done:
-		return wrapError(what, err)
+	case err = <-done:
 	case <-ctx.Done():
 		// An answer that arrived together with the deadline still counts.
 		select {
-		case err := <-done:
-			return wrapError(what, err)
+		case err = <-done:
 		default:
+			err = ctx.Err()
 		}
-
-		return wrapError(what, ctx.Err())
 	}
+
+	err = wrapError(what, err)
+	if errors.Is(err, power.ErrUnreachable) {
+		c.silent.Store(true)
+	}
+
+	return err
 }
 
 // PowerState reads the chassis power state.
@@ -272,12 +278,21 @@ func (c *client) bootFlags(ctx context.Context) (*types.BootOptionParam_BootFlag
 	return flags, nil
 }
 
-// Close ends the session. However long the BMC takes, it returns within closeTimeout;
+// Close ends the session (unless the BMC stopped answering). However long the BMC takes, it returns within closeTimeout;
 // the socket and go-ipmi's keep-alive goroutine go in any case, at the latest once a
 // call still on the wire returns.
 func (c *client) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
+
+		if c.silent.Load() {
+			// Nothing to say to a BMC that stopped answering: free the socket and the
+			// keep-alive goroutine once the call still on the wire returns (go-ipmi's
+			// per-exchange timeout bounds that), without making the caller wait.
+			go c.release(expiredContext()) //nolint:errcheck // nothing to report
+
+			return
+		}
 
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 		defer cancel()
@@ -309,4 +324,12 @@ func (c *client) release(ctx context.Context) error {
 	defer func() { <-c.turn }()
 
 	return c.lib.Close(ctx) //nolint:wrapcheck // the callers wrap
+}
+
+// expiredContext makes release free local resources only.
+func expiredContext() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+
+	return ctx
 }
