@@ -1,14 +1,15 @@
 #!/bin/sh
 # Builds the provider and runs Anvil's benchmarks against their peers (root; perfdhcp from
-# kea-admin, dnsmasq, nginx, wrk). Usage: bench/run.sh [flags] [dhcp|http|all]
+# kea-admin, dnsmasq, nginx, wrk). Usage: bench/run.sh [flags] [dhcp|http|power|all]
 # (default all; flags: go run ./bench/cmd/bench -h). Report: _out/bench/report.txt.
 set -eu
 cd "$(dirname "$0")/.."
 go build -o _out/bin/provider ./provider/cmd/provider
+go build -o _out/bin/ipmi-sweep ./provider/internal/power/ipmi/cmd/ipmi-sweep
 go build -o _out/bin/bench ./bench/cmd/bench
 last=""
 for a in "$@"; do last=$a; done
 case "$last" in
-dhcp | http | all) exec _out/bin/bench "$@" ;;
+dhcp | http | power | all) exec _out/bin/bench "$@" ;;
 *) exec _out/bin/bench "$@" all ;;
 esac

@@ -16,13 +16,16 @@ import (
 	"github.com/anvil-metal/anvil/bench/internal/dhcpbench"
 	"github.com/anvil-metal/anvil/bench/internal/httpbench"
 	"github.com/anvil-metal/anvil/bench/internal/loadgen"
+	"github.com/anvil-metal/anvil/bench/internal/powerbench"
 	"github.com/anvil-metal/anvil/bench/internal/report"
 )
 
-const usage = `usage: bench [flags] dhcp|http|all
+const usage = `usage: bench [flags] dhcp|http|power|all
 
 Runs Anvil and a peer on the same load and prints the ratio (root; needs perfdhcp,
 dnsmasq, nginx, wrk, taskset, ip). The report is also written to <out>/report.txt.
+power (a concurrent against a serial IPMI power sweep over in-process BMCs) needs
+neither root nor tools, only the ipmi-sweep binary.
 `
 
 // Main runs the command with args (without the program name).
@@ -53,6 +56,10 @@ func Main(ctx context.Context, args []string) error {
 		rate         = fs.Int("rate", 1000, "fixed request rate of the latency run")
 		latencyDur   = fs.Duration("latency-duration", 20*time.Second, "latency run length")
 		profileCPU   = fs.Bool("profile", false, "build a provider serving pprof (go build -overlay, sources untouched) and profile its first HTTP round")
+		sweepBin     = fs.String("ipmi-sweep", "_out/bin/ipmi-sweep", "sweeper binary (go build -o _out/bin/ipmi-sweep ./provider/internal/power/ipmi/cmd/ipmi-sweep)")
+		powerBMCs    = fs.Int("power-bmcs", 1000, "simulated BMCs of the power sweep")
+		powerSerial  = fs.Int("power-serial", 1000, "BMCs the serial sweep polls (fewer: its time is extrapolated to -power-bmcs)")
+		powerLimit   = fs.Duration("power-limit", 3*time.Minute, "bound of the whole power benchmark")
 	)
 
 	if err := fs.Parse(args); err != nil {
@@ -62,12 +69,26 @@ func Main(ctx context.Context, args []string) error {
 	if fs.NArg() != 1 {
 		fs.Usage()
 
-		return errors.New("want exactly one of dhcp, http, all")
+		return errors.New("want exactly one of dhcp, http, power, all")
 	}
 
 	which := fs.Arg(0)
-	if which != "dhcp" && which != "http" && which != "all" {
-		return fmt.Errorf("unknown benchmark %q: want dhcp, http or all", which)
+	if which != "dhcp" && which != "http" && which != "power" && which != "all" {
+		return fmt.Errorf("unknown benchmark %q: want dhcp, http, power or all", which)
+	}
+
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+	}
+
+	if which == "power" {
+		var rep report.Report
+
+		if err := runPower(ctx, &rep, *sweepBin, *powerBMCs, *powerSerial, *powerLimit, logf); err != nil {
+			return err
+		}
+
+		return finish(&rep, *out, loadAverage())
 	}
 
 	if os.Geteuid() != 0 {
@@ -101,10 +122,6 @@ func Main(ctx context.Context, args []string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("error finding the bench binary: %w", err)
-	}
-
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 	}
 
 	var rep report.Report
@@ -151,6 +168,16 @@ func Main(ctx context.Context, args []string) error {
 		addHTTP(&rep, res, *connections, *rate, *machines)
 	}
 
+	if which == "all" {
+		if err := runPower(ctx, &rep, *sweepBin, *powerBMCs, *powerSerial, *powerLimit, logf); err != nil {
+			return err
+		}
+	}
+
+	return finish(&rep, *out, loadStart)
+}
+
+func finish(rep *report.Report, out, loadStart string) error {
 	rep.Notef("host load average (1, 5, 15 min) at start %s, at end %s: load from outside the benchmark makes figures swing",
 		loadStart, loadAverage())
 
@@ -158,7 +185,57 @@ func Main(ctx context.Context, args []string) error {
 		return err
 	}
 
-	return rep.Save(filepath.Join(*out, "report.txt"))
+	return rep.Save(filepath.Join(out, "report.txt"))
+}
+
+func runPower(ctx context.Context, rep *report.Report, sweepBin string, bmcs, serial int, limit time.Duration, logf func(string, ...any)) error {
+	bin, err := filepath.Abs(sweepBin)
+	if err != nil {
+		return fmt.Errorf("error resolving the ipmi-sweep path: %w", err)
+	}
+
+	if _, err = os.Stat(bin); err != nil {
+		return fmt.Errorf("no ipmi-sweep binary (go build -o _out/bin/ipmi-sweep ./provider/internal/power/ipmi/cmd/ipmi-sweep): %w", err)
+	}
+
+	res, err := powerbench.Run(ctx, powerbench.Config{
+		SweepBin: bin, BMCs: bmcs, Serial: min(serial, bmcs), Limit: limit, Log: logf,
+	})
+	if err != nil {
+		return fmt.Errorf("power benchmark: %w", err)
+	}
+
+	addPower(rep, res)
+
+	return nil
+}
+
+func addPower(rep *report.Report, res *powerbench.Result) {
+	c, s := res.Concurrent, res.Serial
+	serialName := "serial"
+
+	if res.Extrapolated {
+		serialName = fmt.Sprintf("serial (%d, extrapolated)", s.BMCs)
+	}
+
+	rep.Add(report.Row{
+		Name: fmt.Sprintf("IPMI power sweep of %d BMCs, %d at a time", res.BMCs, c.Concurrency), Unit: "s",
+		Anvil: c.Took.Seconds(), Peer: res.SerialFull.Seconds(), PeerName: serialName,
+		Goal: report.AnvilAtMost, Target: 10,
+	})
+	rep.Add(report.Row{
+		Name: "IPMI power sweep rate", Unit: "BMCs/s",
+		Anvil: c.PerSecond(), Peer: s.PerSecond(), PeerName: "serial",
+		Goal: report.Info,
+	})
+
+	rep.Notef("power: %d go-ipmi BMCs in the bench process on loopback UDP; the sweep (session, Get Chassis Status, Close Session per BMC) runs in ipmi-sweep",
+		res.BMCs)
+	rep.Notef("power: concurrent %s (%.0f BMCs/s), per BMC p50 %s max %s; serial over %d BMCs %s (%.0f BMCs/s), per BMC p50 %s max %s; serial for %d %s (%s); concurrent is %.1fx faster",
+		c.Took.Round(time.Millisecond), c.PerSecond(), c.P50.Round(time.Microsecond), c.Max.Round(time.Microsecond),
+		s.BMCs, s.Took.Round(time.Millisecond), s.PerSecond(), s.P50.Round(time.Microsecond), s.Max.Round(time.Microsecond),
+		res.BMCs, res.SerialFull.Round(time.Millisecond), map[bool]string{true: "extrapolated from the subset", false: "measured"}[res.Extrapolated],
+		res.SerialFull.Seconds()/c.Took.Seconds())
 }
 
 func addDHCP(rep *report.Report, res *dhcpbench.Result) {
