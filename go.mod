@@ -9,6 +9,7 @@ require (
 	github.com/mdlayher/netlink v1.11.2
 	github.com/siderolabs/go-smbios v0.3.4
 	github.com/siderolabs/talos/pkg/machinery v1.14.0-alpha.2
+	github.com/stmcginnis/gofish v0.23.0
 	github.com/stretchr/testify v1.11.1
 	go.etcd.io/bbolt v1.5.0-rc.0
 	go.uber.org/zap v1.28.0
