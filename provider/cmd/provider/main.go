@@ -85,6 +85,12 @@ func newRootCmd() *cobra.Command {
 	f.StringVar(&opts.WipeMode, "wipe-mode", opts.WipeMode, "how agents wipe disks: fast, zeroes or secure-erase")
 	f.StringVar(&opts.RejectedAction, "rejected-action", opts.RejectedAction,
 		"what a rejected machine's agent does: reboot (it falls through to its disk) or poweroff")
+	f.StringVar(&opts.PowerIdleDefault, "power-idle-default", opts.PowerIdleDefault, "power of an accepted machine with nothing to do: off or on")
+	f.DurationVar(&opts.PowerPollInterval, "power-poll-interval", opts.PowerPollInterval, "how often each BMC's power state is read")
+	f.DurationVar(&opts.MinRebootInterval, "min-reboot-interval", opts.MinRebootInterval, "least time between two power actions on one machine")
+	f.IntVar(&opts.PowerConcurrency, "power-concurrency", opts.PowerConcurrency, "most BMCs talked to at once")
+	f.DurationVar(&opts.PowerTimeout, "power-timeout", opts.PowerTimeout, "time allowed to each BMC call")
+	f.StringVar(&opts.IPMIPXEBootMode, "ipmi-pxe-boot-mode", opts.IPMIPXEBootMode, "boot type of the PXE-once override: auto (the BMC's), bios or uefi")
 	f.StringSliceVar(&opts.MachineLabels, "machine-labels", opts.MachineLabels, "labels set on every machine, key=value pairs separated by commas")
 	f.StringVar(&opts.ControlSocket, "control-socket", opts.ControlSocket, "Unix socket of the control API (<state-dir>/control.sock when empty)")
 	f.StringVar(&opts.ControlListenAddress, "control-listen-address", opts.ControlListenAddress,

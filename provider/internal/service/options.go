@@ -60,6 +60,18 @@ type Options struct {
 	ControlSocket string
 	// ControlListenAddress serves the control API over TCP with mutual TLS as well.
 	ControlListenAddress string
+
+	// PowerIdleDefault is the power of an accepted machine with nothing to do: off or on.
+	PowerIdleDefault string
+	// PowerPollInterval is how often each BMC's power state is read.
+	PowerPollInterval time.Duration
+	// MinRebootInterval is the least time between two power actions on one machine.
+	MinRebootInterval time.Duration
+	// PowerConcurrency bounds the BMCs talked to at once; PowerTimeout each BMC call.
+	PowerConcurrency int
+	PowerTimeout     time.Duration
+	// IPMIPXEBootMode is the boot type of a PXE-once override: auto, bios or uefi.
+	IPMIPXEBootMode string
 }
 
 // DefaultOptions are the defaults of the provider's flags.
@@ -78,6 +90,12 @@ var DefaultOptions = Options{
 	AgentAssetsDir:         "_out/agent",
 	WipeMode:               "fast",
 	RejectedAction:         "reboot",
+	PowerIdleDefault:       "off",
+	PowerPollInterval:      30 * time.Second,
+	MinRebootInterval:      time.Minute,
+	PowerConcurrency:       64,
+	PowerTimeout:           5 * time.Second,
+	IPMIPXEBootMode:        "auto",
 }
 
 // parsePolicy reads how agents are ordered about.

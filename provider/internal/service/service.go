@@ -105,8 +105,14 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		return fmt.Errorf("error creating the controller runtime: %w", err)
 	}
 
+	powerCtrl, err := newPowerController(opts)
+	if err != nil {
+		return err
+	}
+
 	for _, ctrl := range []controller.Controller{
 		&controllers.MachineController{Observations: env.observations, Labels: labels},
+		powerCtrl,
 		env.status,
 		env.inventory,
 		&controllers.SchematicController{Factory: factory, SchematicFor: env.scripts.Schematic},

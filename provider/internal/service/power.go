@@ -1,0 +1,51 @@
+package service
+
+import (
+	"fmt"
+
+	"github.com/anvil-metal/anvil/provider/internal/controllers"
+	"github.com/anvil-metal/anvil/provider/internal/power"
+	"github.com/anvil-metal/anvil/provider/internal/power/api"
+	"github.com/anvil-metal/anvil/provider/internal/power/ipmi"
+	"github.com/anvil-metal/anvil/provider/internal/power/redfish"
+	"github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+// powerDialers are the backends a BMC config may name.
+var powerDialers = power.Dialers{
+	power.KindIPMI:    ipmi.Dial,
+	power.KindRedfish: redfish.Dial,
+	power.KindAPI:     api.Dial,
+}
+
+// newPowerController checks the power flags and returns the controller they configure.
+func newPowerController(opts Options) (*controllers.PowerController, error) {
+	var idle state.PowerState
+
+	switch opts.PowerIdleDefault {
+	case "off":
+		idle = state.PowerOff
+	case "on":
+		idle = state.PowerOn
+	default:
+		return nil, fmt.Errorf("unknown --power-idle-default %q (want off or on)", opts.PowerIdleDefault)
+	}
+
+	mode, ok := map[string]power.BootMode{"auto": power.BootModeAuto, "bios": power.BootModeLegacy, "uefi": power.BootModeUEFI}[opts.IPMIPXEBootMode]
+	if !ok {
+		return nil, fmt.Errorf("unknown --ipmi-pxe-boot-mode %q (want auto, bios or uefi)", opts.IPMIPXEBootMode)
+	}
+
+	if opts.PowerPollInterval <= 0 || opts.PowerTimeout <= 0 || opts.PowerConcurrency <= 0 || opts.MinRebootInterval < 0 {
+		return nil, fmt.Errorf("--power-poll-interval, --power-timeout and --power-concurrency must be positive, --min-reboot-interval not negative")
+	}
+
+	return &controllers.PowerController{
+		Dialers:           powerDialers,
+		IdleDefault:       idle,
+		PollInterval:      opts.PowerPollInterval,
+		MinActionInterval: opts.MinRebootInterval,
+		BootMode:          mode,
+		Sweep:             power.SweepOptions{Concurrency: opts.PowerConcurrency, Timeout: opts.PowerTimeout},
+	}, nil
+}
