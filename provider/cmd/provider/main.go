@@ -90,6 +90,8 @@ func newRootCmd() *cobra.Command {
 	f.DurationVar(&opts.MinRebootInterval, "min-reboot-interval", opts.MinRebootInterval, "least time between two power actions on one machine")
 	f.IntVar(&opts.PowerConcurrency, "power-concurrency", opts.PowerConcurrency, "most BMCs talked to at once")
 	f.DurationVar(&opts.PowerTimeout, "power-timeout", opts.PowerTimeout, "time allowed to each BMC call")
+	f.BoolVar(&opts.ProvisionBMCCredentials, "provision-bmc-credentials", opts.ProvisionBMCCredentials,
+		"have agents of accepted machines provision an IPMI user (anvil) in-band when nobody gave the BMC's credentials")
 	f.StringVar(&opts.IPMIPXEBootMode, "ipmi-pxe-boot-mode", opts.IPMIPXEBootMode, "boot type of the PXE-once override: auto (the BMC's), bios or uefi")
 	f.StringSliceVar(&opts.MachineLabels, "machine-labels", opts.MachineLabels, "labels set on every machine, key=value pairs separated by commas")
 	f.StringVar(&opts.ControlSocket, "control-socket", opts.ControlSocket, "Unix socket of the control API (<state-dir>/control.sock when empty)")

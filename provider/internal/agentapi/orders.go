@@ -13,6 +13,25 @@ type Policy struct {
 	RejectedThen agentv1.Release_Then
 	// WipeMode is how disks are wiped.
 	WipeMode agentv1.Wipe_Mode
+	// BMCPassword, when set, has accepted machines' agents provision a BMC user
+	// (BMCUser) with this password, unless someone already gave the machine's BMC
+	// credentials; nil: the provider never touches BMC users.
+	BMCPassword func(machineID string) string
+}
+
+// BMCUser is the BMC user agents provision for the provider.
+const BMCUser = "anvil"
+
+// bmcOrderID names the one BMC provisioning order a machine gets: once answered (done
+// or failed) it is not sent again.
+const bmcOrderID = "bmc-provision"
+
+// NeedsBMCCredentials reports whether a machine's BMC config leaves the credentials to
+// the agent: none at all, or an IPMI (or kind-less) one without a user — an address the
+// user gave, say. A user's credentials are never replaced, and a Redfish, API or manual
+// BMC is not IPMI-provisioned.
+func NeedsBMCCredentials(cfg *state.BMCConfigSpec) bool {
+	return cfg == nil || (cfg.Username == "" && (cfg.Kind == "" || cfg.Kind == "ipmi"))
 }
 
 // Next is the order an agent should be carrying out now, from the machine's resources. It
@@ -39,6 +58,11 @@ func (p Policy) Next(e *machineview.Entry) *agentv1.Order {
 	default:
 		// Pending: touch nothing until a person decides.
 		return &agentv1.Order{Id: "hold-pending", Action: &agentv1.Order_Hold{Hold: &agentv1.Hold{}}}
+	}
+
+	// Credentials first, so that the provider can drive the machine's power from now on.
+	if p.BMCPassword != nil && e != nil && NeedsBMCCredentials(e.BMC) && status.BMCOrder != bmcOrderID {
+		return &agentv1.Order{Id: bmcOrderID, Action: &agentv1.Order_SetBmc{SetBmc: &agentv1.SetBMC{User: BMCUser, Password: p.BMCPassword(e.ID)}}}
 	}
 
 	if intent.WipeID != "" && intent.WipeID != status.WipedID {

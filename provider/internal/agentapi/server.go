@@ -36,6 +36,20 @@ const (
 type Recorder interface {
 	RecordWiped(ctx context.Context, machineID string, wipe state.WipeRecord) error
 	RecordInventory(ctx context.Context, machineID string, spec state.MachineInventorySpec) error
+	RecordBMC(ctx context.Context, machineID string, report BMCReport) error
+}
+
+// BMCReport is an agent's answer to a BMC provisioning order.
+type BMCReport struct {
+	Order string
+	// What the agent set and read: the BMC's LAN address and port, the user and its
+	// password (secret: never logged).
+	Address  string
+	Port     uint32
+	User     string
+	Password string //nolint:gosec // the provisioned credential, stored encrypted
+	// Failure is why the order failed; "" when it was carried out.
+	Failure string
 }
 
 // Options configure the server.
@@ -276,6 +290,23 @@ func (s *Server) message(ctx context.Context, id string, msg *agentv1.AgentMessa
 
 func (s *Server) result(ctx context.Context, id string, r *agentv1.OrderResult, logger *zap.Logger) error {
 	logger.Info("order result", zap.String("order", r.GetOrderId()), zap.Stringer("status", r.GetStatus()), zap.String("message", r.GetMessage()))
+
+	if r.GetOrderId() == bmcOrderID && (r.GetStatus() == agentv1.OrderResult_STATUS_DONE || r.GetStatus() == agentv1.OrderResult_STATUS_FAILED) {
+		report := BMCReport{Order: r.GetOrderId()}
+
+		if r.GetStatus() == agentv1.OrderResult_STATUS_FAILED {
+			report.Failure = r.GetMessage()
+			if report.Failure == "" {
+				report.Failure = "failed"
+			}
+		} else if b := r.GetBmc(); b != nil {
+			report.Address, report.Port, report.User, report.Password = b.GetAddress(), b.GetPort(), b.GetUser(), b.GetPassword()
+		}
+
+		if err := s.opts.Recorder.RecordBMC(ctx, id, report); err != nil {
+			return status.Errorf(codes.Unavailable, "error recording the BMC: %v", err)
+		}
+	}
 
 	if w := r.GetWipe(); w != nil && r.GetStatus() == agentv1.OrderResult_STATUS_DONE {
 		record := state.WipeRecord{ID: w.GetGenerationId(), At: time.Now()}

@@ -32,6 +32,7 @@ type recorder struct {
 	mu        sync.Mutex
 	wiped     []string
 	inventory []state.MachineInventorySpec
+	bmc       []agentapi.BMCReport
 }
 
 func (r *recorder) RecordWiped(_ context.Context, _ string, w state.WipeRecord) error {
@@ -39,6 +40,15 @@ func (r *recorder) RecordWiped(_ context.Context, _ string, w state.WipeRecord) 
 	defer r.mu.Unlock()
 
 	r.wiped = append(r.wiped, w.ID)
+
+	return nil
+}
+
+func (r *recorder) RecordBMC(_ context.Context, _ string, report agentapi.BMCReport) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	r.bmc = append(r.bmc, report)
 
 	return nil
 }
@@ -191,6 +201,27 @@ func TestSessionOrdersFollowState(t *testing.T) {
 		return len(f.rec.wiped) == 1 && f.rec.wiped[0] == "w1"
 	}, 5*time.Second, time.Millisecond)
 
+	// A BMC provisioning result, done and failed, reaches the recorder.
+	for _, r := range []*agentv1.OrderResult{
+		{OrderId: "bmc-provision", Status: agentv1.OrderResult_STATUS_DONE, Bmc: &agentv1.BMCInfo{Address: "10.0.0.5", Port: 623, User: "anvil", Password: "pw"}},
+		{OrderId: "bmc-provision", Status: agentv1.OrderResult_STATUS_FAILED, Message: "no /dev/ipmi0"},
+		{OrderId: "bmc-provision", Status: agentv1.OrderResult_STATUS_RUNNING, Message: "queued"},
+	} {
+		require.NoError(t, stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Result{Result: r}}))
+	}
+
+	require.Eventually(t, func() bool {
+		f.rec.mu.Lock()
+		defer f.rec.mu.Unlock()
+
+		return len(f.rec.bmc) == 2
+	}, 5*time.Second, time.Millisecond)
+
+	f.rec.mu.Lock()
+	assert.Equal(t, agentapi.BMCReport{Order: "bmc-provision", Address: "10.0.0.5", Port: 623, User: "anvil", Password: "pw"}, f.rec.bmc[0])
+	assert.Equal(t, agentapi.BMCReport{Order: "bmc-provision", Failure: "no /dev/ipmi0"}, f.rec.bmc[1])
+	f.rec.mu.Unlock()
+
 	// An inventory is summarised and recorded.
 	require.NoError(t, stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Inventory{Inventory: &agentv1.Inventory{}}}))
 	require.Eventually(t, func() bool {
@@ -276,6 +307,47 @@ func TestPolicy(t *testing.T) {
 		{"allocated", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, Allocation: alloc}}, "boot-allocation-a1"},
 		{"allocated, installed", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, Allocation: alloc}, Status: &state.MachineStatusSpec{InstalledAllocation: "a1"}}, "hold-ready"},
 	} {
+		o := p.Next(tc.entry)
+		assert.Equal(t, tc.want, o.GetId(), tc.name)
+	}
+
+	// With BMC provisioning on: accepted machines whose BMC has no credentials get them
+	// first, once; pending and rejected never; a user's credentials are never replaced.
+	p.BMCPassword = func(id string) string { return "pw-" + id }
+	accepted := state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, WipeID: "w1"}
+
+	for _, tc := range []struct {
+		name  string
+		entry *machineview.Entry
+		want  string
+	}{
+		{"pending", &machineview.Entry{ID: "m1", Intent: &state.MachineIntentSpec{Acceptance: state.AcceptancePending}}, "hold-pending"},
+		{"rejected", &machineview.Entry{ID: "m1", Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceRejected}}, "release-rejected"},
+		{"accepted, no BMC config", &machineview.Entry{ID: "m1", Intent: &accepted}, "bmc-provision"},
+		{"accepted, address only", &machineview.Entry{ID: "m1", Intent: &accepted, BMC: &state.BMCConfigSpec{Kind: "ipmi", Address: "10.0.0.5"}}, "bmc-provision"},
+		{"accepted, user credentials", &machineview.Entry{ID: "m1", Intent: &accepted, BMC: &state.BMCConfigSpec{Kind: "ipmi", Address: "10.0.0.5", Username: "admin"}}, "wipe-w1"},
+		{"accepted, redfish", &machineview.Entry{ID: "m1", Intent: &accepted, BMC: &state.BMCConfigSpec{Kind: "redfish", Address: "10.0.0.5"}}, "wipe-w1"},
+		{"accepted, power API", &machineview.Entry{ID: "m1", Intent: &accepted, BMC: &state.BMCConfigSpec{Kind: "api", Address: "http://x"}}, "wipe-w1"},
+		{"accepted, answered", &machineview.Entry{ID: "m1", Intent: &accepted, Status: &state.MachineStatusSpec{BMCOrder: "bmc-provision", BMCError: "no /dev/ipmi0"}}, "wipe-w1"},
+	} {
+		o := p.Next(tc.entry)
+		assert.Equal(t, tc.want, o.GetId(), tc.name)
+
+		if set := o.GetSetBmc(); set != nil {
+			assert.Equal(t, agentapi.BMCUser, set.GetUser(), tc.name)
+			assert.Equal(t, "pw-m1", set.GetPassword(), tc.name)
+		}
+	}
+
+	for _, tc := range []struct {
+		name  string
+		entry *machineview.Entry
+		want  string
+	}{
+		{"zeroes", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, WipeID: "w1"}}, "wipe-w1"},
+		{"release", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceRejected}}, "release-rejected"},
+	} {
+		p.BMCPassword = nil
 		o := p.Next(tc.entry)
 		assert.Equal(t, tc.want, o.GetId(), tc.name)
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/resource"
@@ -42,6 +43,11 @@ func (t *Transitions) Reboot(ctx context.Context, req *controlv1.RebootRequest) 
 	return &controlv1.RebootResponse{Intent: in, RebootId: id}, nil
 }
 
+// bmcWrites serializes every write of a BMC config and its secret (a user's through
+// SetBMC, an agent's through StoreAgentBMC): the two resources change together, and a
+// user's credentials must never be half replaced by an agent's.
+var bmcWrites sync.Mutex
+
 // SetBMC stores how to reach a machine's BMC; the password goes to the BMCSecret, which
 // the state API never serves. The machine need not be known yet.
 func (t *Transitions) SetBMC(ctx context.Context, req *controlv1.SetBMCRequest) (*controlv1.SetBMCResponse, error) {
@@ -50,8 +56,8 @@ func (t *Transitions) SetBMC(ctx context.Context, req *controlv1.SetBMCRequest) 
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	bmcWrites.Lock()
+	defer bmcWrites.Unlock()
 
 	if req.GetKind() == "" {
 		if err := t.destroyBMC(ctx, id); err != nil {
@@ -143,4 +149,63 @@ func validateBMC(req *controlv1.SetBMCRequest) (power.Endpoint, error) {
 	}
 
 	return ep, nil
+}
+
+// AgentBMC is what an agent provisioned on a machine's BMC.
+type AgentBMC struct {
+	Address  string
+	Port     uint32
+	User     string
+	Password string //nolint:gosec // the provisioned credential, stored encrypted
+}
+
+// StoreAgentBMC records the credentials an agent provisioned in-band. A user's
+// credentials are never replaced (it reports false then); an address or port the user
+// gave is kept, the agent's fill in what is missing.
+func StoreAgentBMC(ctx context.Context, st cosistate.State, id string, bmc AgentBMC) (bool, error) {
+	if err := validateMachineID(id); err != nil {
+		return false, err
+	}
+
+	bmcWrites.Lock()
+	defer bmcWrites.Unlock()
+
+	cur, err := safe.StateGetByID[*state.BMCConfig](ctx, st, id)
+	if err != nil && !cosistate.IsNotFoundError(err) {
+		return false, fmt.Errorf("error reading the BMC config of machine %q: %w", id, err)
+	}
+
+	if cur != nil && cur.TypedSpec().Username != "" {
+		return false, nil
+	}
+
+	// The secret first: a config that says it has a password must find it.
+	if _, err = safe.StateModifyWithResult(ctx, st, state.NewBMCSecret(id), func(s *state.BMCSecret) error {
+		s.TypedSpec().Password = bmc.Password
+
+		return nil
+	}); err != nil {
+		return false, fmt.Errorf("error storing the BMC secret of machine %q: %w", id, err)
+	}
+
+	if _, err = safe.StateModifyWithResult(ctx, st, state.NewBMCConfig(id), func(c *state.BMCConfig) error {
+		spec := c.TypedSpec()
+		spec.Kind = string(power.KindIPMI)
+		if spec.Address == "" {
+			spec.Address = bmc.Address
+		}
+
+		if spec.Port == 0 {
+			spec.Port = bmc.Port
+		}
+
+		spec.Username, spec.HasPassword = bmc.User, bmc.Password != ""
+		spec.Source, spec.UpdatedAt = state.BMCSourceAgent, time.Now()
+
+		return nil
+	}); err != nil {
+		return false, fmt.Errorf("error storing the BMC config of machine %q: %w", id, err)
+	}
+
+	return true, nil
 }

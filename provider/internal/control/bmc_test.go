@@ -3,6 +3,7 @@ package control_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	cosistate "github.com/cosi-project/runtime/pkg/state"
@@ -85,6 +86,53 @@ func TestSetBMC(t *testing.T) {
 			assert.True(t, cosistate.IsNotFoundError(err))
 			_, err = safe.StateGetByID[*state.BMCSecret](ctx, st, tc.req.GetMachineId())
 			assert.True(t, cosistate.IsNotFoundError(err))
+		})
+	}
+}
+
+func TestStoreAgentBMC(t *testing.T) {
+	t.Parallel()
+
+	agent := control.AgentBMC{Address: "192.0.2.9", Port: 623, User: "anvil", Password: "agent-pw"}
+
+	for _, tc := range []struct {
+		name       string
+		user       *controlv1.SetBMCRequest // set first, by a user
+		stored     bool
+		want       state.BMCConfigSpec
+		wantSecret string
+	}{
+		{"nothing given", nil, true, state.BMCConfigSpec{Kind: "ipmi", Address: "192.0.2.9", Port: 623, Username: "anvil", Source: state.BMCSourceAgent, HasPassword: true}, "agent-pw"},
+		{"address given", &controlv1.SetBMCRequest{MachineId: machineID, Kind: "ipmi", Address: "10.77.0.1", Port: 62300}, true,
+			state.BMCConfigSpec{Kind: "ipmi", Address: "10.77.0.1", Port: 62300, Username: "anvil", Source: state.BMCSourceAgent, HasPassword: true}, "agent-pw"},
+		{"credentials given", &controlv1.SetBMCRequest{MachineId: machineID, Kind: "ipmi", Address: "10.77.0.1", Username: "admin", Password: "user-pw"}, false,
+			state.BMCConfigSpec{Kind: "ipmi", Address: "10.77.0.1", Username: "admin", Source: state.BMCSourceUser, HasPassword: true}, "user-pw"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			ctx := t.Context()
+			st := openState(t)
+
+			if tc.user != nil {
+				_, err := control.NewTransitions(st, &fakeRecorder{}, nil, nil).SetBMC(ctx, tc.user)
+				require.NoError(t, err)
+			}
+
+			stored, err := control.StoreAgentBMC(ctx, st, machineID, agent)
+			require.NoError(t, err)
+			assert.Equal(t, tc.stored, stored)
+
+			cfg, err := safe.StateGetByID[*state.BMCConfig](ctx, st, machineID)
+			require.NoError(t, err)
+
+			got := cfg.TypedSpec().DeepCopy()
+			got.UpdatedAt = time.Time{}
+			assert.Equal(t, tc.want, got)
+
+			secret, err := safe.StateGetByID[*state.BMCSecret](ctx, st, machineID)
+			require.NoError(t, err)
+			assert.Equal(t, tc.wantSecret, secret.TypedSpec().Password)
 		})
 	}
 }

@@ -58,6 +58,18 @@ func (ctrl *MachineStatusController) RecordWiped(ctx context.Context, machineID 
 	})
 }
 
+// RecordBMCOrder records that the machine's agent answered BMC provisioning order; failure
+// is why it failed ("" when done).
+func (ctrl *MachineStatusController) RecordBMCOrder(ctx context.Context, machineID, order, failure string) error {
+	return ctrl.record(ctx, statusReport{
+		machineID: machineID,
+		apply: func(s *anvilstate.MachineStatusSpec) {
+			s.BMCOrder, s.BMCError = order, failure
+		},
+		logged: []zap.Field{zap.String("bmc_order", order), zap.String("bmc_error", failure)},
+	})
+}
+
 func (ctrl *MachineStatusController) record(ctx context.Context, report statusReport) error {
 	return ctrl.reports.send(ctx, report)
 }

@@ -26,6 +26,8 @@ type Entry struct {
 	Machine *anvilstate.MachineSpec
 	Intent  *anvilstate.MachineIntentSpec
 	Status  *anvilstate.MachineStatusSpec
+	// BMC is how the machine's BMC is reached, when anyone said (never the password).
+	BMC *anvilstate.BMCConfigSpec
 }
 
 // View is the index.
@@ -123,7 +125,7 @@ func (v *View) AgentBootIssued(id resource.ID) time.Time {
 }
 
 // watched are the resource types the view follows.
-var watched = []resource.Type{anvilstate.MachineType, anvilstate.MachineIntentType, anvilstate.MachineStatusType}
+var watched = []resource.Type{anvilstate.MachineType, anvilstate.MachineIntentType, anvilstate.MachineStatusType, anvilstate.BMCConfigType}
 
 // Run follows the state until ctx is done.
 func (v *View) Run(ctx context.Context, st state.State) error {
@@ -200,11 +202,16 @@ func (v *View) apply(r resource.Resource, destroyed bool) {
 		if !destroyed {
 			next.Status = res.TypedSpec()
 		}
+	case *anvilstate.BMCConfig:
+		next.BMC = nil
+		if !destroyed {
+			next.BMC = res.TypedSpec()
+		}
 	default:
 		return
 	}
 
-	if next.Machine == nil && next.Intent == nil && next.Status == nil {
+	if next.Machine == nil && next.Intent == nil && next.Status == nil && next.BMC == nil {
 		delete(v.byID, id)
 
 		return

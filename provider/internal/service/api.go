@@ -6,11 +6,14 @@ import (
 	"net"
 	"strconv"
 
+	cosistate "github.com/cosi-project/runtime/pkg/state"
+	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/anvil-metal/anvil/provider/internal/agentapi"
+	"github.com/anvil-metal/anvil/provider/internal/control"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/httpapi"
 	"github.com/anvil-metal/anvil/provider/internal/portmux"
@@ -48,7 +51,7 @@ func (env *environment) apiServices() ([]runner, error) {
 		View:         env.view,
 		TokenKey:     env.store.Keys().TokenKey(),
 		Policy:       env.policy,
-		Recorder:     agentRecorder{env.status, env.inventory},
+		Recorder:     agentRecorder{status: env.status, inventory: env.inventory, st: env.store, password: env.policy.BMCPassword, logger: env.logger.Named("agents")},
 		Observations: env.observations,
 		Registry:     env.registry,
 		Logger:       env.logger.Named("agents"),
@@ -88,10 +91,36 @@ func (env *environment) apiServices() ([]runner, error) {
 	return []runner{{name: "api", run: run}}, nil
 }
 
-// agentRecorder stores what agents report, through the controllers that own it.
+// agentRecorder stores what agents report, through the controllers that own it (and
+// BMC credentials through the rules that guard user-given ones).
 type agentRecorder struct {
 	status    *controllers.MachineStatusController
 	inventory *controllers.MachineInventoryController
+	st        cosistate.State
+	// password is the one the provider had the agent set (agents do not echo it).
+	password func(machineID string) string
+	logger   *zap.Logger
+}
+
+func (r agentRecorder) RecordBMC(ctx context.Context, machineID string, report agentapi.BMCReport) error {
+	if report.Failure == "" {
+		if report.Password == "" && r.password != nil {
+			report.Password = r.password(machineID)
+		}
+
+		stored, err := control.StoreAgentBMC(ctx, r.st, machineID, control.AgentBMC{
+			Address: report.Address, Port: report.Port, User: report.User, Password: report.Password,
+		})
+		if err != nil {
+			return err
+		}
+
+		// Never the password.
+		r.logger.Info("BMC credentials provisioned by the agent", zap.String("machine", machineID),
+			zap.String("address", report.Address), zap.Uint32("port", report.Port), zap.String("user", report.User), zap.Bool("stored", stored))
+	}
+
+	return r.status.RecordBMCOrder(ctx, machineID, report.Order, report.Failure)
 }
 
 func (r agentRecorder) RecordWiped(ctx context.Context, machineID string, wipe state.WipeRecord) error {

@@ -72,30 +72,34 @@ type Options struct {
 	PowerTimeout     time.Duration
 	// IPMIPXEBootMode is the boot type of a PXE-once override: auto, bios or uefi.
 	IPMIPXEBootMode string
+	// ProvisionBMCCredentials has the agents of accepted machines provision an IPMI user
+	// when nobody gave the machine's BMC credentials.
+	ProvisionBMCCredentials bool
 }
 
 // DefaultOptions are the defaults of the provider's flags.
 var DefaultOptions = Options{
-	StateDir:               "/var/lib/anvil",
-	APIPort:                50042,
-	DHCPLeaseTime:          time.Hour,
-	TFTPListenAddress:      ":69",
-	TFTPRoot:               pxe.DefaultTFTPRoot,
-	IPXEBIOSFile:           pxe.DefaultBIOSBootFile,
-	IPXEUEFIFile:           pxe.DefaultUEFIBootFile,
-	BootFromDiskMethod:     string(boot.DiskIPXEExit),
-	ImageFactoryBaseURL:    "https://factory.talos.dev",
-	ImageFactoryPXEBaseURL: "https://pxe.factory.talos.dev",
-	TalosPlatform:          "metal",
-	AgentAssetsDir:         "_out/agent",
-	WipeMode:               "fast",
-	RejectedAction:         "reboot",
-	PowerIdleDefault:       "off",
-	PowerPollInterval:      30 * time.Second,
-	MinRebootInterval:      time.Minute,
-	PowerConcurrency:       64,
-	PowerTimeout:           5 * time.Second,
-	IPMIPXEBootMode:        "auto",
+	StateDir:                "/var/lib/anvil",
+	APIPort:                 50042,
+	DHCPLeaseTime:           time.Hour,
+	TFTPListenAddress:       ":69",
+	TFTPRoot:                pxe.DefaultTFTPRoot,
+	IPXEBIOSFile:            pxe.DefaultBIOSBootFile,
+	IPXEUEFIFile:            pxe.DefaultUEFIBootFile,
+	BootFromDiskMethod:      string(boot.DiskIPXEExit),
+	ImageFactoryBaseURL:     "https://factory.talos.dev",
+	ImageFactoryPXEBaseURL:  "https://pxe.factory.talos.dev",
+	TalosPlatform:           "metal",
+	AgentAssetsDir:          "_out/agent",
+	WipeMode:                "fast",
+	RejectedAction:          "reboot",
+	PowerIdleDefault:        "off",
+	PowerPollInterval:       30 * time.Second,
+	MinRebootInterval:       time.Minute,
+	PowerConcurrency:        64,
+	PowerTimeout:            5 * time.Second,
+	IPMIPXEBootMode:         "auto",
+	ProvisionBMCCredentials: true,
 }
 
 // parsePolicy reads how agents are ordered about.

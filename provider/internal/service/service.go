@@ -67,6 +67,10 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 
 	defer store.Close() //nolint:errcheck
 
+	if opts.ProvisionBMCCredentials {
+		policy.BMCPassword = store.Keys().BMCPassword
+	}
+
 	ca, err := loadAuthority(opts.StateDir)
 	if err != nil {
 		return err

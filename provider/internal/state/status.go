@@ -30,6 +30,10 @@ type MachineStatusSpec struct {
 	Power   PowerState `yaml:"power,omitempty" protobuf:"5"`
 	// LastWipe is the erase report of the last wipe completed.
 	LastWipe *WipeRecord `yaml:"lastWipe,omitempty" protobuf:"6"`
+	// BMCOrder is the BMC provisioning order the agent answered (done or failed), so it
+	// is not sent again; BMCError is why it failed.
+	BMCOrder string `yaml:"bmcOrder,omitempty" protobuf:"7"`
+	BMCError string `yaml:"bmcError,omitempty" protobuf:"8"`
 }
 
 // WipeRecord is what a wipe did, disk by disk, as the agent reported it.

@@ -73,3 +73,28 @@ func TestKeysAreStable(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, a.TokenKey(), b.TokenKey())
 }
+
+// A machine's BMC password is the same across restarts, different per machine and per
+// provider, and fits the BMCs' 16-character limit.
+func TestBMCPassword(t *testing.T) {
+	t.Parallel()
+
+	dir := t.TempDir()
+
+	a, err := state.LoadKeys(dir)
+	require.NoError(t, err)
+
+	b, err := state.LoadKeys(dir)
+	require.NoError(t, err)
+
+	other, err := state.LoadKeys(t.TempDir())
+	require.NoError(t, err)
+
+	const m1, m2 = "4c4c4544-0000-1000-8000-000000000001", "4c4c4544-0000-1000-8000-000000000002"
+
+	pw := a.BMCPassword(m1)
+	require.Regexp(t, `^[A-Za-z0-9]{16}$`, pw)
+	require.Equal(t, pw, b.BMCPassword(m1), "stable across restarts")
+	require.NotEqual(t, pw, a.BMCPassword(m2), "per machine")
+	require.NotEqual(t, pw, other.BMCPassword(m1), "per provider")
+}
