@@ -92,6 +92,13 @@ func newRootCmd() *cobra.Command {
 	f.DurationVar(&opts.PowerTimeout, "power-timeout", opts.PowerTimeout, "time allowed to each BMC call")
 	f.BoolVar(&opts.ProvisionBMCCredentials, "provision-bmc-credentials", opts.ProvisionBMCCredentials,
 		"have agents of accepted machines provision an IPMI user (anvil) in-band when nobody gave the BMC's credentials")
+	f.BoolVar(&opts.RedfishUseAlways, "redfish-use-always", opts.RedfishUseAlways, "drive IPMI BMCs over Redfish only (same address and credentials)")
+	f.BoolVar(&opts.RedfishUseWhenAvailable, "redfish-use-when-available", opts.RedfishUseWhenAvailable,
+		"drive IPMI BMCs over Redfish where they answer it, else IPMI")
+	f.IntVar(&opts.RedfishPort, "redfish-port", opts.RedfishPort, "Redfish port of BMCs known as IPMI")
+	f.BoolVar(&opts.RedfishUseHTTPS, "redfish-use-https", opts.RedfishUseHTTPS, "Redfish over HTTPS for BMCs known as IPMI")
+	f.BoolVar(&opts.RedfishInsecureSkipTLSVerify, "redfish-insecure-skip-tls-verify", opts.RedfishInsecureSkipTLSVerify,
+		"skip TLS verification of BMCs known as IPMI when driving them over Redfish")
 	f.StringVar(&opts.IPMIPXEBootMode, "ipmi-pxe-boot-mode", opts.IPMIPXEBootMode, "boot type of the PXE-once override: auto (the BMC's), bios or uefi")
 	f.StringSliceVar(&opts.MachineLabels, "machine-labels", opts.MachineLabels, "labels set on every machine, key=value pairs separated by commas")
 	f.StringVar(&opts.ControlSocket, "control-socket", opts.ControlSocket, "Unix socket of the control API (<state-dir>/control.sock when empty)")

@@ -127,9 +127,19 @@ func validateBMC(req *controlv1.SetBMCRequest) (power.Endpoint, error) {
 	switch ep.Kind {
 	case power.KindNone:
 		return ep, nil
-	case power.KindIPMI, power.KindRedfish:
+	case power.KindRedfish, power.KindIPMI:
 		if ep.Address == "" {
 			return ep, errors.New("a BMC address is required")
+		}
+
+		if ep.Kind == power.KindRedfish && strings.Contains(ep.Address, "://") {
+			// A Redfish service may be given as a URL (http, or a path-less https).
+			u, err := url.Parse(ep.Address)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" {
+				return ep, fmt.Errorf("Redfish address %q is not a host, an IP or an http(s)://host URL", ep.Address)
+			}
+
+			break
 		}
 
 		if strings.ContainsAny(ep.Address, "/ ") || (strings.Contains(ep.Address, ":") && net.ParseIP(ep.Address) == nil) {

@@ -72,6 +72,12 @@ type Options struct {
 	PowerTimeout     time.Duration
 	// IPMIPXEBootMode is the boot type of a PXE-once override: auto, bios or uefi.
 	IPMIPXEBootMode string
+	// Redfish for BMCs known as IPMI (named like the established provider's flags).
+	RedfishUseAlways             bool
+	RedfishUseWhenAvailable      bool
+	RedfishPort                  int
+	RedfishUseHTTPS              bool
+	RedfishInsecureSkipTLSVerify bool
 	// ProvisionBMCCredentials has the agents of accepted machines provision an IPMI user
 	// when nobody gave the machine's BMC credentials.
 	ProvisionBMCCredentials bool
@@ -100,6 +106,8 @@ var DefaultOptions = Options{
 	PowerTimeout:            5 * time.Second,
 	IPMIPXEBootMode:         "auto",
 	ProvisionBMCCredentials: true,
+	RedfishPort:             443,
+	RedfishUseHTTPS:         true,
 }
 
 // parsePolicy reads how agents are ordered about.

@@ -11,11 +11,25 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/state"
 )
 
-// powerDialers are the backends a BMC config may name.
-var powerDialers = power.Dialers{
-	power.KindIPMI:    ipmi.Dial,
-	power.KindRedfish: redfish.Dial,
-	power.KindAPI:     api.Dial,
+// powerDialers are the backends a BMC config may name; with --redfish-use-always or
+// --redfish-use-when-available, IPMI BMCs are driven over Redfish (same address and
+// credentials) where they speak it.
+func powerDialers(opts Options) power.Dialers {
+	d := power.Dialers{
+		power.KindIPMI:    ipmi.Dial,
+		power.KindRedfish: redfish.Dial,
+		power.KindAPI:     api.Dial,
+	}
+
+	if opts.RedfishUseAlways || opts.RedfishUseWhenAvailable {
+		prefer := &power.RedfishFirst{
+			Redfish: redfish.Dial, IPMI: ipmi.Dial, Always: opts.RedfishUseAlways,
+			Port: opts.RedfishPort, HTTPS: opts.RedfishUseHTTPS, Insecure: opts.RedfishInsecureSkipTLSVerify,
+		}
+		d[power.KindIPMI] = prefer.Dial
+	}
+
+	return d
 }
 
 // newPowerController checks the power flags and returns the controller they configure.
@@ -36,12 +50,16 @@ func newPowerController(opts Options) (*controllers.PowerController, error) {
 		return nil, fmt.Errorf("unknown --ipmi-pxe-boot-mode %q (want auto, bios or uefi)", opts.IPMIPXEBootMode)
 	}
 
+	if opts.RedfishPort < 0 || opts.RedfishPort > 65535 {
+		return nil, fmt.Errorf("--redfish-port %d is out of range", opts.RedfishPort)
+	}
+
 	if opts.PowerPollInterval <= 0 || opts.PowerTimeout <= 0 || opts.PowerConcurrency <= 0 || opts.MinRebootInterval < 0 {
 		return nil, fmt.Errorf("--power-poll-interval, --power-timeout and --power-concurrency must be positive, --min-reboot-interval not negative")
 	}
 
 	return &controllers.PowerController{
-		Dialers:           powerDialers,
+		Dialers:           powerDialers(opts),
 		IdleDefault:       idle,
 		PollInterval:      opts.PowerPollInterval,
 		MinActionInterval: opts.MinRebootInterval,

@@ -35,6 +35,8 @@ func TestNewPowerController(t *testing.T) {
 		{"idle sideways", func(o *Options) { o.PowerIdleDefault = "sideways" }, "--power-idle-default"},
 		{"boot mode", func(o *Options) { o.IPMIPXEBootMode = "efi" }, "--ipmi-pxe-boot-mode"},
 		{"no concurrency", func(o *Options) { o.PowerConcurrency = 0 }, "must be positive"},
+		{"redfish when available", func(o *Options) { o.RedfishUseWhenAvailable = true }, ""},
+		{"redfish port", func(o *Options) { o.RedfishUseAlways, o.RedfishPort = true, 70000 }, "--redfish-port"},
 		{"negative interval", func(o *Options) { o.MinRebootInterval = -time.Second }, "not negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
