@@ -5,7 +5,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 go build -o _out/bin/provider ./provider/cmd/provider
-go build -o _out/bin/ipmi-sweep ./provider/internal/power/ipmi/cmd/ipmi-sweep
+go build -o _out/bin/ipmi-sweep ./provider/cmd/ipmi-sweep
 go build -o _out/bin/bench ./bench/cmd/bench
 last=""
 for a in "$@"; do last=$a; done

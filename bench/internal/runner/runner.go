@@ -56,7 +56,7 @@ func Main(ctx context.Context, args []string) error {
 		rate         = fs.Int("rate", 1000, "fixed request rate of the latency run")
 		latencyDur   = fs.Duration("latency-duration", 20*time.Second, "latency run length")
 		profileCPU   = fs.Bool("profile", false, "build a provider serving pprof (go build -overlay, sources untouched) and profile its first HTTP round")
-		sweepBin     = fs.String("ipmi-sweep", "_out/bin/ipmi-sweep", "sweeper binary (go build -o _out/bin/ipmi-sweep ./provider/internal/power/ipmi/cmd/ipmi-sweep)")
+		sweepBin     = fs.String("ipmi-sweep", "_out/bin/ipmi-sweep", "sweeper binary (go build -o _out/bin/ipmi-sweep ./provider/cmd/ipmi-sweep)")
 		powerBMCs    = fs.Int("power-bmcs", 1000, "simulated BMCs of the power sweep")
 		powerSerial  = fs.Int("power-serial", 1000, "BMCs the serial sweep polls (fewer: its time is extrapolated to -power-bmcs)")
 		powerLimit   = fs.Duration("power-limit", 3*time.Minute, "bound of the whole power benchmark")
@@ -195,7 +195,7 @@ func runPower(ctx context.Context, rep *report.Report, sweepBin string, bmcs, se
 	}
 
 	if _, err = os.Stat(bin); err != nil {
-		return fmt.Errorf("no ipmi-sweep binary (go build -o _out/bin/ipmi-sweep ./provider/internal/power/ipmi/cmd/ipmi-sweep): %w", err)
+		return fmt.Errorf("no ipmi-sweep binary (go build -o _out/bin/ipmi-sweep ./provider/cmd/ipmi-sweep): %w", err)
 	}
 
 	res, err := powerbench.Run(ctx, powerbench.Config{

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 
 	labRedfish = filepath.Join(dir, "lab-redfish")
 
-	out, err := exec.Command("go", "build", "-o", labRedfish, "github.com/anvil-metal/anvil/hack/internal/redfish/cmd/lab-redfish").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", labRedfish, "github.com/anvil-metal/anvil/hack/cmd/lab-redfish").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building lab-redfish: %v\n%s", err, out)
 		os.RemoveAll(dir) //nolint:errcheck

@@ -1,6 +1,6 @@
 // Command ipmi-sweep reads the power state of many IPMI BMCs with power.Sweep and prints
-// what it found as JSON. The benchmark (bench power) drives it: it lives here because
-// power and power/ipmi are internal to the provider.
+// what it found as JSON. The benchmark (bench power) drives it, from outside the
+// provider's module tree that may import power and power/ipmi.
 //
 // Input on stdin (JSON, so that passwords stay out of the process list):
 // {"concurrency": 64, "timeout": "5s", "targets": [{"id": "...", "address": "...",
