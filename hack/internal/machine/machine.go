@@ -85,6 +85,10 @@ type Spec struct {
 	// value keeps the NIC first, as on servers set up for network provisioning.
 	// SetNextBootNetwork overrides it for one start.
 	DiskFirst bool
+	// IPMIBMC, host:port, gives the guest a KCS IPMI interface (/dev/ipmi0) backed by
+	// the external BMC listening there (ipmi_sim's "codec VM" serial port); QEMU
+	// reconnects while the BMC is away. Empty: no IPMI device.
+	IPMIBMC string
 
 	KVM      bool
 	MemoryMB int
@@ -287,6 +291,10 @@ func (m *Machine) Args() []string {
 			m.Vendor.Manufacturer, m.Vendor.Product, m.Serial, m.UUID),
 	)
 
+	if m.IPMIBMC != "" {
+		args = append(args, ipmiArgs(m.IPMIBMC)...)
+	}
+
 	if m.Firmware == BIOS {
 		// The serial graphics adapter mirrors SeaBIOS's and iPXE's screen onto the serial
 		// port, so the serial log shows the PXE boot as it does under OVMF.
@@ -309,6 +317,17 @@ func (m *Machine) Args() []string {
 	}
 
 	return args
+}
+
+// ipmiArgs attach the external BMC at addr (host:port) as the guest's KCS interface.
+func ipmiArgs(addr string) []string {
+	host, port, _ := strings.Cut(addr, ":")
+
+	return []string{
+		"-chardev", "socket,id=ipmi0,host=" + host + ",port=" + port + ",reconnect=10",
+		"-device", "ipmi-bmc-extern,id=bmc0,chardev=ipmi0",
+		"-device", "isa-ipmi-kcs,bmc=bmc0",
+	}
 }
 
 func (m *Machine) prepare(ctx context.Context) error {

@@ -62,6 +62,35 @@ func TestArgs(t *testing.T) {
 	}
 }
 
+func TestIPMIArgs(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		name      string
+		bmc       string
+		want      []string
+		wantNoKCS bool
+	}{
+		{"no BMC", "", nil, true},
+		{"ipmi_sim", "127.0.0.1:62601", []string{
+			"socket,id=ipmi0,host=127.0.0.1,port=62601,reconnect=10",
+			"ipmi-bmc-extern,id=bmc0,chardev=ipmi0",
+			"isa-ipmi-kcs,bmc=bmc0",
+		}, false},
+	} {
+		m := machine.New(machine.Spec{Name: "m", Seed: "t", Dir: "/lab/m", Tap: "tap0", IPMIBMC: tc.bmc})
+		args := m.Args()
+		joined := strings.Join(args, " ")
+
+		for _, w := range tc.want {
+			assert.Contains(t, args, w, tc.name)
+		}
+
+		assert.Equal(t, tc.wantNoKCS, deviceArg(args, "isa-ipmi-kcs") == "", tc.name)
+		assert.Contains(t, joined, "-daemonize", tc.name)
+	}
+}
+
 // deviceArg is the -device argument of a driver, "" if there is none.
 func deviceArg(args []string, driver string) string {
 	for i := 1; i < len(args); i++ {
