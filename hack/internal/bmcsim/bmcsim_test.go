@@ -43,7 +43,7 @@ func TestValidate(t *testing.T) {
 		{"slot 0", func(c *Config) { c.Users[0].ID = 0 }, "not 1–63"},
 		{"slot twice", func(c *Config) { c.Users[1].ID = 1 }, "declared twice"},
 		{"long name", func(c *Config) { c.Users[1].Name = strings.Repeat("u", 17) }, "16 bytes"},
-		{"long password", func(c *Config) { c.Users[1].Password = strings.Repeat("p", 21) }, "20 bytes"},
+		{"long password", func(c *Config) { c.Users[1].Password = strings.Repeat("p", 17) }, "16 bytes"},
 		{"quote in password", func(c *Config) { c.Users[1].Password = `p"w` }, "quotes"},
 		{"bad privilege", func(c *Config) { c.Users[1].Privilege = "root" }, "privilege"},
 		{"no chassis command", func(c *Config) { c.ChassisCommand = nil }, "no chassis"},
