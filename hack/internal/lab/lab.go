@@ -47,8 +47,17 @@ type Config struct {
 	// hack/cmd/talos-standin, as the imager builds it); empty: no factory.
 	FactoryBin       string
 	FactoryAssetsDir string
-	// ProviderArgs are appended to the provider's command line.
+	// ProviderArgs are appended to the provider's command line (after the lab's own
+	// power flags, which they may override).
 	ProviderArgs []string
+
+	// BMC is each machine's power owner, handed out in turn like Firmware; empty: none
+	// (the provider never powers the machines, as the e2e flow of TestE2E wants).
+	BMC []PowerOwner
+	// PowerBin is hack/cmd/lab-power: the power API daemon, run in the provider's
+	// namespace on PowerAPIListen, and the chassis control program of the simulated
+	// BMCs. Needed when a machine's owner is api or ipmi; empty: no power API.
+	PowerBin string
 }
 
 // State is what a lab runs, as recorded in <dir>/state.json.
@@ -60,7 +69,12 @@ type State struct {
 	ProviderPID int            `json:"providerPid"`
 	DHCPPID     int            `json:"dhcpPid"`
 	FactoryPID  int            `json:"factoryPid,omitempty"`
+	PowerPID    int            `json:"powerPid,omitempty"`
 	Machines    []machine.Spec `json:"machines"`
+	// BMCs are the machines' power owners, by machine name.
+	BMCs map[string]*MachineBMC `json:"bmcs,omitempty"`
+	// BMCPassword is the lab's administrator password on its simulated BMCs.
+	BMCPassword string `json:"bmcPassword,omitempty"`
 }
 
 // StateFile is the state file of the lab in dir.
@@ -154,6 +168,12 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 		return nil, fmt.Errorf("the lab in %s has prefix %q, not %q: bring it down first", dir, s.Prefix, cfg.Prefix)
 	}
 
+	if s.BMCPassword == "" {
+		if s.BMCPassword, err = newPassword(); err != nil {
+			return nil, err
+		}
+	}
+
 	if err := s.save(); err != nil {
 		return nil, err
 	}
@@ -182,6 +202,12 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 		}
 	}
 
+	if cfg.PowerBin != "" && !proc.Alive(s.PowerPID) {
+		if err := s.startPowerAPI(ctx, cfg); err != nil {
+			return s, err
+		}
+	}
+
 	if !proc.Alive(s.ProviderPID) {
 		if err := s.startProvider(ctx, cfg); err != nil {
 			return s, err
@@ -189,6 +215,10 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 	}
 
 	if err := s.addMachines(cfg); err != nil {
+		return s, err
+	}
+
+	if err := s.registerBMCs(ctx); err != nil {
 		return s, err
 	}
 
@@ -203,8 +233,17 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 			return s, err
 		}
 
-		if err := m.Start(ctx); err != nil {
-			return s, err
+		if s.BMC(m.Name).Owner == OwnerIPMI {
+			if err := s.startBMC(ctx, cfg, m); err != nil {
+				return s, err
+			}
+		}
+
+		// Powered on by its owner: a simulated BMC's machine through that BMC.
+		if p := s.Power(m); !p.Running() {
+			if err := p.Start(ctx); err != nil {
+				return s, fmt.Errorf("error powering on %s: %w", m.Name, err)
+			}
 		}
 	}
 
@@ -221,11 +260,19 @@ func (s *State) addMachines(cfg Config) error {
 		fw := firmware[i%len(firmware)]
 		name := fmt.Sprintf("%s-%d", fw, i)
 
-		s.Machines = append(s.Machines, machine.Spec{
+		spec := machine.Spec{
 			Name: name, Index: i, Seed: s.Prefix, Firmware: fw,
 			Dir: filepath.Join(s.Dir, "machines", name), NetNS: s.ProviderNS, Tap: fmt.Sprintf("tap%d", i),
 			KVM: cfg.KVM, MemoryMB: cfg.MemoryMB, DiskSize: cfg.DiskSize,
-		})
+		}
+
+		s.assignBMC(cfg, &spec)
+
+		if s.BMC(name).Owner != OwnerNone && cfg.PowerBin == "" {
+			return fmt.Errorf("machine %s's power owner is %s, which needs the lab's power binary (hack/cmd/lab-power)", name, s.BMC(name).Owner)
+		}
+
+		s.Machines = append(s.Machines, spec)
 	}
 
 	return s.save()
@@ -250,6 +297,8 @@ func (s *State) startProvider(ctx context.Context, cfg Config) error {
 	_ = os.Remove(s.ControlSocket())
 
 	args := append([]string{
+		// Power in the lab is quick to read and act on; a real BMC wants the defaults.
+		"--power-poll-interval", "5s", "--min-reboot-interval", "5s",
 		"--state-dir", s.ProviderStateDir(),
 		"--api-advertise-address", labnet.ProviderAddr,
 		"--api-port", strconv.Itoa(cfg.APIPort),
@@ -355,6 +404,16 @@ func Down(ctx context.Context, dir, prefix string) error {
 
 	var errs []error
 
+	// The power owners first, so that nothing powers a machine on again while the lab
+	// stops it.
+	errs = append(errs, proc.Stop(ctx, s.PowerPID, 5*time.Second))
+
+	for _, b := range s.BMCs {
+		if b != nil {
+			errs = append(errs, proc.Stop(ctx, b.PID, 5*time.Second))
+		}
+	}
+
 	for _, m := range s.MachineList() {
 		errs = append(errs, m.Stop(ctx))
 	}
@@ -418,9 +477,21 @@ func (s *State) WriteStatus(ctx context.Context, w io.Writer) error {
 		fmt.Fprintf(&b, "factory   pid %-8d %s  log %s  http://%s\n", s.FactoryPID, up(proc.Alive(s.FactoryPID)), s.FactoryLog(), FactoryListen)
 	}
 
+	if s.PowerPID != 0 {
+		fmt.Fprintf(&b, "power API pid %-8d %s  log %s  http://%s\n", s.PowerPID, up(proc.Alive(s.PowerPID)), s.PowerLog(), PowerAPIListen)
+	}
+
 	for _, m := range s.MachineList() {
 		fmt.Fprintf(&b, "machine %-12s %-8s pid %-8d %s  uuid %s  mac %s  %s %s  serial log %s\n",
 			m.Name, m.Firmware, m.PID(), up(m.Running()), m.UUID, m.MAC, m.Vendor.Manufacturer, m.Vendor.Product, m.SerialLog())
+
+		switch bmc := s.BMC(m.Name); bmc.Owner {
+		case OwnerIPMI:
+			fmt.Fprintf(&b, "  power: ipmi_sim pid %d %s  lan %s:%d  user %s  log %s\n", bmc.PID, up(proc.Alive(bmc.PID)),
+				labnet.ProviderAddr, bmc.LANPort, LabBMCUser, filepath.Join(m.Dir, "bmc", "ipmi_sim.log"))
+		default:
+			fmt.Fprintf(&b, "  power: %s\n", bmc.Owner)
+		}
 	}
 
 	_, err = io.WriteString(w, b.String())

@@ -113,7 +113,8 @@ func FindByArg(s string) []int {
 
 func isLabDaemon(argv0 string) bool {
 	switch base := filepath.Base(argv0); {
-	case strings.HasPrefix(base, "qemu-system"), base == "dnsmasq", base == "provider", base == "ip", base == "lab-factory":
+	case strings.HasPrefix(base, "qemu-system"), base == "dnsmasq", base == "provider", base == "ip", base == "lab-factory",
+		base == "lab-power", base == "ipmi_sim":
 		return true
 	default:
 		return false
