@@ -164,11 +164,17 @@ func run(ctx context.Context, dir, prefix string, n int) error {
 		FactoryURL: "http://" + lab.FactoryListen, FactoryPXEURL: "http://" + lab.FactoryListen,
 		APIPort:    50042,
 		FactoryBin: "_out/bin/lab-factory", FactoryAssetsDir: "_out/talos-standin",
+		// The lab's power API powers the machines, so the provider does (POWER: api on/off).
+		BMC: []lab.PowerOwner{lab.OwnerAPI}, PowerBin: "_out/bin/lab-power",
 	}
 
-	d.say("building the Image Factory stand-in and the stand-in Talos (hack/cmd/lab-factory, hack/cmd/talos-standin)")
+	d.say("building the Image Factory stand-in, the lab's power API and the stand-in Talos (hack/cmd/lab-factory, hack/cmd/lab-power, hack/cmd/talos-standin)")
 
 	if err := lab.BuildFactory(ctx, ".", cfg.FactoryBin); err != nil {
+		return err
+	}
+
+	if err := lab.BuildPower(ctx, ".", cfg.PowerBin); err != nil {
 		return err
 	}
 

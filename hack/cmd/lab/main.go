@@ -72,6 +72,7 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 	var (
 		cfg      lab.Config
 		firmware []string
+		bmcs     []string
 		factory  bool
 	)
 
@@ -89,6 +90,19 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 				}
 
 				cfg.Firmware = append(cfg.Firmware, fw)
+			}
+
+			for _, b := range bmcs {
+				owner, err := lab.ParsePowerOwner(b)
+				if err != nil {
+					return err
+				}
+
+				cfg.BMC = append(cfg.BMC, owner)
+			}
+
+			if err := buildPower(cmd.Context(), cfg); err != nil {
+				return err
 			}
 
 			if !factory {
@@ -121,6 +135,8 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 	f.StringVar(&cfg.FactoryBin, "factory-bin", "_out/bin/lab-factory", "the Image Factory stand-in's binary")
 	f.StringVar(&cfg.FactoryAssetsDir, "factory-assets-dir", "_out/talos-standin", "the stand-in Talos boot assets the factory serves")
 	f.StringArrayVar(&cfg.ProviderArgs, "provider-arg", nil, "extra provider argument (repeatable)")
+	f.StringSliceVar(&bmcs, "bmc", []string{"api"}, "power owner of the machines, in turn: api (the lab's power API), ipmi (a simulated IPMI BMC, ipmi_sim, of its own) or none")
+	f.StringVar(&cfg.PowerBin, "power-bin", "_out/bin/lab-power", "the power API daemon and simulated BMCs' chassis program (built from hack/cmd/lab-power when missing)")
 
 	return cmd
 }
@@ -135,6 +151,15 @@ func buildFactory(ctx context.Context, cfg lab.Config) error {
 	}
 
 	return lab.BuildStandinAssets(ctx, ".", cfg.FactoryAssetsDir)
+}
+
+// buildPower builds lab-power when missing, from the module in the working directory.
+func buildPower(ctx context.Context, cfg lab.Config) error {
+	if _, err := os.Stat(cfg.PowerBin); err == nil {
+		return nil
+	}
+
+	return lab.BuildPower(ctx, ".", cfg.PowerBin)
 }
 
 func newDownCmd(dir, prefix *string) *cobra.Command {
@@ -165,12 +190,15 @@ func newStatusCmd(dir *string) *cobra.Command {
 }
 
 func newMachineCmd(dir *string) *cobra.Command {
-	cmd := &cobra.Command{Use: "machine", Short: "Power a lab machine: start, stop, reset"}
+	cmd := &cobra.Command{
+		Use:   "machine",
+		Short: "Power a lab machine: start, stop, reset (through its simulated BMC when it has one)",
+	}
 
-	actions := map[string]func(*machine.Machine, context.Context) error{
-		"start": (*machine.Machine).Start,
-		"stop":  (*machine.Machine).Stop,
-		"reset": (*machine.Machine).Reset,
+	actions := map[string]func(lab.Power, context.Context) error{
+		"start": lab.Power.Start,
+		"stop":  lab.Power.Stop,
+		"reset": lab.Power.Reset,
 	}
 
 	for _, name := range []string{"start", "stop", "reset"} {
@@ -192,7 +220,9 @@ func newMachineCmd(dir *string) *cobra.Command {
 						return err
 					}
 
-					if err := action(m, cmd.Context()); err != nil {
+					// One power owner per machine: a simulated BMC's machine is powered
+					// through that BMC.
+					if err := action(s.Power(m), cmd.Context()); err != nil {
 						return err
 					}
 				}
