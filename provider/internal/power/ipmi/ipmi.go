@@ -258,6 +258,13 @@ func (c *client) SetPXEOnce(ctx context.Context, mode power.BootMode) error {
 		return c.lib.SetSystemBootOptionsParamFor(ctx, flags) //nolint:wrapcheck // call wraps
 	})
 	if err != nil {
+		if isRefusal(err) && !isUnauthorized(err) {
+			// The BMC answered and refused the parameter (some BMCs, ipmi_sim without a
+			// chassis program among them, do not take boot options over the LAN): a
+			// power action can still go ahead, the machine boots its own order.
+			return fmt.Errorf("%s: %w: %w", c.desc, power.ErrUnsupported, err)
+		}
+
 		return fmt.Errorf("%s: %w", c.desc, err)
 	}
 

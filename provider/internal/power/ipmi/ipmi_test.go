@@ -121,6 +121,15 @@ func TestPowerAgainstIPMISim(t *testing.T) {
 	if st := stateOf(t, c); st != power.StateOn {
 		t.Fatalf("after the cycle: state %q, want on", st)
 	}
+
+	// This simulator (no chassis program) refuses boot options: a refusal the caller can
+	// tell from a dead BMC, so a power-on can still go ahead.
+	for _, mode := range []power.BootMode{power.BootModeLegacy, power.BootModeUEFI} {
+		err := c.SetPXEOnce(ctx, mode)
+		if !errors.Is(err, power.ErrUnsupported) || errors.Is(err, power.ErrUnreachable) {
+			t.Fatalf("SetPXEOnce(%s) on a BMC that refuses boot options: %v, want ErrUnsupported", mode, err)
+		}
+	}
 }
 
 func TestSetPXEOnceAgainstIPMISim(t *testing.T) {

@@ -38,7 +38,7 @@ const (
 	// simStartcmd: power on runs startcmd (a long sleep), power off kills it.
 	simStartcmd simMode = iota
 	// simChassisControl: a chassis_control script keeps power and boot device in files;
-	// ipmi_sim answers boot options only with such a script (or a connected VM).
+	// ipmi_sim (2.0.33) answers boot options only with such a script, VM or not.
 	simChassisControl
 )
 
