@@ -59,21 +59,23 @@ func (e *Executor) Handle(o *agentv1.Order) error {
 
 	e.mu.Lock()
 	_, seen := e.results[o.GetId()]
+
+	if !seen {
+		// "queued" is recorded before the order can run: recorded after, it could
+		// overwrite the outcome of an order that ran at once (a hold).
+		if len(e.queue) == cap(e.queue) {
+			e.mu.Unlock()
+
+			return fmt.Errorf("too many orders waiting, %q refused", o.GetId())
+		}
+
+		e.results[o.GetId()] = &agentv1.OrderResult{OrderId: o.GetId(), Status: agentv1.OrderResult_STATUS_RUNNING, Message: "queued"}
+		e.sequence = append(e.sequence, o.GetId())
+		e.queue <- o // room checked under e.mu, and only Handle sends
+	}
 	e.mu.Unlock()
 
-	if seen {
-		e.touch()
-
-		return nil
-	}
-
-	select {
-	case e.queue <- o:
-	default:
-		return fmt.Errorf("too many orders waiting, %q refused", o.GetId())
-	}
-
-	e.set(&agentv1.OrderResult{OrderId: o.GetId(), Status: agentv1.OrderResult_STATUS_RUNNING, Message: "queued"})
+	e.touch()
 
 	return nil
 }

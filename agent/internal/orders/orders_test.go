@@ -3,6 +3,7 @@ package orders_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -191,4 +192,25 @@ func TestFailedOrder(t *testing.T) {
 	assert.Contains(t, r.GetMessage(), "disk vanished")
 
 	assert.Error(t, e.Handle(&agentv1.Order{Id: "x"}), "an order without action")
+}
+
+// An order that is done at once (a hold) stays done: "queued" is never recorded over
+// its outcome, however the executor's goroutine is scheduled.
+func TestQueuedNeverOverwritesDone(t *testing.T) {
+	t.Parallel()
+
+	for i := range 200 {
+		e := run(t, &fakeActions{})
+		id := fmt.Sprintf("hold-%d", i)
+
+		require.NoError(t, e.Handle(&agentv1.Order{Id: id, Action: &agentv1.Order_Hold{Hold: &agentv1.Hold{}}}))
+		waitStatus(t, e, id, agentv1.OrderResult_STATUS_DONE)
+
+		// Handle has returned and the hold is done: nothing may change it back.
+		time.Sleep(time.Millisecond)
+
+		results := e.Results()
+		require.Len(t, results, 1)
+		require.Equal(t, agentv1.OrderResult_STATUS_DONE, results[0].GetStatus(), "run %d", i)
+	}
 }

@@ -34,8 +34,10 @@ func TestLabSmoke(t *testing.T) {
 	root := labtest.RepoRoot(t)
 	bin := t.TempDir()
 	labBin, provider, anvilctl := filepath.Join(bin, "lab"), filepath.Join(bin, "provider"), filepath.Join(bin, "anvilctl")
+	power := filepath.Join(bin, "lab-power")
 
 	labtest.GoBuild(t, root, labBin, "./hack/cmd/lab")
+	labtest.GoBuild(t, root, power, "./hack/cmd/lab-power")
 	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
 	labtest.GoBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
 
@@ -78,7 +80,8 @@ func TestLabSmoke(t *testing.T) {
 	}
 
 	out, err := runLab("up", "--machines", fmt.Sprint(len(strings.Split(firmware, ","))), "--firmware", firmware,
-		"--provider-bin", provider, "--agent-assets-dir", assets, "--factory=false") // hack/e2e runs the factory
+		"--provider-bin", provider, "--agent-assets-dir", assets, "--factory=false", // hack/e2e runs the factory
+		"--power-bin", power) // the default power owner: the lab's power API
 	poweredOn := time.Now()
 
 	require.NoError(t, err, "lab up: %s", out)
@@ -120,6 +123,15 @@ func TestLabSmoke(t *testing.T) {
 	}
 
 	wg.Wait()
+
+	// Each machine's BMC is the lab's power API, registered with the provider; pending,
+	// the provider keeps its hands off.
+	list, err := exec.Command(anvilctl, "--endpoint", "unix://"+state.ControlSocket(), "get", "machines").CombinedOutput()
+	require.NoError(t, err, "%s", list)
+
+	for _, m := range machines {
+		assert.Regexp(t, m.UUID+`\s.*\sapi unknown \[hands-off\]`, string(list), m.Name)
+	}
 
 	// The power API: a reset machine boots the agent again.
 	m := machines[0]
