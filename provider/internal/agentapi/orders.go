@@ -65,7 +65,12 @@ func (p Policy) Next(e *machineview.Entry) *agentv1.Order {
 		return &agentv1.Order{Id: bmcOrderID, Action: &agentv1.Order_SetBmc{SetBmc: &agentv1.SetBMC{User: BMCUser, Password: p.BMCPassword(e.ID)}}}
 	}
 
-	if intent.WipeID != "" && intent.WipeID != status.WipedID {
+	// A wipe is owed after acceptance and after a deallocation, never while a tenant's
+	// Talos is installed (transitions cannot get there; this keeps it so). An allocation
+	// made while a wipe is owed waits for it: the machine is not handed over unwiped.
+	installed := intent.Allocation != nil && status.InstalledAllocation == intent.Allocation.ID
+
+	if intent.WipeID != "" && intent.WipeID != status.WipedID && !installed {
 		return &agentv1.Order{Id: "wipe-" + intent.WipeID, Action: &agentv1.Order_Wipe{Wipe: &agentv1.Wipe{GenerationId: intent.WipeID, Mode: p.WipeMode}}}
 	}
 

@@ -306,6 +306,7 @@ func TestPolicy(t *testing.T) {
 		{"accepted, wiped", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, WipeID: "w1"}, Status: &state.MachineStatusSpec{WipedID: "w1"}}, "hold-ready"},
 		{"allocated", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, Allocation: alloc}}, "boot-allocation-a1"},
 		{"allocated, installed", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, Allocation: alloc}, Status: &state.MachineStatusSpec{InstalledAllocation: "a1"}}, "hold-ready"},
+		{"installed: never wiped", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, Allocation: alloc, WipeID: "w2"}, Status: &state.MachineStatusSpec{InstalledAllocation: "a1", WipedID: "w1"}}, "hold-ready"},
 	} {
 		o := p.Next(tc.entry)
 		assert.Equal(t, tc.want, o.GetId(), tc.name)

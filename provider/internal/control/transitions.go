@@ -182,7 +182,8 @@ func (t *Transitions) newAllocation(ctx context.Context, req *controlv1.Allocate
 }
 
 // Deallocate clears the allocation and owes a wipe before the machine is handed out
-// again.
+// again; it also asks for a reboot, so that a machine running Talos goes back to the
+// agent through its BMC (PXE once, then a cycle) to be wiped.
 func (t *Transitions) Deallocate(ctx context.Context, req *controlv1.DeallocateRequest) (*controlv1.DeallocateResponse, error) {
 	in, err := t.transition(ctx, "deallocate", req.GetMachineId(), func(spec *state.MachineIntentSpec) error {
 		if spec.Allocation == nil {
@@ -191,6 +192,7 @@ func (t *Transitions) Deallocate(ctx context.Context, req *controlv1.DeallocateR
 
 		spec.Allocation = nil
 		spec.WipeID = newID()
+		spec.RebootID = newID()
 
 		return nil
 	})

@@ -190,6 +190,8 @@ func TestTransitions(t *testing.T) {
 			assert.Equal(t, tc.want.newWipe, after.WipeID != before.WipeID, "wipe owed")
 
 			switch tc.transition {
+			case "deallocate":
+				assert.NotEqual(t, before.RebootID, after.RebootID, "a reboot back to the agent, to wipe")
 			case "reboot":
 				assert.NotEqual(t, before.RebootID, after.RebootID, "a new reboot request")
 				assert.NotEmpty(t, after.RebootID)
