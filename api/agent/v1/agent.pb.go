@@ -902,10 +902,13 @@ func (x *SetBMC) GetPassword() string {
 type Wipe struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// generation_id is the wipe's ID: a wipe is reported done only for its generation.
-	GenerationId  string    `protobuf:"bytes,1,opt,name=generation_id,json=generationId,proto3" json:"generation_id,omitempty"`
-	Mode          Wipe_Mode `protobuf:"varint,2,opt,name=mode,proto3,enum=anvil.agent.v1.Wipe_Mode" json:"mode,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	GenerationId string    `protobuf:"bytes,1,opt,name=generation_id,json=generationId,proto3" json:"generation_id,omitempty"`
+	Mode         Wipe_Mode `protobuf:"varint,2,opt,name=mode,proto3,enum=anvil.agent.v1.Wipe_Mode" json:"mode,omitempty"`
+	// include_removable wipes removable media (USB sticks, SD cards) too; by default they
+	// are skipped, as they are often the installer or someone's stick left in.
+	IncludeRemovable bool `protobuf:"varint,3,opt,name=include_removable,json=includeRemovable,proto3" json:"include_removable,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Wipe) Reset() {
@@ -950,6 +953,13 @@ func (x *Wipe) GetMode() Wipe_Mode {
 		return x.Mode
 	}
 	return Wipe_MODE_FAST
+}
+
+func (x *Wipe) GetIncludeRemovable() bool {
+	if x != nil {
+		return x.IncludeRemovable
+	}
+	return false
 }
 
 type Reboot struct {
@@ -1416,10 +1426,11 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x06GetBMC\"8\n" +
 	"\x06SetBMC\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x1a\n" +
-	"\bpassword\x18\x02 \x01(\tR\bpassword\"\x99\x01\n" +
+	"\bpassword\x18\x02 \x01(\tR\bpassword\"\xc6\x01\n" +
 	"\x04Wipe\x12#\n" +
 	"\rgeneration_id\x18\x01 \x01(\tR\fgenerationId\x12-\n" +
-	"\x04mode\x18\x02 \x01(\x0e2\x19.anvil.agent.v1.Wipe.ModeR\x04mode\"=\n" +
+	"\x04mode\x18\x02 \x01(\x0e2\x19.anvil.agent.v1.Wipe.ModeR\x04mode\x12+\n" +
+	"\x11include_removable\x18\x03 \x01(\bR\x10includeRemovable\"=\n" +
 	"\x04Mode\x12\r\n" +
 	"\tMODE_FAST\x10\x00\x12\x0f\n" +
 	"\vMODE_ZEROES\x10\x01\x12\x15\n" +
