@@ -1,6 +1,7 @@
 package state
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 const MachineIntentType = resource.Type("MachineIntents.anvil.dev")
 
 // MachineIntent is what was asked of a machine: acceptance, allocation, power, wipe,
-// reboot, cordon. Only validated transitions (the control API, later Omni sync) write it.
+// reboot, cordon, the user's labels. Only validated transitions (the control API, later Omni sync) write it.
 // A machine without one is pending.
 type MachineIntent = typed.Resource[MachineIntentSpec, MachineIntentExtension]
 
@@ -51,6 +52,9 @@ type MachineIntentSpec struct {
 	RebootID string `yaml:"rebootID,omitempty" protobuf:"5"`
 	// Cordoned machines are not handed out.
 	Cordoned bool `yaml:"cordoned,omitempty" protobuf:"6"`
+	// Labels are the user's own labels on the machine (the SetLabels transition); never
+	// under the reserved LabelPrefix.
+	Labels map[string]string `yaml:"labels,omitempty" protobuf:"7"`
 }
 
 // Allocation is what a machine is handed to: a Talos version and the schematic it boots.
@@ -75,6 +79,8 @@ func (s MachineIntentSpec) DeepCopy() MachineIntentSpec {
 		a.KernelArgs = slices.Clone(a.KernelArgs)
 		s.Allocation = &a
 	}
+
+	s.Labels = maps.Clone(s.Labels)
 
 	return s
 }

@@ -94,7 +94,7 @@ func (s *Store) Close() error {
 func Definitions() []meta.ResourceWithRD {
 	return []meta.ResourceWithRD{
 		&Machine{}, &MachineIntent{}, &MachineStatus{}, &MachineInventory{}, &DHCPLease{}, &Schematic{},
-		&BMCConfig{}, &BMCSecret{}, &PowerStatus{},
+		&BMCConfig{}, &BMCSecret{}, &PowerStatus{}, &MachineLabels{},
 	}
 }
 
