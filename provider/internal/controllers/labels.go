@@ -1,0 +1,187 @@
+package controllers
+
+import (
+	"fmt"
+	"math/bits"
+	"strconv"
+	"strings"
+
+	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+// Derived label keys, all under anvilstate.LabelPrefix. README lists them.
+const (
+	LabelArch        = anvilstate.LabelPrefix + "arch"
+	LabelVendor      = anvilstate.LabelPrefix + "vendor"
+	LabelModel       = anvilstate.LabelPrefix + "model"
+	LabelCPUVendor   = anvilstate.LabelPrefix + "cpu-vendor"
+	LabelCPUCores    = anvilstate.LabelPrefix + "cpu-cores"
+	LabelMemoryClass = anvilstate.LabelPrefix + "memory-class"
+	LabelDiskCount   = anvilstate.LabelPrefix + "disk-count"
+	LabelDiskType    = anvilstate.LabelPrefix + "disk-type"
+	LabelNICSpeed    = anvilstate.LabelPrefix + "nic-speed"
+)
+
+// placeholders are what firmware writes where a vendor left a field empty: a label
+// saying "to-be-filled-by-o.e.m" would group unrelated machines.
+var placeholders = map[string]bool{
+	"":                       true,
+	"to be filled by o.e.m.": true,
+	"default string":         true,
+	"system manufacturer":    true,
+	"system product name":    true,
+	"not specified":          true,
+	"not available":          true,
+	"none":                   true,
+	"n/a":                    true,
+	"unknown":                true,
+	"0123456789":             true,
+}
+
+// DeriveLabels returns the labels a machine's hardware earns: arch from its PXE boot,
+// the rest from its agent's inventory (nil until one is reported). Values are lower
+// case and valid label values; a fact not known gives no label rather than a guess.
+func DeriveLabels(machine *anvilstate.MachineSpec, inv *anvilstate.MachineInventorySpec) map[string]string {
+	labels := map[string]string{}
+
+	set := func(key, value string) {
+		if v := anvilstate.SanitizeLabelValue(strings.ToLower(value)); v != "" {
+			labels[key] = v
+		}
+	}
+
+	if machine != nil {
+		set(LabelArch, machine.Arch)
+	}
+
+	if inv == nil {
+		return labels
+	}
+
+	if !placeholders[strings.ToLower(strings.TrimSpace(inv.System.Manufacturer))] {
+		set(LabelVendor, inv.System.Manufacturer)
+	}
+
+	if !placeholders[strings.ToLower(strings.TrimSpace(inv.System.Product))] {
+		set(LabelModel, inv.System.Product)
+	}
+
+	var cores uint32
+
+	for _, cpu := range inv.CPUs {
+		cores += cpu.Cores
+	}
+
+	if len(inv.CPUs) > 0 {
+		set(LabelCPUVendor, cpuVendor(inv.CPUs[0].Manufacturer))
+	}
+
+	if cores > 0 {
+		set(LabelCPUCores, strconv.FormatUint(uint64(cores), 10))
+	}
+
+	set(LabelMemoryClass, MemoryClass(inv.MemoryMiB))
+
+	count, kind := diskSummary(inv.Disks)
+	set(LabelDiskCount, strconv.Itoa(count))
+	set(LabelDiskType, kind)
+
+	set(LabelNICSpeed, nicSpeed(inv.NICs))
+
+	return labels
+}
+
+// cpuVendor names the CPU maker as a selector would: SMBIOS says "Intel(R) Corporation"
+// on one machine and "GenuineIntel" on the next.
+func cpuVendor(manufacturer string) string {
+	m := strings.ToLower(manufacturer)
+
+	switch {
+	case placeholders[strings.TrimSpace(m)]:
+		return ""
+	case strings.Contains(m, "intel"):
+		return "intel"
+	case strings.Contains(m, "amd") || strings.Contains(m, "advanced micro"):
+		return "amd"
+	case strings.Contains(m, "ampere"):
+		return "ampere"
+	}
+
+	return m
+}
+
+// MemoryClass is the bucket of a machine's memory: the largest power of two GiB not
+// above it ("64gib" for 64 to 127 GiB; "1tib" and up from 1024 GiB), "lt1gib" below
+// 1 GiB, "" when the memory is not known. Machines of one class pass the same selector
+// whatever their exact module mix.
+func MemoryClass(mib uint64) string {
+	if mib == 0 {
+		return ""
+	}
+
+	gib := mib / 1024
+	if gib == 0 {
+		return "lt1gib"
+	}
+
+	class := uint64(1) << (bits.Len64(gib) - 1)
+	if class >= 1024 {
+		return fmt.Sprintf("%dtib", class/1024)
+	}
+
+	return fmt.Sprintf("%dgib", class)
+}
+
+// diskSummary counts the disks Talos could install to and names their kind: nvme, ssd
+// or hdd, mixed when they differ, "" without disks. CD-ROMs, read-only media and
+// device-mapper volumes are not disks of the machine.
+func diskSummary(disks []anvilstate.DiskInventory) (int, string) {
+	count, kind := 0, ""
+
+	for _, d := range disks {
+		if d.CDROM || d.Readonly || d.Transport == "dm" || d.Size == 0 {
+			continue
+		}
+
+		k := "ssd"
+
+		switch {
+		case d.Transport == "nvme":
+			k = "nvme"
+		case d.Rotational:
+			k = "hdd"
+		}
+
+		switch {
+		case count == 0:
+			kind = k
+		case kind != k:
+			kind = "mixed"
+		}
+
+		count++
+	}
+
+	return count, kind
+}
+
+// nicSpeed is the fastest physical link's speed: "25g", "2.5g", "100m"; "" when no NIC
+// reports one (links down report none).
+func nicSpeed(nics []anvilstate.NICInventory) string {
+	var fastest int64
+
+	for _, n := range nics {
+		fastest = max(fastest, n.SpeedMbps)
+	}
+
+	switch {
+	case fastest <= 0:
+		return ""
+	case fastest < 1000:
+		return fmt.Sprintf("%dm", fastest)
+	case fastest%1000 == 0:
+		return fmt.Sprintf("%dg", fastest/1000)
+	default:
+		return strconv.FormatFloat(float64(fastest)/1000, 'f', -1, 64) + "g"
+	}
+}
