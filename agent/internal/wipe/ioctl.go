@@ -7,11 +7,20 @@ import (
 )
 
 func ioctl(fd, req, arg uintptr) error {
-	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, req, arg); errno != 0 {
-		return errno
+	_, err := ioctlRet(fd, req, arg)
+
+	return err
+}
+
+// ioctlRet also returns what the ioctl returned: the NVMe passthrough ioctls return the
+// command's status there (positive) when the device failed it.
+func ioctlRet(fd, req, arg uintptr) (uintptr, error) {
+	r, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, req, arg)
+	if errno != 0 {
+		return 0, errno
 	}
 
-	return nil
+	return r, nil
 }
 
 func unsafePointer[T any](p *T) unsafe.Pointer { return unsafe.Pointer(p) }

@@ -1,6 +1,7 @@
 // Package wipe erases disks: fast (discard, then zero the regions that identify data:
-// partition tables and their backups, filesystem, RAID and LVM signatures at both ends)
-// or zeroes (the whole device), then reads back samples to verify what it promises.
+// partition tables and their backups, filesystem, RAID and LVM signatures at both ends),
+// zeroes (the whole device) or secure erase (the drive's own erase: NVMe Format NVM,
+// ATA SECURITY ERASE UNIT), then reads back samples to verify what it promises.
 package wipe
 
 import (
@@ -35,6 +36,10 @@ type Mode string
 const (
 	ModeFast   Mode = "fast"
 	ModeZeroes Mode = "zeroes"
+	// ModeSecureErase asks the drive to erase itself (see secure.go); a drive that cannot
+	// fails with an error matching ErrSecureEraseUnsupported, and the caller decides
+	// whether another mode will do.
+	ModeSecureErase Mode = "secure-erase"
 )
 
 // Report is what a wipe did to one disk.
@@ -72,6 +77,8 @@ func Device(ctx context.Context, path string, mode Mode, progress Progress) (Rep
 		report, err = fast(ctx, f, path, size)
 	case ModeZeroes:
 		report, err = zeroes(ctx, f, path, size, progress)
+	case ModeSecureErase:
+		report, err = secureErase(ctx, f, path, size)
 	default:
 		return Report{}, fmt.Errorf("unsupported wipe mode %q", mode)
 	}
