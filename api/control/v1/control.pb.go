@@ -143,9 +143,11 @@ type MachineIntent struct {
 	Allocation *Allocation `protobuf:"bytes,3,opt,name=allocation,proto3" json:"allocation,omitempty"`
 	Power      PowerState  `protobuf:"varint,4,opt,name=power,proto3,enum=anvil.control.v1.PowerState" json:"power,omitempty"`
 	// The wipe owed, if it differs from the machine's wiped id.
-	WipeId        string `protobuf:"bytes,5,opt,name=wipe_id,json=wipeId,proto3" json:"wipe_id,omitempty"`
-	RebootId      string `protobuf:"bytes,6,opt,name=reboot_id,json=rebootId,proto3" json:"reboot_id,omitempty"`
-	Cordoned      bool   `protobuf:"varint,7,opt,name=cordoned,proto3" json:"cordoned,omitempty"`
+	WipeId   string `protobuf:"bytes,5,opt,name=wipe_id,json=wipeId,proto3" json:"wipe_id,omitempty"`
+	RebootId string `protobuf:"bytes,6,opt,name=reboot_id,json=rebootId,proto3" json:"reboot_id,omitempty"`
+	Cordoned bool   `protobuf:"varint,7,opt,name=cordoned,proto3" json:"cordoned,omitempty"`
+	// The user's own labels (SetLabels); the effective set is the MachineLabels resource.
+	Labels        map[string]string `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -227,6 +229,13 @@ func (x *MachineIntent) GetCordoned() bool {
 		return x.Cordoned
 	}
 	return false
+}
+
+func (x *MachineIntent) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 // Allocation is what a machine is handed to. The machine configuration is never sent
@@ -1347,11 +1356,118 @@ func (x *SetBMCResponse) GetEndpoint() string {
 	return ""
 }
 
+type SetLabelsRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	MachineId string                 `protobuf:"bytes,1,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	// set adds or replaces labels: keys like dc or example.com/team, values of at most 63
+	// characters of [A-Za-z0-9._-] (may be empty).
+	Set map[string]string `protobuf:"bytes,2,rep,name=set,proto3" json:"set,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// remove drops labels by key; a key both set and removed is refused.
+	Remove        []string `protobuf:"bytes,3,rep,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLabelsRequest) Reset() {
+	*x = SetLabelsRequest{}
+	mi := &file_control_v1_control_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLabelsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLabelsRequest) ProtoMessage() {}
+
+func (x *SetLabelsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLabelsRequest.ProtoReflect.Descriptor instead.
+func (*SetLabelsRequest) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SetLabelsRequest) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
+	}
+	return ""
+}
+
+func (x *SetLabelsRequest) GetSet() map[string]string {
+	if x != nil {
+		return x.Set
+	}
+	return nil
+}
+
+func (x *SetLabelsRequest) GetRemove() []string {
+	if x != nil {
+		return x.Remove
+	}
+	return nil
+}
+
+type SetLabelsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Intent        *MachineIntent         `protobuf:"bytes,1,opt,name=intent,proto3" json:"intent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLabelsResponse) Reset() {
+	*x = SetLabelsResponse{}
+	mi := &file_control_v1_control_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLabelsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLabelsResponse) ProtoMessage() {}
+
+func (x *SetLabelsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLabelsResponse.ProtoReflect.Descriptor instead.
+func (*SetLabelsResponse) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *SetLabelsResponse) GetIntent() *MachineIntent {
+	if x != nil {
+		return x.Intent
+	}
+	return nil
+}
+
 var File_control_v1_control_proto protoreflect.FileDescriptor
 
 const file_control_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x18control/v1/control.proto\x12\x10anvil.control.v1\"\xb0\x02\n" +
+	"\x18control/v1/control.proto\x12\x10anvil.control.v1\"\xb0\x03\n" +
 	"\rMachineIntent\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12<\n" +
@@ -1364,7 +1480,11 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\x05power\x18\x04 \x01(\x0e2\x1c.anvil.control.v1.PowerStateR\x05power\x12\x17\n" +
 	"\awipe_id\x18\x05 \x01(\tR\x06wipeId\x12\x1b\n" +
 	"\treboot_id\x18\x06 \x01(\tR\brebootId\x12\x1a\n" +
-	"\bcordoned\x18\a \x01(\bR\bcordoned\"\xe9\x01\n" +
+	"\bcordoned\x18\a \x01(\bR\bcordoned\x12C\n" +
+	"\x06labels\x18\b \x03(\v2+.anvil.control.v1.MachineIntent.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe9\x01\n" +
 	"\n" +
 	"Allocation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12#\n" +
@@ -1447,7 +1567,17 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1a\n" +
-	"\bendpoint\x18\x03 \x01(\tR\bendpoint*r\n" +
+	"\bendpoint\x18\x03 \x01(\tR\bendpoint\"\xc0\x01\n" +
+	"\x10SetLabelsRequest\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\x01 \x01(\tR\tmachineId\x12=\n" +
+	"\x03set\x18\x02 \x03(\v2+.anvil.control.v1.SetLabelsRequest.SetEntryR\x03set\x12\x16\n" +
+	"\x06remove\x18\x03 \x03(\tR\x06remove\x1a6\n" +
+	"\bSetEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"L\n" +
+	"\x11SetLabelsResponse\x127\n" +
+	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent*r\n" +
 	"\n" +
 	"Acceptance\x12\x1a\n" +
 	"\x16ACCEPTANCE_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -1459,7 +1589,7 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\x17POWER_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13POWER_STATE_DEFAULT\x10\x01\x12\x12\n" +
 	"\x0ePOWER_STATE_ON\x10\x02\x12\x13\n" +
-	"\x0fPOWER_STATE_OFF\x10\x032\xc8\x06\n" +
+	"\x0fPOWER_STATE_OFF\x10\x032\x9e\a\n" +
 	"\x11TransitionService\x12K\n" +
 	"\x06Accept\x12\x1f.anvil.control.v1.AcceptRequest\x1a .anvil.control.v1.AcceptResponse\x12K\n" +
 	"\x06Reject\x12\x1f.anvil.control.v1.RejectRequest\x1a .anvil.control.v1.RejectResponse\x12Q\n" +
@@ -1471,7 +1601,8 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\bUncordon\x12!.anvil.control.v1.UncordonRequest\x1a\".anvil.control.v1.UncordonResponse\x12Q\n" +
 	"\bSetPower\x12!.anvil.control.v1.SetPowerRequest\x1a\".anvil.control.v1.SetPowerResponse\x12K\n" +
 	"\x06Reboot\x12\x1f.anvil.control.v1.RebootRequest\x1a .anvil.control.v1.RebootResponse\x12K\n" +
-	"\x06SetBMC\x12\x1f.anvil.control.v1.SetBMCRequest\x1a .anvil.control.v1.SetBMCResponseB7Z5github.com/anvil-metal/anvil/api/control/v1;controlv1b\x06proto3"
+	"\x06SetBMC\x12\x1f.anvil.control.v1.SetBMCRequest\x1a .anvil.control.v1.SetBMCResponse\x12T\n" +
+	"\tSetLabels\x12\".anvil.control.v1.SetLabelsRequest\x1a#.anvil.control.v1.SetLabelsResponseB7Z5github.com/anvil-metal/anvil/api/control/v1;controlv1b\x06proto3"
 
 var (
 	file_control_v1_control_proto_rawDescOnce sync.Once
@@ -1486,7 +1617,7 @@ func file_control_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_control_v1_control_proto_goTypes = []any{
 	(Acceptance)(0),               // 0: anvil.control.v1.Acceptance
 	(PowerState)(0),               // 1: anvil.control.v1.PowerState
@@ -1512,45 +1643,54 @@ var file_control_v1_control_proto_goTypes = []any{
 	(*RebootResponse)(nil),        // 21: anvil.control.v1.RebootResponse
 	(*SetBMCRequest)(nil),         // 22: anvil.control.v1.SetBMCRequest
 	(*SetBMCResponse)(nil),        // 23: anvil.control.v1.SetBMCResponse
+	(*SetLabelsRequest)(nil),      // 24: anvil.control.v1.SetLabelsRequest
+	(*SetLabelsResponse)(nil),     // 25: anvil.control.v1.SetLabelsResponse
+	nil,                           // 26: anvil.control.v1.MachineIntent.LabelsEntry
+	nil,                           // 27: anvil.control.v1.SetLabelsRequest.SetEntry
 }
 var file_control_v1_control_proto_depIdxs = []int32{
 	0,  // 0: anvil.control.v1.MachineIntent.acceptance:type_name -> anvil.control.v1.Acceptance
 	3,  // 1: anvil.control.v1.MachineIntent.allocation:type_name -> anvil.control.v1.Allocation
 	1,  // 2: anvil.control.v1.MachineIntent.power:type_name -> anvil.control.v1.PowerState
-	2,  // 3: anvil.control.v1.AcceptResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	2,  // 4: anvil.control.v1.RejectResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	2,  // 5: anvil.control.v1.AllocateResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	2,  // 6: anvil.control.v1.DeallocateResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	2,  // 7: anvil.control.v1.CordonResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	2,  // 8: anvil.control.v1.UncordonResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	1,  // 9: anvil.control.v1.SetPowerRequest.power:type_name -> anvil.control.v1.PowerState
-	2,  // 10: anvil.control.v1.SetPowerResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	2,  // 11: anvil.control.v1.RebootResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	4,  // 12: anvil.control.v1.TransitionService.Accept:input_type -> anvil.control.v1.AcceptRequest
-	6,  // 13: anvil.control.v1.TransitionService.Reject:input_type -> anvil.control.v1.RejectRequest
-	8,  // 14: anvil.control.v1.TransitionService.Allocate:input_type -> anvil.control.v1.AllocateRequest
-	10, // 15: anvil.control.v1.TransitionService.Deallocate:input_type -> anvil.control.v1.DeallocateRequest
-	12, // 16: anvil.control.v1.TransitionService.MarkInstalled:input_type -> anvil.control.v1.MarkInstalledRequest
-	14, // 17: anvil.control.v1.TransitionService.Cordon:input_type -> anvil.control.v1.CordonRequest
-	16, // 18: anvil.control.v1.TransitionService.Uncordon:input_type -> anvil.control.v1.UncordonRequest
-	18, // 19: anvil.control.v1.TransitionService.SetPower:input_type -> anvil.control.v1.SetPowerRequest
-	20, // 20: anvil.control.v1.TransitionService.Reboot:input_type -> anvil.control.v1.RebootRequest
-	22, // 21: anvil.control.v1.TransitionService.SetBMC:input_type -> anvil.control.v1.SetBMCRequest
-	5,  // 22: anvil.control.v1.TransitionService.Accept:output_type -> anvil.control.v1.AcceptResponse
-	7,  // 23: anvil.control.v1.TransitionService.Reject:output_type -> anvil.control.v1.RejectResponse
-	9,  // 24: anvil.control.v1.TransitionService.Allocate:output_type -> anvil.control.v1.AllocateResponse
-	11, // 25: anvil.control.v1.TransitionService.Deallocate:output_type -> anvil.control.v1.DeallocateResponse
-	13, // 26: anvil.control.v1.TransitionService.MarkInstalled:output_type -> anvil.control.v1.MarkInstalledResponse
-	15, // 27: anvil.control.v1.TransitionService.Cordon:output_type -> anvil.control.v1.CordonResponse
-	17, // 28: anvil.control.v1.TransitionService.Uncordon:output_type -> anvil.control.v1.UncordonResponse
-	19, // 29: anvil.control.v1.TransitionService.SetPower:output_type -> anvil.control.v1.SetPowerResponse
-	21, // 30: anvil.control.v1.TransitionService.Reboot:output_type -> anvil.control.v1.RebootResponse
-	23, // 31: anvil.control.v1.TransitionService.SetBMC:output_type -> anvil.control.v1.SetBMCResponse
-	22, // [22:32] is the sub-list for method output_type
-	12, // [12:22] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	26, // 3: anvil.control.v1.MachineIntent.labels:type_name -> anvil.control.v1.MachineIntent.LabelsEntry
+	2,  // 4: anvil.control.v1.AcceptResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	2,  // 5: anvil.control.v1.RejectResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	2,  // 6: anvil.control.v1.AllocateResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	2,  // 7: anvil.control.v1.DeallocateResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	2,  // 8: anvil.control.v1.CordonResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	2,  // 9: anvil.control.v1.UncordonResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	1,  // 10: anvil.control.v1.SetPowerRequest.power:type_name -> anvil.control.v1.PowerState
+	2,  // 11: anvil.control.v1.SetPowerResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	2,  // 12: anvil.control.v1.RebootResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	27, // 13: anvil.control.v1.SetLabelsRequest.set:type_name -> anvil.control.v1.SetLabelsRequest.SetEntry
+	2,  // 14: anvil.control.v1.SetLabelsResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	4,  // 15: anvil.control.v1.TransitionService.Accept:input_type -> anvil.control.v1.AcceptRequest
+	6,  // 16: anvil.control.v1.TransitionService.Reject:input_type -> anvil.control.v1.RejectRequest
+	8,  // 17: anvil.control.v1.TransitionService.Allocate:input_type -> anvil.control.v1.AllocateRequest
+	10, // 18: anvil.control.v1.TransitionService.Deallocate:input_type -> anvil.control.v1.DeallocateRequest
+	12, // 19: anvil.control.v1.TransitionService.MarkInstalled:input_type -> anvil.control.v1.MarkInstalledRequest
+	14, // 20: anvil.control.v1.TransitionService.Cordon:input_type -> anvil.control.v1.CordonRequest
+	16, // 21: anvil.control.v1.TransitionService.Uncordon:input_type -> anvil.control.v1.UncordonRequest
+	18, // 22: anvil.control.v1.TransitionService.SetPower:input_type -> anvil.control.v1.SetPowerRequest
+	20, // 23: anvil.control.v1.TransitionService.Reboot:input_type -> anvil.control.v1.RebootRequest
+	22, // 24: anvil.control.v1.TransitionService.SetBMC:input_type -> anvil.control.v1.SetBMCRequest
+	24, // 25: anvil.control.v1.TransitionService.SetLabels:input_type -> anvil.control.v1.SetLabelsRequest
+	5,  // 26: anvil.control.v1.TransitionService.Accept:output_type -> anvil.control.v1.AcceptResponse
+	7,  // 27: anvil.control.v1.TransitionService.Reject:output_type -> anvil.control.v1.RejectResponse
+	9,  // 28: anvil.control.v1.TransitionService.Allocate:output_type -> anvil.control.v1.AllocateResponse
+	11, // 29: anvil.control.v1.TransitionService.Deallocate:output_type -> anvil.control.v1.DeallocateResponse
+	13, // 30: anvil.control.v1.TransitionService.MarkInstalled:output_type -> anvil.control.v1.MarkInstalledResponse
+	15, // 31: anvil.control.v1.TransitionService.Cordon:output_type -> anvil.control.v1.CordonResponse
+	17, // 32: anvil.control.v1.TransitionService.Uncordon:output_type -> anvil.control.v1.UncordonResponse
+	19, // 33: anvil.control.v1.TransitionService.SetPower:output_type -> anvil.control.v1.SetPowerResponse
+	21, // 34: anvil.control.v1.TransitionService.Reboot:output_type -> anvil.control.v1.RebootResponse
+	23, // 35: anvil.control.v1.TransitionService.SetBMC:output_type -> anvil.control.v1.SetBMCResponse
+	25, // 36: anvil.control.v1.TransitionService.SetLabels:output_type -> anvil.control.v1.SetLabelsResponse
+	26, // [26:37] is the sub-list for method output_type
+	15, // [15:26] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_control_v1_control_proto_init() }
@@ -1564,7 +1704,7 @@ func file_control_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_v1_control_proto_rawDesc), len(file_control_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

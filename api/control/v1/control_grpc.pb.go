@@ -35,6 +35,7 @@ const (
 	TransitionService_SetPower_FullMethodName      = "/anvil.control.v1.TransitionService/SetPower"
 	TransitionService_Reboot_FullMethodName        = "/anvil.control.v1.TransitionService/Reboot"
 	TransitionService_SetBMC_FullMethodName        = "/anvil.control.v1.TransitionService/SetBMC"
+	TransitionService_SetLabels_FullMethodName     = "/anvil.control.v1.TransitionService/SetLabels"
 )
 
 // TransitionServiceClient is the client API for TransitionService service.
@@ -75,6 +76,10 @@ type TransitionServiceClient interface {
 	// the machine need not have booted yet. A user's BMC config is never replaced by the
 	// credentials an agent provisions. An empty kind removes the config.
 	SetBMC(ctx context.Context, in *SetBMCRequest, opts ...grpc.CallOption) (*SetBMCResponse, error)
+	// SetLabels sets and removes the user's own labels on a machine, in any state. Keys
+	// under the reserved prefix anvil.dev/ are refused: those are derived from the
+	// machine's inventory. Removing a label the user did not set changes nothing.
+	SetLabels(ctx context.Context, in *SetLabelsRequest, opts ...grpc.CallOption) (*SetLabelsResponse, error)
 }
 
 type transitionServiceClient struct {
@@ -185,6 +190,16 @@ func (c *transitionServiceClient) SetBMC(ctx context.Context, in *SetBMCRequest,
 	return out, nil
 }
 
+func (c *transitionServiceClient) SetLabels(ctx context.Context, in *SetLabelsRequest, opts ...grpc.CallOption) (*SetLabelsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetLabelsResponse)
+	err := c.cc.Invoke(ctx, TransitionService_SetLabels_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TransitionServiceServer is the server API for TransitionService service.
 // All implementations must embed UnimplementedTransitionServiceServer
 // for forward compatibility.
@@ -223,6 +238,10 @@ type TransitionServiceServer interface {
 	// the machine need not have booted yet. A user's BMC config is never replaced by the
 	// credentials an agent provisions. An empty kind removes the config.
 	SetBMC(context.Context, *SetBMCRequest) (*SetBMCResponse, error)
+	// SetLabels sets and removes the user's own labels on a machine, in any state. Keys
+	// under the reserved prefix anvil.dev/ are refused: those are derived from the
+	// machine's inventory. Removing a label the user did not set changes nothing.
+	SetLabels(context.Context, *SetLabelsRequest) (*SetLabelsResponse, error)
 	mustEmbedUnimplementedTransitionServiceServer()
 }
 
@@ -262,6 +281,9 @@ func (UnimplementedTransitionServiceServer) Reboot(context.Context, *RebootReque
 }
 func (UnimplementedTransitionServiceServer) SetBMC(context.Context, *SetBMCRequest) (*SetBMCResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetBMC not implemented")
+}
+func (UnimplementedTransitionServiceServer) SetLabels(context.Context, *SetLabelsRequest) (*SetLabelsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetLabels not implemented")
 }
 func (UnimplementedTransitionServiceServer) mustEmbedUnimplementedTransitionServiceServer() {}
 func (UnimplementedTransitionServiceServer) testEmbeddedByValue()                           {}
@@ -464,6 +486,24 @@ func _TransitionService_SetBMC_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TransitionService_SetLabels_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetLabelsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransitionServiceServer).SetLabels(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TransitionService_SetLabels_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransitionServiceServer).SetLabels(ctx, req.(*SetLabelsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TransitionService_ServiceDesc is the grpc.ServiceDesc for TransitionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -510,6 +550,10 @@ var TransitionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetBMC",
 			Handler:    _TransitionService_SetBMC_Handler,
+		},
+		{
+			MethodName: "SetLabels",
+			Handler:    _TransitionService_SetLabels_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -34,6 +34,7 @@ func intentToProto(id string, spec *state.MachineIntentSpec) *controlv1.MachineI
 		WipeId:     spec.WipeID,
 		RebootId:   spec.RebootID,
 		Cordoned:   spec.Cordoned,
+		Labels:     spec.Labels,
 	}
 
 	if a := spec.Allocation; a != nil {

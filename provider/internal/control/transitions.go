@@ -79,20 +79,55 @@ func NewTransitions(st cosistate.State, recorder InstallRecorder, schematicFor S
 // handed to the next user.
 func (t *Transitions) Accept(ctx context.Context, req *controlv1.AcceptRequest) (*controlv1.AcceptResponse, error) {
 	in, err := t.transition(ctx, "accept", req.GetMachineId(), func(spec *state.MachineIntentSpec) error {
-		if spec.Acceptance == state.AcceptanceAccepted {
-			return nil
-		}
-
-		spec.Acceptance = state.AcceptanceAccepted
-
-		if !req.GetSkipInitialWipe() {
-			spec.WipeID = newID()
-		}
+		accept(spec, req.GetSkipInitialWipe())
 
 		return nil
 	})
 
 	return &controlv1.AcceptResponse{Intent: in}, err
+}
+
+// accept is the acceptance rule both Accept and AcceptPending apply: accepting an
+// accepted machine changes nothing, otherwise a wipe is owed unless skipped.
+func accept(spec *state.MachineIntentSpec, skipWipe bool) {
+	if spec.Acceptance == state.AcceptanceAccepted {
+		return
+	}
+
+	spec.Acceptance = state.AcceptanceAccepted
+
+	if !skipWipe {
+		spec.WipeID = newID()
+	}
+}
+
+// errNotPending is how AcceptPending's change refuses a machine that is no longer pending.
+var errNotPending = errors.New("machine is not pending")
+
+// AcceptPending accepts a machine for the provider itself (--auto-accept), by the rule
+// Accept applies, with the initial wipe owed; reason says why, for the log. Only a
+// pending machine is accepted — never a rejected one, whose rejection a person decided —
+// and that is checked under the transitions' lock, so a rejection made since the caller
+// looked wins. It reports whether the machine was accepted.
+func (t *Transitions) AcceptPending(ctx context.Context, id, reason string) (bool, error) {
+	_, err := t.transition(ctx, "auto-accept", id, func(spec *state.MachineIntentSpec) error {
+		if spec.Acceptance != state.AcceptancePending {
+			return errNotPending
+		}
+
+		accept(spec, false)
+
+		return nil
+	}, zap.String("reason", reason))
+
+	switch {
+	case errors.Is(err, errNotPending):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("error accepting machine %s: %w", id, err)
+	}
+
+	return true, nil
 }
 
 // Reject keeps the provider off a machine; it stays listed as rejected.
@@ -273,7 +308,7 @@ func (t *Transitions) SetPower(ctx context.Context, req *controlv1.SetPowerReque
 // transition checks that the machine is known, applies change to its intent (a pending
 // intent when it has none) and writes the result. change returns a gRPC status error
 // to refuse.
-func (t *Transitions) transition(ctx context.Context, name, id string, change func(*state.MachineIntentSpec) error) (*controlv1.MachineIntent, error) {
+func (t *Transitions) transition(ctx context.Context, name, id string, change func(*state.MachineIntentSpec) error, logFields ...zap.Field) (*controlv1.MachineIntent, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 
@@ -285,6 +320,10 @@ func (t *Transitions) transition(ctx context.Context, name, id string, change fu
 		return change(in.TypedSpec())
 	})
 	if err != nil {
+		if errors.Is(err, errNotPending) {
+			return nil, err
+		}
+
 		if st, ok := grpcStatus(err); ok {
 			return nil, st.Err()
 		}
@@ -293,8 +332,8 @@ func (t *Transitions) transition(ctx context.Context, name, id string, change fu
 	}
 
 	// The config is never logged: it carries the cluster's secrets.
-	t.logger.Info("transition", zap.String("transition", name), zap.String("machine", id),
-		zap.String("acceptance", string(intent.TypedSpec().Acceptance)))
+	t.logger.Info("transition", append([]zap.Field{zap.String("transition", name), zap.String("machine", id),
+		zap.String("acceptance", string(intent.TypedSpec().Acceptance))}, logFields...)...)
 
 	return intentToProto(id, intent.TypedSpec()), nil
 }

@@ -1,0 +1,114 @@
+package control_test
+
+import (
+	"testing"
+
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
+	"github.com/anvil-metal/anvil/provider/internal/control"
+	"github.com/anvil-metal/anvil/provider/internal/state"
+)
+
+func TestSetLabels(t *testing.T) {
+	t.Parallel()
+
+	st := openState(t)
+	tr := control.NewTransitions(st, nil, nil, nil)
+
+	// Steps run in order on one machine; each says what the user labels are after it.
+	for _, step := range []struct {
+		name   string
+		set    map[string]string
+		remove []string
+		code   codes.Code
+		want   map[string]string
+	}{
+		{name: "set", set: map[string]string{"team": "storage", "example.com/tier": "gold"}, want: map[string]string{"team": "storage", "example.com/tier": "gold"}},
+		{name: "replace and add", set: map[string]string{"team": "db", "empty": ""}, want: map[string]string{"team": "db", "example.com/tier": "gold", "empty": ""}},
+		{name: "remove, unknown key too", remove: []string{"empty", "nosuch"}, want: map[string]string{"team": "db", "example.com/tier": "gold"}},
+		{name: "reserved prefix", set: map[string]string{"anvil.dev/vendor": "dell"}, code: codes.InvalidArgument},
+		{name: "reserved subdomain", set: map[string]string{"x.anvil.dev/a": "b"}, code: codes.InvalidArgument},
+		{name: "reserved removal", remove: []string{"anvil.dev/vendor"}, code: codes.InvalidArgument},
+		{name: "invalid value", set: map[string]string{"team": "a b"}, code: codes.InvalidArgument},
+		{name: "invalid key", set: map[string]string{"-team": "a"}, code: codes.InvalidArgument},
+		{name: "set and removed", set: map[string]string{"team": "a"}, remove: []string{"team"}, code: codes.InvalidArgument},
+		{name: "nothing", code: codes.InvalidArgument},
+		{name: "remove all", remove: []string{"team", "example.com/tier"}, want: nil},
+	} {
+		resp, err := tr.SetLabels(t.Context(), &controlv1.SetLabelsRequest{MachineId: machineID, Set: step.set, Remove: step.remove})
+		require.Equal(t, step.code, status.Code(err), "%s: %v", step.name, err)
+
+		in, getErr := safe.StateGetByID[*state.MachineIntent](t.Context(), st, machineID)
+		require.NoError(t, getErr)
+
+		if step.code != codes.OK {
+			continue
+		}
+
+		assert.Equal(t, step.want, in.TypedSpec().Labels, step.name)
+		assert.Equal(t, len(step.want), len(resp.GetIntent().GetLabels()), step.name)
+		assert.Equal(t, state.AcceptancePending, in.TypedSpec().Acceptance, "%s: labels leave acceptance alone", step.name)
+	}
+
+	_, err := tr.SetLabels(t.Context(), &controlv1.SetLabelsRequest{MachineId: "nosuch", Set: map[string]string{"a": "b"}})
+	assert.Equal(t, codes.NotFound, status.Code(err))
+
+	many := map[string]string{}
+	for i := range 65 {
+		many["k"+string(rune('a'+i/26))+string(rune('a'+i%26))] = "v"
+	}
+
+	_, err = tr.SetLabels(t.Context(), &controlv1.SetLabelsRequest{MachineId: machineID, Set: many})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err))
+}
+
+func TestAcceptPending(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		from     []string
+		accepted bool
+		want     state.Acceptance
+	}{
+		{from: nil, accepted: true, want: state.AcceptanceAccepted},
+		{from: []string{"cordon"}, accepted: true, want: state.AcceptanceAccepted},
+		{from: []string{"reject"}, want: state.AcceptanceRejected},
+		{from: []string{"accept"}, want: state.AcceptanceAccepted},
+		{from: []string{"accept", "deallocate"}, want: state.AcceptanceAccepted},
+	} {
+		st := openState(t)
+		tr := control.NewTransitions(st, nil, nil, nil)
+
+		for _, name := range tc.from {
+			_ = apply(t.Context(), tr, name) //nolint:errcheck // deallocate is refused, which is fine here
+		}
+
+		before, err := safe.StateGetByID[*state.MachineIntent](t.Context(), st, machineID)
+		if err != nil {
+			before = state.NewMachineIntent(machineID)
+		}
+
+		accepted, err := tr.AcceptPending(t.Context(), machineID, "selector dc=nyc")
+		require.NoError(t, err, "%v", tc.from)
+		assert.Equal(t, tc.accepted, accepted, "%v", tc.from)
+
+		after, err := safe.StateGetByID[*state.MachineIntent](t.Context(), st, machineID)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, after.TypedSpec().Acceptance, "%v", tc.from)
+
+		if tc.accepted {
+			assert.NotEmpty(t, after.TypedSpec().WipeID, "%v: acceptance owes a wipe", tc.from)
+		} else {
+			assert.Equal(t, before.TypedSpec().WipeID, after.TypedSpec().WipeID, "%v: untouched", tc.from)
+			assert.Equal(t, before.Metadata().Version().String(), after.Metadata().Version().String(), "%v: not rewritten", tc.from)
+		}
+	}
+
+	_, err := control.NewTransitions(openState(t), nil, nil, nil).AcceptPending(t.Context(), "nosuch", "all")
+	assert.Equal(t, codes.NotFound, status.Code(err))
+}
