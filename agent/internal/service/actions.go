@@ -32,6 +32,8 @@ type machineActions struct {
 	// initramfs, where rebooting the host would be a surprise.
 	dryRun bool
 	tmpDir string
+	// mountinfo is read to find the disk the agent booted from (mountinfoPath when empty).
+	mountinfo string
 }
 
 func (a *machineActions) Reboot(context.Context) error {
@@ -124,7 +126,14 @@ func (a *machineActions) download(ctx context.Context, url, name string) (*os.Fi
 	return f, nil
 }
 
-// Wipe wipes every disk that can hold a tenant's data: not read-only media, not CD-ROMs.
+// mountinfoPath tells BootDisks what the agent runs from.
+const mountinfoPath = "/proc/self/mountinfo"
+
+// Wipe wipes every disk that can hold a tenant's data: not read-only media, not CD-ROMs,
+// not the disk the agent booted from, and not removable media unless the order says so.
+// A secure erase a disk cannot do falls back to zeroes, the strongest wipe left, and
+// the report's method says so: a wipe the provider can never see done would hold the
+// machine forever.
 func (a *machineActions) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.WipeReport, error) {
 	var mode wipe.Mode
 
@@ -133,6 +142,8 @@ func (a *machineActions) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.Wi
 		mode = wipe.ModeFast
 	case agentv1.Wipe_MODE_ZEROES:
 		mode = wipe.ModeZeroes
+	case agentv1.Wipe_MODE_SECURE_ERASE:
+		mode = wipe.ModeSecureErase
 	default:
 		return nil, fmt.Errorf("wipe mode %s is not supported by this agent", w.GetMode())
 	}
@@ -142,12 +153,19 @@ func (a *machineActions) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.Wi
 		return nil, fmt.Errorf("error listing disks: %w", err)
 	}
 
+	// Not knowing what the agent booted from is reason enough not to wipe anything.
+	bootDisks, err := a.bootDisks()
+	if err != nil {
+		return nil, fmt.Errorf("error finding the disk the agent booted from: %w", err)
+	}
+
 	report := &agentv1.WipeReport{GenerationId: w.GetGenerationId()}
 
 	var errs []error
 
 	for _, d := range disks {
 		entry := &agentv1.DiskWipe{Device: d.ID}
+		removable, why := wipe.Removable(a.sysfsRoot, d.ID, d.Spec.Transport)
 
 		switch {
 		case d.Spec.CDROM:
@@ -156,19 +174,20 @@ func (a *machineActions) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.Wi
 			entry.Skipped = "read-only"
 		case d.Spec.Size == 0:
 			entry.Skipped = "no medium"
+		case bootDisks[d.ID]:
+			entry.Skipped = wipe.SkipBootDisk
+		case removable && !w.GetIncludeRemovable():
+			entry.Skipped = wipe.SkipRemovable + " (" + why + ")"
 		}
 
 		if entry.Skipped != "" {
+			a.logger.Info("not wiping disk", zap.String("disk", d.ID), zap.String("reason", entry.Skipped))
 			report.Disks = append(report.Disks, entry)
 
 			continue
 		}
 
-		a.logger.Info("wiping disk", zap.String("disk", d.ID), zap.String("mode", string(mode)), zap.Uint64("size", d.Spec.Size))
-
-		r, err := wipe.Device(ctx, filepath.Join(a.devRoot, d.ID), mode, func(dev string, done, total uint64) {
-			a.logger.Info("wipe progress", zap.String("disk", dev), zap.Uint64("done", done), zap.Uint64("total", total))
-		})
+		r, err := a.wipeDisk(ctx, d, mode)
 		if err != nil {
 			errs = append(errs, err)
 
@@ -185,6 +204,47 @@ func (a *machineActions) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.Wi
 	}
 
 	return report, nil
+}
+
+func (a *machineActions) wipeDisk(ctx context.Context, d inventory.Disk, mode wipe.Mode) (wipe.Report, error) {
+	path := filepath.Join(a.devRoot, d.ID)
+	progress := func(dev string, done, total uint64) {
+		a.logger.Info("wipe progress", zap.String("disk", dev), zap.Uint64("done", done), zap.Uint64("total", total))
+	}
+
+	a.logger.Info("wiping disk", zap.String("disk", d.ID), zap.String("mode", string(mode)), zap.Uint64("size", d.Spec.Size))
+
+	r, err := wipe.Device(ctx, path, mode, progress)
+	if mode != wipe.ModeSecureErase || !errors.Is(err, wipe.ErrSecureEraseUnsupported) {
+		return r, err
+	}
+
+	a.logger.Warn("secure erase not supported, writing zeroes instead", zap.String("disk", d.ID), zap.Error(err))
+
+	r, zerr := wipe.Device(ctx, path, wipe.ModeZeroes, progress)
+	if zerr != nil {
+		return r, zerr
+	}
+
+	r.Method += " (" + err.Error() + ")"
+
+	return r, nil
+}
+
+func (a *machineActions) bootDisks() (map[string]bool, error) {
+	path := a.mountinfo
+	if path == "" {
+		path = mountinfoPath
+	}
+
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+
+	defer f.Close() //nolint:errcheck
+
+	return wipe.BootDisks(a.sysfsRoot, f)
 }
 
 // GetBMC reports where the BMC listens, read through the local IPMI interface.
