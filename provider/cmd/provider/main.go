@@ -101,6 +101,8 @@ func newRootCmd() *cobra.Command {
 		"skip TLS verification of BMCs known as IPMI when driving them over Redfish")
 	f.StringVar(&opts.IPMIPXEBootMode, "ipmi-pxe-boot-mode", opts.IPMIPXEBootMode, "boot type of the PXE-once override: auto (the BMC's), bios or uefi")
 	f.StringSliceVar(&opts.MachineLabels, "machine-labels", opts.MachineLabels, "labels set on every machine, key=value pairs separated by commas")
+	f.StringVar(&opts.AutoAccept, "auto-accept", opts.AutoAccept,
+		`accept pending machines once their inventory is in: "all", or those matching a label selector (dc=nyc,anvil.dev/vendor=dell-inc); off when empty`)
 	f.StringVar(&opts.ControlSocket, "control-socket", opts.ControlSocket, "Unix socket of the control API (<state-dir>/control.sock when empty)")
 	f.StringVar(&opts.ControlListenAddress, "control-listen-address", opts.ControlListenAddress,
 		"host:port to serve the control API on over TCP with mutual TLS as well (clients use <state-dir>/ca.crt, admin.crt, admin.key)")

@@ -77,6 +77,10 @@ func New(st state.State, opts Options) *Server {
 	}
 }
 
+// Transitions returns the transition service, for the provider's own transitions
+// (auto-accept): they then share its lock with what people do.
+func (s *Server) Transitions() *Transitions { return s.transitions }
+
 // newGRPC returns a gRPC server with both services. The Unix socket and TCP get one each
 // because TLS credentials apply to a whole server; the transitions are shared, so they
 // stay serialized across both.

@@ -45,7 +45,9 @@ func (env *environment) controlAPI() ([]runner, error) {
 		opts.TCPAddress, opts.TLSConfig = addr, tlsConfig
 	}
 
-	return []runner{{name: "control", run: control.New(env.store, opts).Run}}, nil
+	env.control = control.New(env.store, opts)
+
+	return []runner{{name: "control", run: env.control.Run}}, nil
 }
 
 // loadAuthority loads (or creates) the provider's CA in its state directory.

@@ -9,10 +9,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/resource"
+
 	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
 	"github.com/anvil-metal/anvil/provider/internal/agentapi"
 	"github.com/anvil-metal/anvil/provider/internal/boot"
 	"github.com/anvil-metal/anvil/provider/internal/pxe"
+	"github.com/anvil-metal/anvil/provider/internal/state"
 )
 
 // Options configure the provider. Flag names follow the established provider where the
@@ -50,6 +53,9 @@ type Options struct {
 	AgentAssetsDir         string
 
 	MachineLabels []string
+	// AutoAccept accepts pending machines matching it once their inventory is in: "" (off),
+	// "all", or a label selector (dc=nyc,anvil.dev/vendor=dell-inc).
+	AutoAccept string
 
 	// WipeMode is how agents wipe disks: fast, zeroes or secure-erase.
 	WipeMode string
@@ -137,7 +143,8 @@ func parsePolicy(opts Options) (agentapi.Policy, error) {
 	return p, nil
 }
 
-// parseLabels parses key=value pairs (a bare key has an empty value).
+// parseLabels parses key=value pairs (a bare key has an empty value). They follow the
+// rules of a user's labels: the reserved prefix is the inventory's.
 func parseLabels(pairs []string) (map[string]string, error) {
 	labels := make(map[string]string, len(pairs))
 
@@ -147,10 +154,37 @@ func parseLabels(pairs []string) (map[string]string, error) {
 			return nil, fmt.Errorf("invalid machine label %q: want key=value", pair)
 		}
 
+		if err := state.ValidateUserLabel(k, v); err != nil {
+			return nil, fmt.Errorf("invalid machine label %q: %w", pair, err)
+		}
+
 		labels[k] = v
 	}
 
 	return labels, nil
+}
+
+// autoAcceptAll is the --auto-accept value that accepts every machine.
+const autoAcceptAll = "all"
+
+// parseAutoAccept reads --auto-accept: whether it is on, and the selector ("all" is one
+// without terms, which matches every machine).
+func parseAutoAccept(s string) (bool, resource.LabelQuery, error) {
+	s = strings.TrimSpace(s)
+
+	switch s {
+	case "":
+		return false, resource.LabelQuery{}, nil
+	case autoAcceptAll:
+		return true, resource.LabelQuery{}, nil
+	}
+
+	query, err := state.ParseSelector(s)
+	if err != nil {
+		return false, resource.LabelQuery{}, fmt.Errorf("invalid --auto-accept: %w", err)
+	}
+
+	return true, query, nil
 }
 
 // parseRange parses "start-end".

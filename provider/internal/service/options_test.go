@@ -17,6 +17,42 @@ func TestParseLabels(t *testing.T) {
 
 	_, err = parseLabels([]string{"=nyc"})
 	assert.ErrorContains(t, err, `invalid machine label "=nyc"`)
+
+	_, err = parseLabels([]string{"anvil.dev/vendor=dell"})
+	assert.ErrorContains(t, err, "reserved prefix")
+
+	_, err = parseLabels([]string{"dc=new york"})
+	assert.ErrorContains(t, err, `invalid machine label "dc=new york"`)
+}
+
+func TestParseAutoAccept(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		in    string
+		on    bool
+		terms int
+		err   string
+	}{
+		{in: ""},
+		{in: "all", on: true},
+		{in: " all ", on: true},
+		{in: "dc=nyc", on: true, terms: 1},
+		{in: "dc=nyc,anvil.dev/disk-type in (nvme,ssd),!gpu", on: true, terms: 3},
+		{in: "dc=", on: true, terms: 1},
+		{in: "dc=nyc,", err: "invalid --auto-accept"},
+	} {
+		on, q, err := parseAutoAccept(tc.in)
+		if tc.err != "" {
+			assert.ErrorContains(t, err, tc.err, tc.in)
+
+			continue
+		}
+
+		require.NoError(t, err, tc.in)
+		assert.Equal(t, tc.on, on, tc.in)
+		assert.Len(t, q.Terms, tc.terms, tc.in)
+	}
 }
 
 func TestParseRange(t *testing.T) {

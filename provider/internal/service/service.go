@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/controller/runtime"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/anvil-metal/anvil/provider/internal/agentapi"
 	"github.com/anvil-metal/anvil/provider/internal/boot"
+	"github.com/anvil-metal/anvil/provider/internal/control"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
 	"github.com/anvil-metal/anvil/provider/internal/pki"
@@ -41,6 +43,11 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 	}
 
 	diskMethod, err := boot.ParseDiskMethod(opts.BootFromDiskMethod)
+	if err != nil {
+		return err
+	}
+
+	autoAccept, autoAcceptQuery, err := parseAutoAccept(opts.AutoAccept)
 	if err != nil {
 		return err
 	}
@@ -114,23 +121,13 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		return err
 	}
 
-	for _, ctrl := range []controller.Controller{
-		&controllers.MachineController{Observations: env.observations, Labels: labels},
-		powerCtrl,
-		env.status,
-		env.inventory,
-		&controllers.SchematicController{Factory: factory, SchematicFor: env.scripts.Schematic},
-	} {
-		if err = ctrlRuntime.RegisterController(ctrl); err != nil {
-			return fmt.Errorf("error registering %s: %w", ctrl.Name(), err)
-		}
-	}
-
 	runners := []runner{
 		{name: "controllers", run: ctrlRuntime.Run},
 		{name: "machine view", run: func(ctx context.Context) error { return env.view.Run(ctx, store) }},
 	}
 
+	// The services are built before the controllers are registered: auto-accept goes
+	// through the control API's transitions.
 	for _, build := range []func() ([]runner, error){env.apiServices, env.bootServices, env.controlAPI} {
 		built, err := build()
 		if err != nil {
@@ -140,12 +137,34 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		runners = append(runners, built...)
 	}
 
+	ctrls := []controller.Controller{
+		&controllers.MachineController{Observations: env.observations, Labels: labels},
+		powerCtrl,
+		env.status,
+		env.inventory,
+		&controllers.SchematicController{Factory: factory, SchematicFor: env.scripts.Schematic},
+		&controllers.MachineLabelsController{Static: labels},
+	}
+
+	if autoAccept {
+		ctrls = append(ctrls, &controllers.AutoAcceptController{
+			Acceptor: env.control.Transitions(), Selector: autoAcceptQuery, Description: strings.TrimSpace(opts.AutoAccept),
+		})
+	}
+
+	for _, ctrl := range ctrls {
+		if err = ctrlRuntime.RegisterController(ctrl); err != nil {
+			return fmt.Errorf("error registering %s: %w", ctrl.Name(), err)
+		}
+	}
+
 	logger.Info("provider starting",
 		zap.String("advertise", apiEndpoint),
 		zap.String("state", opts.StateDir),
 		zap.String("agent_assets", opts.AgentAssetsDir),
 		zap.String("ca_fingerprint", ca.Fingerprint()),
-		zap.Int("machine_labels", len(labels)))
+		zap.Int("machine_labels", len(labels)),
+		zap.String("auto_accept", opts.AutoAccept))
 
 	eg, ctx := errgroup.WithContext(ctx)
 
@@ -180,6 +199,7 @@ type environment struct {
 	observations chan controllers.PXEObservation
 	status       *controllers.MachineStatusController
 	inventory    *controllers.MachineInventoryController
+	control      *control.Server
 	registry     *prometheus.Registry
 	logger       *zap.Logger
 }
