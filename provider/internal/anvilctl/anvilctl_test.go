@@ -40,6 +40,15 @@ func (r recorder) RecordInstalled(ctx context.Context, machineID, allocationID, 
 func startServer(t *testing.T) string {
 	t.Helper()
 
+	endpoint, _ := startServerState(t)
+
+	return endpoint
+}
+
+// startServerState is startServer that also returns the provider's state.
+func startServerState(t *testing.T) (string, *state.Store) {
+	t.Helper()
+
 	ctx := t.Context()
 
 	st, err := state.Open(ctx, t.TempDir())
@@ -86,7 +95,7 @@ func startServer(t *testing.T) string {
 		return err == nil && fi.Mode().Perm() == 0o600
 	}, 5*time.Second, 10*time.Millisecond, "socket with mode 0600")
 
-	return "unix://" + socket
+	return "unix://" + socket, st
 }
 
 func run(t *testing.T, endpoint string, args ...string) (stdout, stderr string, code int) {
@@ -252,7 +261,7 @@ func TestErrors(t *testing.T) {
 		{[]string{"machine", "deallocate", m1}, `anvilctl: machine "` + m1 + `" is not allocated`},
 		{[]string{"machine", "installed", m1}, `anvilctl: machine "` + m1 + `" is not allocated: there is no install to record`},
 		{[]string{"machine", "power", "sideways", m1}, `anvilctl: power state "sideways" is not one of on, off, default`},
-		{[]string{"get", "machines", "-o", "xml"}, `anvilctl: output "xml" is not one of table, yaml, json`},
+		{[]string{"get", "machines", "-o", "xml"}, `anvilctl: output "xml" is not one of table, wide, yaml, json`},
 	} {
 		out, errOut, code := run(t, ep, tc.args...)
 		assert.Equal(t, 1, code, "%v", tc.args)

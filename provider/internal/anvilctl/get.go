@@ -18,7 +18,11 @@ import (
 type getOptions struct {
 	output     string
 	namespace  string
+	selector   string
 	showConfig bool
+
+	// query is the parsed selector.
+	query resource.LabelQuery
 }
 
 // machineAliases name the joined machine view rather than the bare Machine resource
@@ -33,13 +37,27 @@ func newGetCommand(a *app) *cobra.Command {
 		Short: "Show resources: machines, or any type the provider serves (see 'get rd')",
 		Long: `Show resources.
 
-'get machines' joins each machine's identity, intent and status. Any other type or alias
-the provider lists in its resource definitions ('anvilctl get rd') shows that resource,
-as talosctl get does.`,
+'get machines' joins each machine's identity, intent and status; -o wide adds what a
+person needs to decide on a pending machine (vendor, model, serial, CPU, memory, disks,
+MACs, BMC). -l filters machines on their effective labels (static, derived under
+anvil.dev/, the user's): k=v, k!=v, k, !k, k in (a,b), k notin (a,b), ANDed by commas.
+Any other type or alias the provider lists in its resource definitions ('anvilctl get
+rd') shows that resource, as talosctl get does; -l then filters on its own labels.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !slices.Contains([]string{"table", "yaml", "json"}, opts.output) {
-				return fmt.Errorf("output %q is not one of table, yaml, json", opts.output)
+			if !slices.Contains([]string{"table", "wide", "yaml", "json"}, opts.output) {
+				return fmt.Errorf("output %q is not one of table, wide, yaml, json", opts.output)
+			}
+
+			query, err := state.ParseSelector(opts.selector)
+			if err != nil {
+				return err
+			}
+
+			opts.query = query
+
+			if len(args) == 2 && len(query.Terms) > 0 {
+				return fmt.Errorf("-l selects among a list: give a type without an id")
 			}
 
 			st, err := a.state()
@@ -58,11 +76,16 @@ as talosctl get does.`,
 				return getMachines(cmd.Context(), st, p, id, opts)
 			}
 
+			if p.format == "wide" {
+				p.format = "table" // other types have their definition's columns only
+			}
+
 			return getResources(cmd.Context(), st, p, args[0], id, opts)
 		},
 	}
 
-	cmd.Flags().StringVarP(&opts.output, "output", "o", "table", "output format: table, yaml or json")
+	cmd.Flags().StringVarP(&opts.output, "output", "o", "table", "output format: table, wide (machines), yaml or json")
+	cmd.Flags().StringVarP(&opts.selector, "selector", "l", "", "label selector: k=v,k!=v,k,!k,k in (a,b)")
 	cmd.Flags().StringVarP(&opts.namespace, "namespace", "n", "", "namespace (default: the type's own)")
 	cmd.Flags().BoolVar(&opts.showConfig, "show-config", false, "print allocations' machine configs (they hold secrets)")
 
@@ -114,7 +137,7 @@ func getResources(ctx context.Context, st cosistate.State, p *printer, typeName,
 
 		items = []resource.Resource{r}
 	} else {
-		list, err := st.List(ctx, md)
+		list, err := st.List(ctx, md, cosistate.WithLabelQuery(resource.RawLabelQuery(opts.query)))
 		if err != nil {
 			return fmt.Errorf("error listing %s: %w", rd.TypedSpec().Type, err)
 		}

@@ -70,7 +70,7 @@ func newMachineCommand(a *app) *cobra.Command {
 	}
 
 	cmd.AddCommand(newAcceptCommand(a), newInstalledCommand(a), newAllocateCommand(a), newPowerCommand(a),
-		newRebootCommand(a), newBMCCommand(a))
+		newRebootCommand(a), newBMCCommand(a), newLabelCommand(a))
 
 	return cmd
 }

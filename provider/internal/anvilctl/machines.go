@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
 	cosistate "github.com/cosi-project/runtime/pkg/state"
 
@@ -49,7 +50,22 @@ func getMachines(ctx context.Context, st cosistate.State, p *printer, id string,
 		machines = slices.Collect(list.All())
 	}
 
-	// Lists rather than one Get per machine: two calls whatever the number of machines.
+	// The effective labels; with a selector, the provider's state picks the machines.
+	labels, err := safe.StateListAll[*state.MachineLabels](ctx, st, cosistate.WithLabelQuery(resource.RawLabelQuery(opts.query)))
+	if err != nil {
+		return fmt.Errorf("error listing machine labels: %w", err)
+	}
+
+	labelsByID := make(map[string]*state.MachineLabels, labels.Len())
+	for ml := range labels.All() {
+		labelsByID[ml.Metadata().ID()] = ml
+	}
+
+	if len(opts.query.Terms) > 0 {
+		machines = slices.DeleteFunc(machines, func(m *state.Machine) bool { return labelsByID[m.Metadata().ID()] == nil })
+	}
+
+	// Lists rather than one Get per machine: a few calls whatever the number of machines.
 	intents, err := safe.StateListAll[*state.MachineIntent](ctx, st)
 	if err != nil {
 		return fmt.Errorf("error listing machine intents: %w", err)
@@ -105,8 +121,13 @@ func getMachines(ctx context.Context, st cosistate.State, p *printer, id string,
 	for _, m := range machines {
 		v := machineView{ID: m.Metadata().ID(), Machine: m.TypedSpec().DeepCopy(), Intent: *state.NewMachineIntent(m.Metadata().ID()).TypedSpec()}
 
-		if labels := m.Metadata().Labels().Raw(); len(labels) > 0 {
-			v.Labels = labels
+		// Effective labels once the provider has computed them, the static ones until then.
+		if ml, ok := labelsByID[v.ID]; ok {
+			if l := ml.Metadata().Labels().Raw(); len(l) > 0 {
+				v.Labels = l
+			}
+		} else if l := m.Metadata().Labels().Raw(); len(l) > 0 {
+			v.Labels = l
 		}
 
 		if in, ok := intentByID[v.ID]; ok {
@@ -140,7 +161,7 @@ func getMachines(ctx context.Context, st cosistate.State, p *printer, id string,
 		views = append(views, v)
 	}
 
-	if p.format != "table" {
+	if p.format != "table" && p.format != "wide" {
 		if id != "" {
 			return p.structured(views[0])
 		}
@@ -148,9 +169,20 @@ func getMachines(ctx context.Context, st cosistate.State, p *printer, id string,
 		return p.structured(views)
 	}
 
-	rows := [][]string{{"ID", "ARCH", "FIRMWARE", "ADDRESS", "ACCEPTANCE", "ALLOCATION", "INSTALLED", "POWER", "LAST BOOT"}}
+	header := []string{"ID", "ARCH", "FIRMWARE", "ADDRESS", "ACCEPTANCE", "ALLOCATION", "INSTALLED", "POWER", "LAST BOOT"}
+	if p.format == "wide" {
+		header = append(header, wideHeader...)
+	}
+
+	rows := [][]string{header}
+
 	for _, v := range views {
-		rows = append(rows, v.row(time.Now()))
+		row := v.row(time.Now())
+		if p.format == "wide" {
+			row = append(row, v.wideRow()...)
+		}
+
+		rows = append(rows, row)
 	}
 
 	return p.table(rows)
