@@ -18,14 +18,16 @@ import (
 	"github.com/anvil-metal/anvil/bench/internal/loadgen"
 	"github.com/anvil-metal/anvil/bench/internal/powerbench"
 	"github.com/anvil-metal/anvil/bench/internal/report"
+	"github.com/anvil-metal/anvil/bench/internal/wipebench"
 )
 
-const usage = `usage: bench [flags] dhcp|http|power|all
+const usage = `usage: bench [flags] dhcp|http|power|wipe|all
 
 Runs Anvil and a peer on the same load and prints the ratio (root; needs perfdhcp,
 dnsmasq, nginx, wrk, taskset, ip). The report is also written to <out>/report.txt.
 power (a concurrent against a serial IPMI power sweep over in-process BMCs) needs
-neither root nor tools, only the ipmi-sweep binary.
+neither root nor tools, only the ipmi-sweep binary. wipe (the agent's disk wipe on loop
+devices over sparse files, against dd) needs root, losetup and the wipe-disk binary.
 `
 
 // Main runs the command with args (without the program name).
@@ -60,6 +62,9 @@ func Main(ctx context.Context, args []string) error {
 		powerBMCs    = fs.Int("power-bmcs", 1000, "simulated BMCs of the power sweep")
 		powerSerial  = fs.Int("power-serial", 1000, "BMCs the serial sweep polls (fewer: its time is extrapolated to -power-bmcs)")
 		powerLimit   = fs.Duration("power-limit", 3*time.Minute, "bound of the whole power benchmark")
+		wipeBin      = fs.String("wipe-disk", "_out/bin/wipe-disk", "wipe command (go build -o _out/bin/wipe-disk ./agent/internal/wipe/cmd/wipe-disk)")
+		wipeZeroMiB  = fs.Int64("wipe-zero-mib", 1024, "size of the zero wipe's loop device (MiB)")
+		wipeRounds   = fs.Int("wipe-rounds", 3, "runs of each wipe measurement (median counts)")
 	)
 
 	if err := fs.Parse(args); err != nil {
@@ -69,12 +74,12 @@ func Main(ctx context.Context, args []string) error {
 	if fs.NArg() != 1 {
 		fs.Usage()
 
-		return errors.New("want exactly one of dhcp, http, power, all")
+		return errors.New("want exactly one of dhcp, http, power, wipe, all")
 	}
 
 	which := fs.Arg(0)
-	if which != "dhcp" && which != "http" && which != "power" && which != "all" {
-		return fmt.Errorf("unknown benchmark %q: want dhcp, http, power or all", which)
+	if which != "dhcp" && which != "http" && which != "power" && which != "wipe" && which != "all" {
+		return fmt.Errorf("unknown benchmark %q: want dhcp, http, power, wipe or all", which)
 	}
 
 	logf := func(format string, args ...any) {
@@ -85,6 +90,24 @@ func Main(ctx context.Context, args []string) error {
 		var rep report.Report
 
 		if err := runPower(ctx, &rep, *sweepBin, *powerBMCs, *powerSerial, *powerLimit, logf); err != nil {
+			return err
+		}
+
+		return finish(&rep, *out, loadAverage())
+	}
+
+	runWipe := func(rep *report.Report) error {
+		return wipeBenchmark(ctx, rep, *wipeBin, filepath.Join(*out, "wipe"), *wipeZeroMiB<<20, *wipeRounds, logf)
+	}
+
+	if which == "wipe" {
+		if os.Geteuid() != 0 {
+			return errors.New("the wipe benchmark needs root (loop devices)")
+		}
+
+		var rep report.Report
+
+		if err := runWipe(&rep); err != nil {
 			return err
 		}
 
@@ -170,6 +193,10 @@ func Main(ctx context.Context, args []string) error {
 
 	if which == "all" {
 		if err := runPower(ctx, &rep, *sweepBin, *powerBMCs, *powerSerial, *powerLimit, logf); err != nil {
+			return err
+		}
+
+		if err := runWipe(&rep); err != nil {
 			return err
 		}
 	}
@@ -366,3 +393,45 @@ func loadAverage() string {
 
 	return strings.Join(f[:3], " ")
 }
+
+func wipeBenchmark(ctx context.Context, rep *report.Report, wipeBin, workDir string, zeroSize int64, rounds int, logf func(string, ...any)) error {
+	bin, err := filepath.Abs(wipeBin)
+	if err != nil {
+		return fmt.Errorf("error resolving the wipe-disk path: %w", err)
+	}
+
+	if _, err = os.Stat(bin); err != nil {
+		return fmt.Errorf("no wipe-disk binary (go build -o _out/bin/wipe-disk ./agent/internal/wipe/cmd/wipe-disk): %w", err)
+	}
+
+	res, err := wipebench.Run(ctx, wipebench.Config{WipeBin: bin, WorkDir: workDir, ZeroSize: zeroSize, Rounds: max(rounds, 1), Log: logf})
+	if err != nil {
+		return fmt.Errorf("wipe benchmark: %w", err)
+	}
+
+	rep.Add(report.Row{
+		Name: "fast wipe, 1 TiB sparse loop device (peer: the same on 10 GiB)", Unit: "ms",
+		Anvil: ms(res.FastLarge), Peer: ms(res.FastSmall), PeerName: "anvil 10 GiB",
+		Goal: report.RatioAtMost, Target: 2,
+	})
+	rep.Add(report.Row{
+		Name: fmt.Sprintf("zero wipe throughput, %d MiB loop device", res.ZeroSize>>20), Unit: "MB/s",
+		Anvil: res.ZeroMBps(), Peer: res.DDMBps(), PeerName: "dd bs=4M oflag=direct",
+		Goal: report.RatioAtLeast, Target: 0.8,
+	})
+
+	rep.Add(report.Row{
+		Name: fmt.Sprintf("zero wipe throughput, %d MiB loop device, dd syncing too", res.ZeroSize>>20), Unit: "MB/s",
+		Anvil: res.ZeroMBps(), Peer: res.DDSyncMBps(), PeerName: "dd ... conv=fsync",
+		Goal: report.Info,
+	})
+
+	rep.Notef("wipe: fast %q; zero %q; times are the wipe's own (open, write, sync, read-back verification), medians of %d",
+		res.FastMethod, res.ZeroMethod, len(res.ZeroRounds))
+	rep.Notef("wipe: zero wipe rounds %v; dd rounds %v; dd conv=fsync rounds %v (dd's wall time, process start included)", res.ZeroRounds, res.DDRounds, res.DDSyncRounds)
+	rep.Notef("wipe: dd oflag=direct on a loop device stops in the backing file's page cache; the wipe syncs, which the loop driver passes on as an fsync of the file to the host disk")
+
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
