@@ -1,0 +1,317 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/hack/internal/lab"
+	"github.com/anvil-metal/anvil/hack/internal/labnet"
+	"github.com/anvil-metal/anvil/hack/internal/labtest"
+	"github.com/anvil-metal/anvil/hack/internal/machine"
+	"github.com/anvil-metal/anvil/hack/internal/proc"
+)
+
+const (
+	mib      = 1 << 20
+	wipeDisk = 2 << 30 // small: the zero wipe must end within the deadlines under TCG
+	// holdFor is how long a pending machine's disk must stay untouched.
+	holdFor = 60 * time.Second
+)
+
+// marks are the places the test writes data before the machines first boot: the ends
+// (partition tables, signatures: a fast wipe zeroes them), btrfs' mirror superblock at
+// 64 MiB (zeroed too) and the middle (a fast wipe leaves it; zeroes does not).
+var marks = []struct {
+	name     string
+	off, len int64
+}{
+	{"start", 0, mib},
+	{"btrfs mirror", 64 * mib, 4096},
+	{"middle", wipeDisk / 2, mib},
+	{"end", wipeDisk - mib, mib},
+}
+
+// TestWipeE2E is the wipe and reset flow on a lab of its own, two BIOS machines: bios-0
+// powered through the lab's power API, bios-1 through a simulated IPMI BMC (ipmi_sim).
+// Both disks carry data written on the host before the first boot.
+//   - Pending for 60 s: both disks are byte-identical to what they were.
+//   - bios-1 is rejected: no power, wipe or BMC call is ever made to it (its BMC's log),
+//     its disk stays as it was.
+//   - bios-0 is accepted: its initial (fast) wipe is verified on the host's disk image;
+//     allocated, it boots the stand-in Talos; deallocated, the provider power-cycles it
+//     back to the agent, which wipes (zeroes) — killed mid-way with the provider, the wipe
+//     is not reported done, and after the restart it is done again, whole, and only then
+//     is the machine available.
+func TestWipeE2E(t *testing.T) {
+	labtest.RequireHost(t)
+
+	for _, tool := range []string{"ipmi_sim", "ipmitool", "qemu-io", "qemu-img"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s (make setup installs it)", tool)
+		}
+	}
+
+	root := labtest.RepoRoot(t)
+	bin := t.TempDir()
+	provider, anvilctl := filepath.Join(bin, "provider"), filepath.Join(bin, "anvilctl")
+	power, factory := filepath.Join(bin, "lab-power"), filepath.Join(bin, "lab-factory")
+
+	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
+	labtest.GoBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
+	labtest.GoBuild(t, root, power, "./hack/cmd/lab-power")
+	labtest.GoBuild(t, root, factory, "./hack/cmd/lab-factory")
+
+	agent := labtest.AgentAssets(t, root, bin)
+	standinDir := standinAssets(t, root, bin)
+
+	dir := filepath.Join(t.TempDir(), "lab")
+	prefix := fmt.Sprintf("anvw%d", os.Getpid()%100000)
+
+	t.Cleanup(func() {
+		if t.Failed() {
+			labtest.DumpLogs(t, dir)
+			dumpBMCLogs(t, dir)
+		}
+
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+
+		assert.NoError(t, lab.Down(ctx, dir, prefix), "lab down")
+
+		namespaces, err := labnet.ListNamespaces(ctx)
+		assert.NoError(t, err)
+
+		for _, ns := range namespaces {
+			assert.False(t, strings.HasPrefix(ns, prefix+"-"), "namespace %s is left behind", ns)
+		}
+
+		assert.Empty(t, proc.FindByArg(dir+"/"), "processes of the lab are left behind")
+	})
+
+	cfg := lab.Config{
+		Dir: dir, Prefix: prefix, Machines: 2, DiskSize: "2G",
+		Firmware:    []machine.Firmware{machine.BIOS},
+		BMC:         []lab.PowerOwner{lab.OwnerAPI, lab.OwnerIPMI},
+		ProviderBin: provider, AgentAssetsDir: agent, PowerBin: power,
+		FactoryURL: "http://" + lab.FactoryListen, FactoryPXEURL: "http://" + lab.FactoryListen,
+		FactoryBin: factory, FactoryAssetsDir: standinDir,
+		APIPort: 50042,
+	}
+
+	// The disks, with data on them, before anything boots; and a copy of each to compare.
+	names := []string{"bios-0", "bios-1"}
+	before := map[string]string{}
+
+	for _, name := range names {
+		disk := filepath.Join(dir, "machines", name, "disk.qcow2")
+		require.NoError(t, os.MkdirAll(filepath.Dir(disk), 0o755))
+		run(t, "qemu-img", "create", "-q", "-f", "qcow2", disk, fmt.Sprint(wipeDisk))
+
+		for _, m := range marks {
+			run(t, "qemu-io", "-f", "qcow2", "-c", fmt.Sprintf("write -P 0xa5 %d %d", m.off, m.len), disk)
+		}
+
+		before[name] = filepath.Join(bin, name+"-before.qcow2")
+		run(t, "cp", "--sparse=always", disk, before[name])
+	}
+
+	start := time.Now()
+	step := func(what string, since time.Time) {
+		t.Logf("%-62s %6.1fs (t=%.1fs)", what, time.Since(since).Seconds(), time.Since(start).Seconds())
+	}
+
+	state, err := lab.Up(t.Context(), cfg)
+	require.NoError(t, err)
+
+	machines := state.MachineList()
+	require.Len(t, machines, 2)
+
+	a, b := machines[0], machines[1]
+	require.Equal(t, lab.OwnerAPI, state.BMC(a.Name).Owner)
+	require.Equal(t, lab.OwnerIPMI, state.BMC(b.Name).Owner)
+
+	simLog := filepath.Join(b.Dir, "bmc", "ipmi_sim.log")
+	labSessions := strings.Count(readFile(simLog), sessionLine)
+
+	ctl := func(args ...string) (string, error) {
+		out, err := exec.Command(anvilctl, append([]string{"--endpoint", "unix://" + state.ControlSocket()}, args...)...).CombinedOutput()
+
+		return string(out), err
+	}
+
+	yamlOf := func(m *machine.Machine) string {
+		out, _ := ctl("get", "machine", m.UUID, "-o", "yaml")
+
+		return out
+	}
+
+	// 1. Both register and are left pending for holdFor: nothing is written to their disks.
+	for _, m := range machines {
+		require.Eventually(t, func() bool {
+			y := yamlOf(m)
+
+			return strings.Contains(y, "name: vda") && strings.Contains(y, m.Serial)
+		}, stepDeadline, time.Second, "%s did not register", m.Name)
+	}
+
+	registered := time.Now()
+	step("power-on → both agents registered (pending)", start)
+
+	time.Sleep(holdFor)
+
+	for _, m := range machines {
+		assertSameDisk(t, before[m.Name], m.Disk(), "%s's disk after %v pending", m.Name, holdFor)
+		assert.Contains(t, yamlOf(m), "acceptance: pending", m.Name)
+	}
+
+	step(fmt.Sprintf("pending %v: both disks byte-identical", holdFor), registered)
+
+	// 2. bios-1 is rejected: its agent lets go (the machine reboots to its own disk).
+	out, err := ctl("machine", "reject", b.UUID)
+	require.NoError(t, err, out)
+
+	// 3. bios-0 is accepted: the initial wipe (fast) is verified on the host's image.
+	t0 := time.Now()
+
+	out, err = ctl("machine", "accept", a.UUID)
+	require.NoError(t, err, out)
+
+	require.Eventually(t, func() bool {
+		return regexp.MustCompile(`(?s)lastWipe:.*device: vda.*method: discard, zeroed edges.*verified:`).MatchString(yamlOf(a))
+	}, stepDeadline, time.Second, "no fast wipe of vda reported")
+	step("accept → initial fast wipe reported", t0)
+
+	for _, m := range marks {
+		want := "0"
+		if m.name == "middle" {
+			want = "0xa5" // a fast wipe promises the identifying regions, not the middle
+		}
+
+		assertPattern(t, a.Disk(), m.off, m.len, want, "after the fast wipe: "+m.name)
+	}
+
+	// 4. Allocated, it boots the stand-in Talos, which reports the install.
+	t0 = time.Now()
+
+	out, err = ctl("machine", "allocate", a.UUID, "--talos-version", talosVersion)
+	require.NoError(t, err, out)
+
+	require.Eventually(t, func() bool {
+		return strings.Contains(readFile(a.SerialLog()), standin+" installed") &&
+			strings.Contains(yamlOf(a), "installedAllocation:")
+	}, stepDeadline, time.Second, "the allocated machine did not boot and install the stand-in Talos")
+	step("allocate → stand-in Talos installed", t0)
+
+	// 5. Deallocated: the zero wipe this time, interrupted by killing the machine and the
+	// provider; it must not be reported done, and is done again after the restart.
+	cfg.ProviderArgs = []string{"--wipe-mode", "zeroes"}
+	require.NoError(t, state.RestartProvider(t.Context(), cfg))
+
+	t0 = time.Now()
+	boots := agentBoots(t, state.ProviderLog(), a.UUID)
+	serialBefore := len(readFile(a.SerialLog()))
+
+	out, err = ctl("machine", "deallocate", a.UUID)
+	require.NoError(t, err, out)
+
+	wipeID := regexp.MustCompile(`wipeID: (\S+)`)
+
+	intentWipe := func() string {
+		out, _ := ctl("get", "intent", a.UUID, "-o", "yaml")
+		if m := wipeID.FindStringSubmatch(out); m != nil {
+			return m[1]
+		}
+
+		return ""
+	}
+
+	owed := intentWipe()
+	require.NotEmpty(t, owed)
+
+	boots = waitNewBoot(t, state.ProviderLog(), a.UUID, boots, "deallocate (the provider power-cycles the machine through the power API)")
+	step("deallocate → power cycle → agent again", t0)
+
+	// The agent logs each disk as it starts on it: kill everything at once, mid-way
+	// through the 2 GiB.
+	require.Eventually(t, func() bool {
+		return strings.Contains(readFile(a.SerialLog())[serialBefore:], `wiping disk {"disk": "vda", "mode": "zeroes"`)
+	}, stepDeadline, 100*time.Millisecond, "the zero wipe did not start")
+
+	require.NoError(t, syscall.Kill(state.ProviderPID, syscall.SIGKILL), "killing the provider")
+	require.NoError(t, a.Stop(t.Context()), "killing the machine mid-wipe")
+	step("zero wipe started → machine and provider killed", t0)
+
+	require.NoError(t, state.RestartProvider(t.Context(), cfg))
+
+	y := yamlOf(a)
+	assert.NotContains(t, y, "wipedID: "+owed, "an interrupted wipe is never reported done")
+
+	// The provider sees a machine that owes a wipe switched off: it powers it on (PXE
+	// once), the agent wipes again, whole.
+	t0 = time.Now()
+
+	require.Eventually(t, func() bool { return strings.Contains(yamlOf(a), "wipedID: "+owed) }, stepDeadline, time.Second,
+		"the interrupted wipe was not done again after the restart")
+	step("restart → powered on → zero wipe done again", t0)
+
+	y = yamlOf(a)
+	assert.Regexp(t, `(?s)lastWipe:.*id: `+owed+`.*device: vda.*method: zeroes`, y)
+	assert.Contains(t, y, "acceptance: accepted")
+	assert.NotContains(t, y, "allocation:", "available: accepted and not allocated")
+	assert.Len(t, agentBoots(t, state.ProviderLog(), a.UUID), len(boots)+1, "one more agent boot: the one after the restart")
+
+	assertPattern(t, a.Disk(), 0, wipeDisk, "0", "the whole disk after the zero wipe")
+
+	// 6. bios-1, rejected all along: no BMC session from the provider, no wipe, disk as
+	// it was.
+	assert.Equal(t, labSessions, strings.Count(readFile(simLog), sessionLine), "the provider opened a session with a rejected machine's BMC")
+
+	y = yamlOf(b)
+	assert.Contains(t, y, "acceptance: rejected")
+	assert.NotContains(t, y, "lastWipe:")
+	assert.NotContains(t, y, "bmcOrder:", "no BMC provisioning on a rejected machine")
+	assertSameDisk(t, before[b.Name], b.Disk(), "the rejected machine's disk")
+}
+
+func run(t *testing.T, name string, args ...string) {
+	t.Helper()
+
+	out, err := exec.Command(name, args...).CombinedOutput()
+	require.NoError(t, err, "%s %v: %s", name, args, out)
+}
+
+// assertSameDisk compares two images' contents; -U reads a disk that a running QEMU holds.
+func assertSameDisk(t *testing.T, want, got string, msg string, args ...any) {
+	t.Helper()
+
+	out, err := exec.Command("qemu-img", "compare", "-U", "-f", "qcow2", "-F", "qcow2", want, got).CombinedOutput()
+	assert.NoError(t, err, "%s: %s", fmt.Sprintf(msg, args...), out)
+}
+
+// assertPattern checks that every byte of [off, off+n) of the image is pattern ("0",
+// "0xa5", …).
+func assertPattern(t *testing.T, disk string, off, n int64, pattern, what string) {
+	t.Helper()
+
+	// qemu-io reads at most 2 GiB - 512 at a time: one command per 512 MiB.
+	args := []string{"-U", "-r", "-f", "qcow2"}
+
+	for at := off; at < off+n; at += 512 * mib {
+		args = append(args, "-c", fmt.Sprintf("read -P %s %d %d", pattern, at, min(512*mib, off+n-at)))
+	}
+
+	out, err := exec.Command("qemu-io", append(args, disk)...).CombinedOutput()
+	assert.NoError(t, err, "%s: %s", what, out)
+	assert.NotContains(t, string(out), "Pattern verification failed", "%s: bytes other than %s", what, pattern)
+}
