@@ -429,7 +429,7 @@ func wipeBenchmark(ctx context.Context, rep *report.Report, wipeBin, workDir str
 	rep.Notef("wipe: fast %q; zero %q; times are the wipe's own (open, write, sync, read-back verification), medians of %d",
 		res.FastMethod, res.ZeroMethod, len(res.ZeroRounds))
 	rep.Notef("wipe: zero wipe rounds %v; dd rounds %v; dd conv=fsync rounds %v (dd's wall time, process start included)", res.ZeroRounds, res.DDRounds, res.DDSyncRounds)
-	rep.Notef("wipe: dd oflag=direct on a loop device stops in the backing file's page cache; the wipe syncs, which the loop driver passes on as an fsync of the file to the host disk")
+	rep.Notef("wipe: loop devices attached with --direct-io=on, so dd's direct writes and the wipe's both reach the host disk; the wipe also syncs and reads samples back")
 
 	return nil
 }

@@ -89,7 +89,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			return "", fmt.Errorf("error sizing %s: %w", file, err)
 		}
 
-		out, err := exec.CommandContext(ctx, "losetup", "--find", "--show", file).CombinedOutput()
+		// Direct I/O from the loop device to its file: a disk has no host page cache in
+		// front of it, and without this dd's "direct" writes stop in that cache while
+		// the wipe's sync pushes them out — two different promises.
+		out, err := exec.CommandContext(ctx, "losetup", "--find", "--show", "--direct-io=on", file).CombinedOutput()
 		if err != nil {
 			return "", fmt.Errorf("error attaching %s: %w: %s", file, err, out)
 		}
