@@ -147,7 +147,9 @@ type MachineIntent struct {
 	RebootId string `protobuf:"bytes,6,opt,name=reboot_id,json=rebootId,proto3" json:"reboot_id,omitempty"`
 	Cordoned bool   `protobuf:"varint,7,opt,name=cordoned,proto3" json:"cordoned,omitempty"`
 	// The user's own labels (SetLabels); the effective set is the MachineLabels resource.
-	Labels        map[string]string `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The machine's own wipe mode; empty follows the provider's --wipe-mode.
+	WipeMode      string `protobuf:"bytes,9,opt,name=wipe_mode,json=wipeMode,proto3" json:"wipe_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -236,6 +238,13 @@ func (x *MachineIntent) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *MachineIntent) GetWipeMode() string {
+	if x != nil {
+		return x.WipeMode
+	}
+	return ""
 }
 
 // Allocation is what a machine is handed to. The machine configuration is never sent
@@ -1463,11 +1472,108 @@ func (x *SetLabelsResponse) GetIntent() *MachineIntent {
 	return nil
 }
 
+type SetWipeModeRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	MachineId string                 `protobuf:"bytes,1,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	// mode is fast, zeroes, secure-erase, or empty for the provider's default.
+	Mode          string `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetWipeModeRequest) Reset() {
+	*x = SetWipeModeRequest{}
+	mi := &file_control_v1_control_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetWipeModeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetWipeModeRequest) ProtoMessage() {}
+
+func (x *SetWipeModeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetWipeModeRequest.ProtoReflect.Descriptor instead.
+func (*SetWipeModeRequest) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *SetWipeModeRequest) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
+	}
+	return ""
+}
+
+func (x *SetWipeModeRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+type SetWipeModeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Intent        *MachineIntent         `protobuf:"bytes,1,opt,name=intent,proto3" json:"intent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetWipeModeResponse) Reset() {
+	*x = SetWipeModeResponse{}
+	mi := &file_control_v1_control_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetWipeModeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetWipeModeResponse) ProtoMessage() {}
+
+func (x *SetWipeModeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetWipeModeResponse.ProtoReflect.Descriptor instead.
+func (*SetWipeModeResponse) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SetWipeModeResponse) GetIntent() *MachineIntent {
+	if x != nil {
+		return x.Intent
+	}
+	return nil
+}
+
 var File_control_v1_control_proto protoreflect.FileDescriptor
 
 const file_control_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x18control/v1/control.proto\x12\x10anvil.control.v1\"\xb0\x03\n" +
+	"\x18control/v1/control.proto\x12\x10anvil.control.v1\"\xcd\x03\n" +
 	"\rMachineIntent\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12<\n" +
@@ -1481,7 +1587,8 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\awipe_id\x18\x05 \x01(\tR\x06wipeId\x12\x1b\n" +
 	"\treboot_id\x18\x06 \x01(\tR\brebootId\x12\x1a\n" +
 	"\bcordoned\x18\a \x01(\bR\bcordoned\x12C\n" +
-	"\x06labels\x18\b \x03(\v2+.anvil.control.v1.MachineIntent.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\b \x03(\v2+.anvil.control.v1.MachineIntent.LabelsEntryR\x06labels\x12\x1b\n" +
+	"\twipe_mode\x18\t \x01(\tR\bwipeMode\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe9\x01\n" +
@@ -1577,6 +1684,12 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"L\n" +
 	"\x11SetLabelsResponse\x127\n" +
+	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\"G\n" +
+	"\x12SetWipeModeRequest\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\"N\n" +
+	"\x13SetWipeModeResponse\x127\n" +
 	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent*r\n" +
 	"\n" +
 	"Acceptance\x12\x1a\n" +
@@ -1589,7 +1702,7 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\x17POWER_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13POWER_STATE_DEFAULT\x10\x01\x12\x12\n" +
 	"\x0ePOWER_STATE_ON\x10\x02\x12\x13\n" +
-	"\x0fPOWER_STATE_OFF\x10\x032\x9e\a\n" +
+	"\x0fPOWER_STATE_OFF\x10\x032\xfa\a\n" +
 	"\x11TransitionService\x12K\n" +
 	"\x06Accept\x12\x1f.anvil.control.v1.AcceptRequest\x1a .anvil.control.v1.AcceptResponse\x12K\n" +
 	"\x06Reject\x12\x1f.anvil.control.v1.RejectRequest\x1a .anvil.control.v1.RejectResponse\x12Q\n" +
@@ -1602,7 +1715,8 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\bSetPower\x12!.anvil.control.v1.SetPowerRequest\x1a\".anvil.control.v1.SetPowerResponse\x12K\n" +
 	"\x06Reboot\x12\x1f.anvil.control.v1.RebootRequest\x1a .anvil.control.v1.RebootResponse\x12K\n" +
 	"\x06SetBMC\x12\x1f.anvil.control.v1.SetBMCRequest\x1a .anvil.control.v1.SetBMCResponse\x12T\n" +
-	"\tSetLabels\x12\".anvil.control.v1.SetLabelsRequest\x1a#.anvil.control.v1.SetLabelsResponseB7Z5github.com/anvil-metal/anvil/api/control/v1;controlv1b\x06proto3"
+	"\tSetLabels\x12\".anvil.control.v1.SetLabelsRequest\x1a#.anvil.control.v1.SetLabelsResponse\x12Z\n" +
+	"\vSetWipeMode\x12$.anvil.control.v1.SetWipeModeRequest\x1a%.anvil.control.v1.SetWipeModeResponseB7Z5github.com/anvil-metal/anvil/api/control/v1;controlv1b\x06proto3"
 
 var (
 	file_control_v1_control_proto_rawDescOnce sync.Once
@@ -1617,7 +1731,7 @@ func file_control_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_control_v1_control_proto_goTypes = []any{
 	(Acceptance)(0),               // 0: anvil.control.v1.Acceptance
 	(PowerState)(0),               // 1: anvil.control.v1.PowerState
@@ -1645,14 +1759,16 @@ var file_control_v1_control_proto_goTypes = []any{
 	(*SetBMCResponse)(nil),        // 23: anvil.control.v1.SetBMCResponse
 	(*SetLabelsRequest)(nil),      // 24: anvil.control.v1.SetLabelsRequest
 	(*SetLabelsResponse)(nil),     // 25: anvil.control.v1.SetLabelsResponse
-	nil,                           // 26: anvil.control.v1.MachineIntent.LabelsEntry
-	nil,                           // 27: anvil.control.v1.SetLabelsRequest.SetEntry
+	(*SetWipeModeRequest)(nil),    // 26: anvil.control.v1.SetWipeModeRequest
+	(*SetWipeModeResponse)(nil),   // 27: anvil.control.v1.SetWipeModeResponse
+	nil,                           // 28: anvil.control.v1.MachineIntent.LabelsEntry
+	nil,                           // 29: anvil.control.v1.SetLabelsRequest.SetEntry
 }
 var file_control_v1_control_proto_depIdxs = []int32{
 	0,  // 0: anvil.control.v1.MachineIntent.acceptance:type_name -> anvil.control.v1.Acceptance
 	3,  // 1: anvil.control.v1.MachineIntent.allocation:type_name -> anvil.control.v1.Allocation
 	1,  // 2: anvil.control.v1.MachineIntent.power:type_name -> anvil.control.v1.PowerState
-	26, // 3: anvil.control.v1.MachineIntent.labels:type_name -> anvil.control.v1.MachineIntent.LabelsEntry
+	28, // 3: anvil.control.v1.MachineIntent.labels:type_name -> anvil.control.v1.MachineIntent.LabelsEntry
 	2,  // 4: anvil.control.v1.AcceptResponse.intent:type_name -> anvil.control.v1.MachineIntent
 	2,  // 5: anvil.control.v1.RejectResponse.intent:type_name -> anvil.control.v1.MachineIntent
 	2,  // 6: anvil.control.v1.AllocateResponse.intent:type_name -> anvil.control.v1.MachineIntent
@@ -1662,35 +1778,38 @@ var file_control_v1_control_proto_depIdxs = []int32{
 	1,  // 10: anvil.control.v1.SetPowerRequest.power:type_name -> anvil.control.v1.PowerState
 	2,  // 11: anvil.control.v1.SetPowerResponse.intent:type_name -> anvil.control.v1.MachineIntent
 	2,  // 12: anvil.control.v1.RebootResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	27, // 13: anvil.control.v1.SetLabelsRequest.set:type_name -> anvil.control.v1.SetLabelsRequest.SetEntry
+	29, // 13: anvil.control.v1.SetLabelsRequest.set:type_name -> anvil.control.v1.SetLabelsRequest.SetEntry
 	2,  // 14: anvil.control.v1.SetLabelsResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	4,  // 15: anvil.control.v1.TransitionService.Accept:input_type -> anvil.control.v1.AcceptRequest
-	6,  // 16: anvil.control.v1.TransitionService.Reject:input_type -> anvil.control.v1.RejectRequest
-	8,  // 17: anvil.control.v1.TransitionService.Allocate:input_type -> anvil.control.v1.AllocateRequest
-	10, // 18: anvil.control.v1.TransitionService.Deallocate:input_type -> anvil.control.v1.DeallocateRequest
-	12, // 19: anvil.control.v1.TransitionService.MarkInstalled:input_type -> anvil.control.v1.MarkInstalledRequest
-	14, // 20: anvil.control.v1.TransitionService.Cordon:input_type -> anvil.control.v1.CordonRequest
-	16, // 21: anvil.control.v1.TransitionService.Uncordon:input_type -> anvil.control.v1.UncordonRequest
-	18, // 22: anvil.control.v1.TransitionService.SetPower:input_type -> anvil.control.v1.SetPowerRequest
-	20, // 23: anvil.control.v1.TransitionService.Reboot:input_type -> anvil.control.v1.RebootRequest
-	22, // 24: anvil.control.v1.TransitionService.SetBMC:input_type -> anvil.control.v1.SetBMCRequest
-	24, // 25: anvil.control.v1.TransitionService.SetLabels:input_type -> anvil.control.v1.SetLabelsRequest
-	5,  // 26: anvil.control.v1.TransitionService.Accept:output_type -> anvil.control.v1.AcceptResponse
-	7,  // 27: anvil.control.v1.TransitionService.Reject:output_type -> anvil.control.v1.RejectResponse
-	9,  // 28: anvil.control.v1.TransitionService.Allocate:output_type -> anvil.control.v1.AllocateResponse
-	11, // 29: anvil.control.v1.TransitionService.Deallocate:output_type -> anvil.control.v1.DeallocateResponse
-	13, // 30: anvil.control.v1.TransitionService.MarkInstalled:output_type -> anvil.control.v1.MarkInstalledResponse
-	15, // 31: anvil.control.v1.TransitionService.Cordon:output_type -> anvil.control.v1.CordonResponse
-	17, // 32: anvil.control.v1.TransitionService.Uncordon:output_type -> anvil.control.v1.UncordonResponse
-	19, // 33: anvil.control.v1.TransitionService.SetPower:output_type -> anvil.control.v1.SetPowerResponse
-	21, // 34: anvil.control.v1.TransitionService.Reboot:output_type -> anvil.control.v1.RebootResponse
-	23, // 35: anvil.control.v1.TransitionService.SetBMC:output_type -> anvil.control.v1.SetBMCResponse
-	25, // 36: anvil.control.v1.TransitionService.SetLabels:output_type -> anvil.control.v1.SetLabelsResponse
-	26, // [26:37] is the sub-list for method output_type
-	15, // [15:26] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	2,  // 15: anvil.control.v1.SetWipeModeResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	4,  // 16: anvil.control.v1.TransitionService.Accept:input_type -> anvil.control.v1.AcceptRequest
+	6,  // 17: anvil.control.v1.TransitionService.Reject:input_type -> anvil.control.v1.RejectRequest
+	8,  // 18: anvil.control.v1.TransitionService.Allocate:input_type -> anvil.control.v1.AllocateRequest
+	10, // 19: anvil.control.v1.TransitionService.Deallocate:input_type -> anvil.control.v1.DeallocateRequest
+	12, // 20: anvil.control.v1.TransitionService.MarkInstalled:input_type -> anvil.control.v1.MarkInstalledRequest
+	14, // 21: anvil.control.v1.TransitionService.Cordon:input_type -> anvil.control.v1.CordonRequest
+	16, // 22: anvil.control.v1.TransitionService.Uncordon:input_type -> anvil.control.v1.UncordonRequest
+	18, // 23: anvil.control.v1.TransitionService.SetPower:input_type -> anvil.control.v1.SetPowerRequest
+	20, // 24: anvil.control.v1.TransitionService.Reboot:input_type -> anvil.control.v1.RebootRequest
+	22, // 25: anvil.control.v1.TransitionService.SetBMC:input_type -> anvil.control.v1.SetBMCRequest
+	24, // 26: anvil.control.v1.TransitionService.SetLabels:input_type -> anvil.control.v1.SetLabelsRequest
+	26, // 27: anvil.control.v1.TransitionService.SetWipeMode:input_type -> anvil.control.v1.SetWipeModeRequest
+	5,  // 28: anvil.control.v1.TransitionService.Accept:output_type -> anvil.control.v1.AcceptResponse
+	7,  // 29: anvil.control.v1.TransitionService.Reject:output_type -> anvil.control.v1.RejectResponse
+	9,  // 30: anvil.control.v1.TransitionService.Allocate:output_type -> anvil.control.v1.AllocateResponse
+	11, // 31: anvil.control.v1.TransitionService.Deallocate:output_type -> anvil.control.v1.DeallocateResponse
+	13, // 32: anvil.control.v1.TransitionService.MarkInstalled:output_type -> anvil.control.v1.MarkInstalledResponse
+	15, // 33: anvil.control.v1.TransitionService.Cordon:output_type -> anvil.control.v1.CordonResponse
+	17, // 34: anvil.control.v1.TransitionService.Uncordon:output_type -> anvil.control.v1.UncordonResponse
+	19, // 35: anvil.control.v1.TransitionService.SetPower:output_type -> anvil.control.v1.SetPowerResponse
+	21, // 36: anvil.control.v1.TransitionService.Reboot:output_type -> anvil.control.v1.RebootResponse
+	23, // 37: anvil.control.v1.TransitionService.SetBMC:output_type -> anvil.control.v1.SetBMCResponse
+	25, // 38: anvil.control.v1.TransitionService.SetLabels:output_type -> anvil.control.v1.SetLabelsResponse
+	27, // 39: anvil.control.v1.TransitionService.SetWipeMode:output_type -> anvil.control.v1.SetWipeModeResponse
+	28, // [28:40] is the sub-list for method output_type
+	16, // [16:28] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_control_v1_control_proto_init() }
@@ -1704,7 +1823,7 @@ func file_control_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_v1_control_proto_rawDesc), len(file_control_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,6 +36,7 @@ const (
 	TransitionService_Reboot_FullMethodName        = "/anvil.control.v1.TransitionService/Reboot"
 	TransitionService_SetBMC_FullMethodName        = "/anvil.control.v1.TransitionService/SetBMC"
 	TransitionService_SetLabels_FullMethodName     = "/anvil.control.v1.TransitionService/SetLabels"
+	TransitionService_SetWipeMode_FullMethodName   = "/anvil.control.v1.TransitionService/SetWipeMode"
 )
 
 // TransitionServiceClient is the client API for TransitionService service.
@@ -80,6 +81,9 @@ type TransitionServiceClient interface {
 	// under the reserved prefix anvil.dev/ are refused: those are derived from the
 	// machine's inventory. Removing a label the user did not set changes nothing.
 	SetLabels(ctx context.Context, in *SetLabelsRequest, opts ...grpc.CallOption) (*SetLabelsResponse, error)
+	// SetWipeMode sets how this machine's disks are wiped: fast, zeroes or secure-erase;
+	// empty follows the provider's --wipe-mode.
+	SetWipeMode(ctx context.Context, in *SetWipeModeRequest, opts ...grpc.CallOption) (*SetWipeModeResponse, error)
 }
 
 type transitionServiceClient struct {
@@ -200,6 +204,16 @@ func (c *transitionServiceClient) SetLabels(ctx context.Context, in *SetLabelsRe
 	return out, nil
 }
 
+func (c *transitionServiceClient) SetWipeMode(ctx context.Context, in *SetWipeModeRequest, opts ...grpc.CallOption) (*SetWipeModeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetWipeModeResponse)
+	err := c.cc.Invoke(ctx, TransitionService_SetWipeMode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TransitionServiceServer is the server API for TransitionService service.
 // All implementations must embed UnimplementedTransitionServiceServer
 // for forward compatibility.
@@ -242,6 +256,9 @@ type TransitionServiceServer interface {
 	// under the reserved prefix anvil.dev/ are refused: those are derived from the
 	// machine's inventory. Removing a label the user did not set changes nothing.
 	SetLabels(context.Context, *SetLabelsRequest) (*SetLabelsResponse, error)
+	// SetWipeMode sets how this machine's disks are wiped: fast, zeroes or secure-erase;
+	// empty follows the provider's --wipe-mode.
+	SetWipeMode(context.Context, *SetWipeModeRequest) (*SetWipeModeResponse, error)
 	mustEmbedUnimplementedTransitionServiceServer()
 }
 
@@ -284,6 +301,9 @@ func (UnimplementedTransitionServiceServer) SetBMC(context.Context, *SetBMCReque
 }
 func (UnimplementedTransitionServiceServer) SetLabels(context.Context, *SetLabelsRequest) (*SetLabelsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetLabels not implemented")
+}
+func (UnimplementedTransitionServiceServer) SetWipeMode(context.Context, *SetWipeModeRequest) (*SetWipeModeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetWipeMode not implemented")
 }
 func (UnimplementedTransitionServiceServer) mustEmbedUnimplementedTransitionServiceServer() {}
 func (UnimplementedTransitionServiceServer) testEmbeddedByValue()                           {}
@@ -504,6 +524,24 @@ func _TransitionService_SetLabels_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TransitionService_SetWipeMode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetWipeModeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransitionServiceServer).SetWipeMode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TransitionService_SetWipeMode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransitionServiceServer).SetWipeMode(ctx, req.(*SetWipeModeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TransitionService_ServiceDesc is the grpc.ServiceDesc for TransitionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -554,6 +592,10 @@ var TransitionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetLabels",
 			Handler:    _TransitionService_SetLabels_Handler,
+		},
+		{
+			MethodName: "SetWipeMode",
+			Handler:    _TransitionService_SetWipeMode_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -82,7 +82,8 @@ func newRootCmd() *cobra.Command {
 	f.StringVar(&opts.ImageFactoryPXEBaseURL, "image-factory-pxe-base-url", opts.ImageFactoryPXEBaseURL, "base URL of the Image Factory's PXE endpoint")
 	f.StringVar(&opts.TalosPlatform, "talos-platform", opts.TalosPlatform, "Talos platform of PXE-booted machines")
 	f.StringVar(&opts.AgentAssetsDir, "agent-assets-dir", opts.AgentAssetsDir, "directory of the agent boot assets (vmlinuz-<arch>, initramfs-<arch>.xz, cmdline-<arch>)")
-	f.StringVar(&opts.WipeMode, "wipe-mode", opts.WipeMode, "how agents wipe disks: fast, zeroes or secure-erase")
+	f.StringVar(&opts.WipeMode, "wipe-mode", opts.WipeMode, "how agents wipe disks: fast, zeroes or secure-erase (a machine's own mode wins)")
+	f.BoolVar(&opts.WipeRemovable, "wipe-removable", opts.WipeRemovable, "wipe removable media (USB sticks, SD cards) too")
 	f.StringVar(&opts.RejectedAction, "rejected-action", opts.RejectedAction,
 		"what a rejected machine's agent does: reboot (it falls through to its disk) or poweroff")
 	f.StringVar(&opts.PowerIdleDefault, "power-idle-default", opts.PowerIdleDefault, "power of an accepted machine with nothing to do: off or on")

@@ -11,12 +11,21 @@ type Policy struct {
 	// RejectedThen is what a rejected machine's agent does once released: reboot (it
 	// then falls through to its disk, the provider answering boot-from-disk) or power off.
 	RejectedThen agentv1.Release_Then
-	// WipeMode is how disks are wiped.
+	// WipeMode is how disks are wiped, unless a machine has a mode of its own.
 	WipeMode agentv1.Wipe_Mode
+	// WipeRemovable has agents wipe removable media (USB sticks, SD cards) too.
+	WipeRemovable bool
 	// BMCPassword, when set, has accepted machines' agents provision a BMC user
 	// (BMCUser) with this password, unless someone already gave the machine's BMC
 	// credentials; nil: the provider never touches BMC users.
 	BMCPassword func(machineID string) string
+}
+
+// WipeModes maps the wipe modes' names (flags, a machine's own mode) to the orders'.
+var WipeModes = map[string]agentv1.Wipe_Mode{
+	state.WipeModeFast:        agentv1.Wipe_MODE_FAST,
+	state.WipeModeZeroes:      agentv1.Wipe_MODE_ZEROES,
+	state.WipeModeSecureErase: agentv1.Wipe_MODE_SECURE_ERASE,
 }
 
 // BMCUser is the BMC user agents provision for the provider.
@@ -71,7 +80,14 @@ func (p Policy) Next(e *machineview.Entry) *agentv1.Order {
 	installed := intent.Allocation != nil && status.InstalledAllocation == intent.Allocation.ID
 
 	if intent.WipeID != "" && intent.WipeID != status.WipedID && !installed {
-		return &agentv1.Order{Id: "wipe-" + intent.WipeID, Action: &agentv1.Order_Wipe{Wipe: &agentv1.Wipe{GenerationId: intent.WipeID, Mode: p.WipeMode}}}
+		mode := p.WipeMode
+		if m, ok := WipeModes[intent.WipeMode]; ok {
+			mode = m
+		}
+
+		return &agentv1.Order{Id: "wipe-" + intent.WipeID, Action: &agentv1.Order_Wipe{Wipe: &agentv1.Wipe{
+			GenerationId: intent.WipeID, Mode: mode, IncludeRemovable: p.WipeRemovable,
+		}}}
 	}
 
 	if a := intent.Allocation; a != nil && status.InstalledAllocation != a.ID {

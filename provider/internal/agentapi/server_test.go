@@ -360,3 +360,26 @@ func TestPolicy(t *testing.T) {
 		}
 	}
 }
+
+// A machine's own wipe mode wins over the provider's; removable media follow the flag.
+func TestPolicyWipeMode(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		machine   string
+		want      agentv1.Wipe_Mode
+		removable bool
+	}{
+		{"", agentv1.Wipe_MODE_FAST, false},
+		{state.WipeModeZeroes, agentv1.Wipe_MODE_ZEROES, true},
+		{state.WipeModeSecureErase, agentv1.Wipe_MODE_SECURE_ERASE, false},
+		{"bogus", agentv1.Wipe_MODE_FAST, false}, // the transition refuses it; the policy does not trip on it
+	} {
+		p := agentapi.Policy{WipeMode: agentv1.Wipe_MODE_FAST, WipeRemovable: tc.removable}
+		o := p.Next(&machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, WipeID: "w1", WipeMode: tc.machine}})
+
+		require.NotNil(t, o.GetWipe(), tc.machine)
+		assert.Equal(t, tc.want, o.GetWipe().GetMode(), tc.machine)
+		assert.Equal(t, tc.removable, o.GetWipe().GetIncludeRemovable(), tc.machine)
+	}
+}

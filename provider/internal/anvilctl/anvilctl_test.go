@@ -166,10 +166,17 @@ func TestLifecycle(t *testing.T) {
 	assert.Contains(t, out, "hasPassword: true")
 	assert.NotContains(t, out, "s3cret")
 
+	out = mustRun(t, ep, "machine", "wipe-mode", "zeroes", m1)
+	assert.Contains(t, out, "wipe mode zeroes")
+
+	_, errOut, code := run(t, ep, "machine", "wipe-mode", "shred", m1)
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, errOut, `wipe mode "shred" is not one of fast, zeroes, secure-erase`)
+
 	out = mustRun(t, ep, "machine", "reboot", m1)
 	assert.Contains(t, out, "reboot requested")
 
-	_, errOut, code := run(t, ep, "machine", "reboot", m2)
+	_, errOut, code = run(t, ep, "machine", "reboot", m2)
 	assert.NotEqual(t, 0, code)
 	assert.Contains(t, errOut, "only accepted machines")
 

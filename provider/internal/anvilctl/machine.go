@@ -70,7 +70,7 @@ func newMachineCommand(a *app) *cobra.Command {
 	}
 
 	cmd.AddCommand(newAcceptCommand(a), newInstalledCommand(a), newAllocateCommand(a), newPowerCommand(a),
-		newRebootCommand(a), newBMCCommand(a), newLabelCommand(a))
+		newRebootCommand(a), newBMCCommand(a), newLabelCommand(a), newWipeModeCommand(a))
 
 	return cmd
 }
@@ -253,7 +253,38 @@ func printIntent(w io.Writer, in *controlv1.MachineIntent) error {
 		parts = append(parts, "cordoned")
 	}
 
+	if m := in.GetWipeMode(); m != "" {
+		parts = append(parts, "wipe mode "+m)
+	}
+
 	_, err := fmt.Fprintf(w, "machine %s: %s\n", in.GetMachineId(), strings.Join(parts, ", "))
 
 	return err
+}
+
+func newWipeModeCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:       "wipe-mode fast|zeroes|secure-erase|default <id>",
+		Short:     "Set how a machine's disks are wiped ('default': the provider's --wipe-mode)",
+		Args:      cobra.ExactArgs(2),
+		ValidArgs: []string{"fast", "zeroes", "secure-erase", "default"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mode := args[0]
+			if mode == "default" {
+				mode = ""
+			}
+
+			c, err := a.transitions()
+			if err != nil {
+				return err
+			}
+
+			resp, err := c.SetWipeMode(cmd.Context(), &controlv1.SetWipeModeRequest{MachineId: args[1], Mode: mode})
+			if err != nil {
+				return err
+			}
+
+			return printIntent(cmd.OutOrStdout(), resp.GetIntent())
+		},
+	}
 }

@@ -35,6 +35,7 @@ func intentToProto(id string, spec *state.MachineIntentSpec) *controlv1.MachineI
 		RebootId:   spec.RebootID,
 		Cordoned:   spec.Cordoned,
 		Labels:     spec.Labels,
+		WipeMode:   spec.WipeMode,
 	}
 
 	if a := spec.Allocation; a != nil {

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -265,6 +267,23 @@ func (t *Transitions) MarkInstalled(ctx context.Context, req *controlv1.MarkInst
 		zap.String("allocation", intent.Allocation.ID))
 
 	return &controlv1.MarkInstalledResponse{AllocationId: intent.Allocation.ID}, nil
+}
+
+// SetWipeMode sets how this machine's disks are wiped; empty follows the provider's
+// default. It applies to wipes ordered from now on.
+func (t *Transitions) SetWipeMode(ctx context.Context, req *controlv1.SetWipeModeRequest) (*controlv1.SetWipeModeResponse, error) {
+	mode := req.GetMode()
+	if mode != "" && !slices.Contains(state.WipeModes, mode) {
+		return nil, status.Errorf(codes.InvalidArgument, "wipe mode %q is not one of %s (or empty for the provider's default)", mode, strings.Join(state.WipeModes, ", "))
+	}
+
+	in, err := t.transition(ctx, "wipe-mode", req.GetMachineId(), func(spec *state.MachineIntentSpec) error {
+		spec.WipeMode = mode
+
+		return nil
+	})
+
+	return &controlv1.SetWipeModeResponse{Intent: in}, err
 }
 
 // Cordon keeps a machine from being handed out.

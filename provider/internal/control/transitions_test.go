@@ -353,3 +353,32 @@ func TestAcceptOwesWipe(t *testing.T) {
 		})
 	}
 }
+
+func TestSetWipeMode(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	st := openState(t)
+	tr := control.NewTransitions(st, &fakeRecorder{}, nil, nil)
+
+	for _, tc := range []struct {
+		mode string
+		code codes.Code
+	}{
+		{"zeroes", codes.OK},
+		{"secure-erase", codes.OK},
+		{"", codes.OK},
+		{"shred", codes.InvalidArgument},
+	} {
+		resp, err := tr.SetWipeMode(ctx, &controlv1.SetWipeModeRequest{MachineId: machineID, Mode: tc.mode})
+		require.Equal(t, tc.code, status.Code(err), "%q: %v", tc.mode, err)
+
+		if tc.code == codes.OK {
+			assert.Equal(t, tc.mode, resp.GetIntent().GetWipeMode())
+			assert.Equal(t, tc.mode, intentSpec(t, st).WipeMode)
+		}
+	}
+
+	_, err := tr.SetWipeMode(ctx, &controlv1.SetWipeModeRequest{MachineId: "4c4c4544-0000-1000-8000-00000000dead", Mode: "fast"})
+	assert.Equal(t, codes.NotFound, status.Code(err))
+}

@@ -59,6 +59,8 @@ type Options struct {
 
 	// WipeMode is how agents wipe disks: fast, zeroes or secure-erase.
 	WipeMode string
+	// WipeRemovable has agents wipe removable media too.
+	WipeRemovable bool
 	// RejectedAction is what a rejected machine's agent does: reboot (to its disk) or
 	// poweroff.
 	RejectedAction string
@@ -120,16 +122,12 @@ var DefaultOptions = Options{
 func parsePolicy(opts Options) (agentapi.Policy, error) {
 	var p agentapi.Policy
 
-	switch opts.WipeMode {
-	case "fast":
-		p.WipeMode = agentv1.Wipe_MODE_FAST
-	case "zeroes":
-		p.WipeMode = agentv1.Wipe_MODE_ZEROES
-	case "secure-erase":
-		p.WipeMode = agentv1.Wipe_MODE_SECURE_ERASE
-	default:
+	mode, ok := agentapi.WipeModes[opts.WipeMode]
+	if !ok {
 		return p, fmt.Errorf("unknown --wipe-mode %q (want fast, zeroes or secure-erase)", opts.WipeMode)
 	}
+
+	p.WipeMode, p.WipeRemovable = mode, opts.WipeRemovable
 
 	switch opts.RejectedAction {
 	case "reboot":

@@ -40,6 +40,16 @@ const (
 	PowerUnknown PowerState = "unknown"
 )
 
+// Wipe modes, as flags and machines name them.
+const (
+	WipeModeFast        = "fast"
+	WipeModeZeroes      = "zeroes"
+	WipeModeSecureErase = "secure-erase"
+)
+
+// WipeModes lists the wipe modes.
+var WipeModes = []string{WipeModeFast, WipeModeZeroes, WipeModeSecureErase}
+
 // MachineIntentSpec is the desired state of a machine.
 type MachineIntentSpec struct {
 	Acceptance Acceptance  `yaml:"acceptance" protobuf:"1"`
@@ -55,6 +65,9 @@ type MachineIntentSpec struct {
 	// Labels are the user's own labels on the machine (the SetLabels transition); never
 	// under the reserved LabelPrefix.
 	Labels map[string]string `yaml:"labels,omitempty" protobuf:"7"`
+	// WipeMode is this machine's wipe mode (fast, zeroes, secure-erase); "" follows the
+	// provider's --wipe-mode.
+	WipeMode string `yaml:"wipeMode,omitempty" protobuf:"8"`
 }
 
 // Allocation is what a machine is handed to: a Talos version and the schematic it boots.
