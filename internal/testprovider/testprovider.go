@@ -241,17 +241,6 @@ func (p *Provider) WaitMachine(id string) {
 	}, 30*time.Second, 100*time.Millisecond, "machine %s was not recorded", id)
 }
 
-// KernelArg returns the value of a kernel argument in an agent boot script.
-func KernelArg(script, key string) string {
-	for _, field := range strings.Fields(script) {
-		if v, ok := strings.CutPrefix(field, key+"="); ok {
-			return v
-		}
-	}
-
-	return ""
-}
-
 // FreePort returns a port free on loopback at the time of asking.
 func FreePort(t *testing.T, network string) int {
 	t.Helper()

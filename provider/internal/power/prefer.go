@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -118,14 +117,4 @@ func (p *RedfishFirst) remember(key string, redfish bool) {
 	}
 
 	p.known[key] = spoke{redfish: redfish, until: time.Now().Add(memory)}
-}
-
-// String describes the preference for logs.
-func (p *RedfishFirst) String() string {
-	mode := "when available"
-	if p.Always {
-		mode = "always"
-	}
-
-	return "redfish " + mode + " on port " + strconv.Itoa(p.Port)
 }
