@@ -6,14 +6,12 @@
 package e2e
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -32,7 +30,6 @@ import (
 	"github.com/anvil-metal/anvil/hack/internal/labnet"
 	"github.com/anvil-metal/anvil/hack/internal/labtest"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
-	"github.com/anvil-metal/anvil/hack/internal/proc"
 	"github.com/anvil-metal/anvil/hack/internal/timeline"
 )
 
@@ -166,29 +163,7 @@ type binaries struct {
 
 // flowRun is one run of the flow on a lab of its own; withDisk adds step 5.
 func flowRun(t *testing.T, b binaries, withDisk bool) []*result {
-	dir := filepath.Join(t.TempDir(), "lab")
-	prefix := fmt.Sprintf("anve%d", os.Getpid()%100000)
-
-	// Registered after the temporary directories, so it runs before they are removed.
-	t.Cleanup(func() {
-		if t.Failed() {
-			labtest.DumpLogs(t, dir)
-		}
-
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-
-		assert.NoError(t, lab.Down(ctx, dir, prefix), "lab down")
-
-		namespaces, err := labnet.ListNamespaces(ctx)
-		assert.NoError(t, err)
-
-		for _, ns := range namespaces {
-			assert.False(t, strings.HasPrefix(ns, prefix+"-"), "namespace %s is left behind", ns)
-		}
-
-		assert.Empty(t, proc.FindByArg(dir+"/"), "processes of the lab are left behind")
-	})
+	dir, prefix := labtest.NewLab(t, "anve", nil)
 
 	cfg := lab.Config{
 		Dir: dir, Prefix: prefix,
@@ -204,11 +179,7 @@ func flowRun(t *testing.T, b binaries, withDisk bool) []*result {
 	state, err := lab.Up(t.Context(), cfg)
 	require.NoError(t, err)
 
-	ctl := func(args ...string) (string, error) {
-		out, err := exec.Command(b.anvilctl, append([]string{"--endpoint", "unix://" + state.ControlSocket()}, args...)...).CombinedOutput()
-
-		return string(out), err
-	}
+	ctl := labtest.Anvilctl(b.anvilctl, state.ControlSocket())
 
 	out, err := ctl("get", "machines")
 	require.NoError(t, err, out)

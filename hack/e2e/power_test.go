@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,7 +17,6 @@ import (
 	"github.com/anvil-metal/anvil/hack/internal/labnet"
 	"github.com/anvil-metal/anvil/hack/internal/labtest"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
-	"github.com/anvil-metal/anvil/hack/internal/proc"
 	"github.com/anvil-metal/anvil/hack/internal/timeline"
 )
 
@@ -51,30 +49,7 @@ func TestPowerE2E(t *testing.T) {
 
 	agent := labtest.AgentAssets(t, root, bin)
 
-	dir := filepath.Join(t.TempDir(), "lab")
-	prefix := fmt.Sprintf("anvp%d", os.Getpid()%100000)
-
-	// Registered after the temporary directories, so it runs before they are removed.
-	t.Cleanup(func() {
-		if t.Failed() {
-			labtest.DumpLogs(t, dir)
-			dumpBMCLogs(t, dir)
-		}
-
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-
-		assert.NoError(t, lab.Down(ctx, dir, prefix), "lab down")
-
-		namespaces, err := labnet.ListNamespaces(ctx)
-		assert.NoError(t, err)
-
-		for _, ns := range namespaces {
-			assert.False(t, strings.HasPrefix(ns, prefix+"-"), "namespace %s is left behind", ns)
-		}
-
-		assert.Empty(t, proc.FindByArg(dir+"/"), "processes of the lab (QEMU, ipmi_sim, lab-power…) are left behind")
-	})
+	dir, prefix := labtest.NewLab(t, "anvp", nil)
 
 	cfg := lab.Config{
 		Dir: dir, Prefix: prefix, Machines: 1,
@@ -109,11 +84,7 @@ func TestPowerE2E(t *testing.T) {
 	// Every session so far is the lab's; from here until acceptance there must be none.
 	labSessions := strings.Count(readFile(simLog), sessionLine)
 
-	ctl := func(args ...string) (string, error) {
-		out, err := exec.Command(anvilctl, append([]string{"--endpoint", "unix://" + state.ControlSocket()}, args...)...).CombinedOutput()
-
-		return string(out), err
-	}
+	ctl := labtest.Anvilctl(anvilctl, state.ControlSocket())
 
 	yamlOf := func(kind string) string {
 		out, _ := ctl("get", kind, m.UUID, "-o", "yaml")
@@ -291,16 +262,4 @@ func contains(list []string, s string) bool {
 	}
 
 	return false
-}
-
-// dumpBMCLogs prints the simulated BMCs' logs and the power API's.
-func dumpBMCLogs(t *testing.T, dir string) {
-	t.Helper()
-
-	logs, _ := filepath.Glob(filepath.Join(dir, "machines", "*", "bmc", "ipmi_sim.log"))
-	logs = append(logs, filepath.Join(dir, "power.log"))
-
-	for _, l := range logs {
-		t.Logf("%s:\n%s", l, readFile(l))
-	}
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,10 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/hack/internal/lab"
-	"github.com/anvil-metal/anvil/hack/internal/labnet"
 	"github.com/anvil-metal/anvil/hack/internal/labtest"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
-	"github.com/anvil-metal/anvil/hack/internal/proc"
 )
 
 const (
@@ -75,29 +72,7 @@ func TestWipeE2E(t *testing.T) {
 	agent := labtest.AgentAssets(t, root, bin)
 	standinDir := standinAssets(t, root, bin)
 
-	dir := filepath.Join(t.TempDir(), "lab")
-	prefix := fmt.Sprintf("anvw%d", os.Getpid()%100000)
-
-	t.Cleanup(func() {
-		if t.Failed() {
-			labtest.DumpLogs(t, dir)
-			dumpBMCLogs(t, dir)
-		}
-
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-
-		assert.NoError(t, lab.Down(ctx, dir, prefix), "lab down")
-
-		namespaces, err := labnet.ListNamespaces(ctx)
-		assert.NoError(t, err)
-
-		for _, ns := range namespaces {
-			assert.False(t, strings.HasPrefix(ns, prefix+"-"), "namespace %s is left behind", ns)
-		}
-
-		assert.Empty(t, proc.FindByArg(dir+"/"), "processes of the lab are left behind")
-	})
+	dir, prefix := labtest.NewLab(t, "anvw", nil)
 
 	cfg := lab.Config{
 		Dir: dir, Prefix: prefix, Machines: 2, DiskSize: "2G",
@@ -144,11 +119,7 @@ func TestWipeE2E(t *testing.T) {
 	simLog := filepath.Join(b.Dir, "bmc", "ipmi_sim.log")
 	labSessions := strings.Count(readFile(simLog), sessionLine)
 
-	ctl := func(args ...string) (string, error) {
-		out, err := exec.Command(anvilctl, append([]string{"--endpoint", "unix://" + state.ControlSocket()}, args...)...).CombinedOutput()
-
-		return string(out), err
-	}
+	ctl := labtest.Anvilctl(anvilctl, state.ControlSocket())
 
 	yamlOf := func(m *machine.Machine) string {
 		out, _ := ctl("get", "machine", m.UUID, "-o", "yaml")

@@ -15,9 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/hack/internal/lab"
-	"github.com/anvil-metal/anvil/hack/internal/labnet"
 	"github.com/anvil-metal/anvil/hack/internal/labtest"
-	"github.com/anvil-metal/anvil/hack/internal/proc"
 )
 
 // registerDeadline is generous: under TCG power-on to the agent is ~15–20 s, and the
@@ -43,8 +41,15 @@ func TestLabSmoke(t *testing.T) {
 
 	assets := labtest.AgentAssets(t, root, bin)
 
-	dir := filepath.Join(t.TempDir(), "lab")
-	prefix := fmt.Sprintf("anvt%d", os.Getpid()%100000)
+	dir, prefix := labtest.NewLab(t, "anvt", func(ctx context.Context, dir, prefix string) error {
+		// The CLI's own down, which this test is about.
+		out, err := exec.CommandContext(ctx, labBin, "--dir", dir, "--prefix", prefix, "down").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+
+		return nil
+	})
 
 	runLab := func(args ...string) (string, error) {
 		cmd := exec.Command(labBin, append([]string{"--dir", dir, "--prefix", prefix}, args...)...)
@@ -52,25 +57,6 @@ func TestLabSmoke(t *testing.T) {
 
 		return string(out), err
 	}
-
-	// Registered after the temporary directories, so it runs before they are removed.
-	t.Cleanup(func() {
-		if t.Failed() {
-			labtest.DumpLogs(t, dir)
-		}
-
-		out, err := runLab("down")
-		assert.NoError(t, err, "lab down: %s", out)
-
-		namespaces, err := labnet.ListNamespaces(context.Background())
-		assert.NoError(t, err)
-
-		for _, ns := range namespaces {
-			assert.False(t, strings.HasPrefix(ns, prefix+"-"), "namespace %s is left behind", ns)
-		}
-
-		assert.Empty(t, proc.FindByArg(dir+"/"), "processes of the lab are left behind")
-	})
 
 	// ANVIL_LAB_SMOKE_FIRMWARE=bios,uefi,uefi-pxe adds the firmware's own PXE (slower:
 	// three TCG machines on a small host).

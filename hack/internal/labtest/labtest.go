@@ -5,15 +5,23 @@ package labtest
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/hack/internal/lab"
+	"github.com/anvil-metal/anvil/hack/internal/labnet"
+	"github.com/anvil-metal/anvil/hack/internal/proc"
 )
 
 // RequireHost skips the test, saying why, where the lab cannot run: not root, or a tool
@@ -77,22 +85,75 @@ func AgentAssets(t *testing.T, root, bin string) string {
 }
 
 // DumpLogs prints a lab's logs: the machines' serial consoles, the provider's, the site
-// DHCP server's and the factory stand-in's.
+// DHCP server's and the factory stand-in's, and, where the lab has them, the simulated
+// BMCs' and the power API's.
 func DumpLogs(t *testing.T, dir string) {
 	t.Helper()
 
 	logs, _ := filepath.Glob(filepath.Join(dir, "machines", "*", "serial.log"))
 	logs = append(logs, filepath.Join(dir, "provider.log"), filepath.Join(dir, "dnsmasq.log"), filepath.Join(dir, "factory.log"))
 
-	for _, l := range logs {
+	optional, _ := filepath.Glob(filepath.Join(dir, "machines", "*", "bmc", "ipmi_sim.log"))
+	optional = append(optional, filepath.Join(dir, "power.log"))
+
+	for _, l := range append(logs, optional...) {
 		b, err := os.ReadFile(l)
 		if err != nil {
-			t.Logf("%s: %v", l, err)
+			if !slices.Contains(optional, l) {
+				t.Logf("%s: %v", l, err)
+			}
 
 			continue
 		}
 
 		// Drop the terminal escapes iPXE writes, which make the log unreadable.
 		t.Logf("%s:\n%s", l, bytes.ReplaceAll(b, []byte("\x1b"), []byte("^[")))
+	}
+}
+
+// NewLab names a lab of the test's own (a directory under t.TempDir(), a prefix made of
+// tag and the test process's pid, so that it runs beside any other lab) and registers its
+// teardown: on failure the lab's logs, then down (nil: lab.Down), then the check that no
+// namespace of the prefix and no process naming the directory is left — pass or fail.
+func NewLab(t *testing.T, tag string, down func(ctx context.Context, dir, prefix string) error) (dir, prefix string) {
+	t.Helper()
+
+	// The TempDir comes first, so the teardown, registered after it, runs before its removal.
+	dir = filepath.Join(t.TempDir(), "lab")
+	prefix = fmt.Sprintf("%s%d", tag, os.Getpid()%100000)
+
+	if down == nil {
+		down = lab.Down
+	}
+
+	t.Cleanup(func() {
+		if t.Failed() {
+			DumpLogs(t, dir)
+		}
+
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+
+		assert.NoError(t, down(ctx, dir, prefix), "lab down")
+
+		namespaces, err := labnet.ListNamespaces(ctx)
+		assert.NoError(t, err)
+
+		for _, ns := range namespaces {
+			assert.False(t, strings.HasPrefix(ns, prefix+"-"), "namespace %s is left behind", ns)
+		}
+
+		assert.Empty(t, proc.FindByArg(dir+"/"), "processes of the lab (QEMU, dnsmasq, ipmi_sim, lab-power…) are left behind")
+	})
+
+	return dir, prefix
+}
+
+// Anvilctl returns a runner of anvilctl against the lab provider's control socket.
+func Anvilctl(bin, socket string) func(args ...string) (string, error) {
+	return func(args ...string) (string, error) {
+		out, err := exec.Command(bin, append([]string{"--endpoint", "unix://" + socket}, args...)...).CombinedOutput()
+
+		return string(out), err
 	}
 }
