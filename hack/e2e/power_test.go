@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -189,7 +190,7 @@ func agentBoots(t *testing.T, providerLog, uuid string) []string {
 			continue
 		}
 
-		if b, _ := e.Fields["boot"].(string); b != "" && !contains(boots, b) { //nolint:errcheck
+		if b, _ := e.Fields["boot"].(string); b != "" && !slices.Contains(boots, b) { //nolint:errcheck
 			boots = append(boots, b)
 		}
 	}
@@ -252,14 +253,4 @@ func readFile(path string) string {
 	b, _ := os.ReadFile(path)
 
 	return string(b)
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-
-	return false
 }
