@@ -66,6 +66,20 @@ func Binaries(t *testing.T) (provider, anvilctl string) {
 	return build.provider, build.anvilctl
 }
 
+// Main runs a test package's tests, then removes the binaries Binaries built for them:
+// a package that uses this one calls it from its TestMain.
+func Main(m *testing.M) int {
+	code := m.Run()
+
+	if build.dir != "" {
+		if err := os.RemoveAll(build.dir); err != nil {
+			fmt.Fprintf(os.Stderr, "testprovider: removing %s: %v\n", build.dir, err)
+		}
+	}
+
+	return code
+}
+
 // Provider is a provider process on loopback.
 type Provider struct {
 	t         *testing.T

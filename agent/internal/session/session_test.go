@@ -2,6 +2,7 @@ package session_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,9 @@ import (
 	"github.com/anvil-metal/anvil/internal/resourcewire"
 	"github.com/anvil-metal/anvil/internal/testprovider"
 )
+
+// TestMain removes the provider binaries the tests built once they are done.
+func TestMain(m *testing.M) { os.Exit(testprovider.Main(m)) }
 
 const (
 	uuid = "4c4c4544-0000-1000-8000-0000000000c3"

@@ -22,6 +22,9 @@ import (
 	"github.com/anvil-metal/anvil/internal/testprovider"
 )
 
+// TestMain removes the provider binaries the tests built once they are done.
+func TestMain(m *testing.M) { os.Exit(testprovider.Main(m)) }
+
 const (
 	vmUUID = "4c4c4544-0000-1000-8000-0000000000d4"
 	vmMAC  = "52:54:00:00:00:d4"

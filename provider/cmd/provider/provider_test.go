@@ -20,6 +20,9 @@ import (
 	"github.com/anvil-metal/anvil/internal/testprovider"
 )
 
+// TestMain removes the provider binaries the tests built once they are done.
+func TestMain(m *testing.M) { os.Exit(testprovider.Main(m)) }
+
 const (
 	uuid  = "4c4c4544-0000-1000-8000-0000000000a1"
 	uuid2 = "4c4c4544-0000-1000-8000-0000000000b2"
