@@ -70,7 +70,7 @@ type result struct {
 }
 
 // stages cuts the machine's boots into stages from its console and the provider's log.
-func (r *result) stages(t *testing.T, consoles *timeline.Consoles, providerLog string) {
+func (r *result) stages(t testing.TB, consoles *timeline.Consoles, providerLog string) {
 	// QEMU writes its pid file as it starts the machine: the power-on.
 	st, err := os.Stat(r.m.PIDFile())
 	if !assert.NoError(t, err, "%s: the pid file", r.m.Name) {
@@ -110,7 +110,9 @@ func diskMethods() map[machine.Firmware]string {
 // TestE2E is the whole flow; see the package comment. ANVIL_E2E_RUNS=N runs it N times
 // on a fresh lab each (the disk step in the first run only) and reports each stage's
 // median (make figures).
-func TestE2E(t *testing.T) {
+func TestE2E(tt *testing.T) {
+	t := labtest.Recording(tt)
+
 	labtest.RequireHost(t)
 
 	root := labtest.RepoRoot(t)
@@ -141,7 +143,7 @@ func TestE2E(t *testing.T) {
 	for run := 1; run <= runs; run++ {
 		var results []*result
 
-		ok := t.Run(fmt.Sprintf("run-%d", run), func(t *testing.T) {
+		ok := t.Run(fmt.Sprintf("run-%d", run), func(t labtest.T) {
 			results = flowRun(t, b, run == 1)
 		})
 
@@ -162,7 +164,7 @@ type binaries struct {
 }
 
 // flowRun is one run of the flow on a lab of its own; withDisk adds step 5.
-func flowRun(t *testing.T, b binaries, withDisk bool) []*result {
+func flowRun(t testing.TB, b binaries, withDisk bool) []*result {
 	dir, prefix := labtest.NewLab(t, "anve", nil)
 
 	cfg := lab.Config{
@@ -291,7 +293,7 @@ func flowRun(t *testing.T, b binaries, withDisk bool) []*result {
 }
 
 // flow takes one machine from power-on to "installed".
-func flow(t *testing.T, ctl func(...string) (string, error), m *machine.Machine, poweredOn time.Time, configFile string, r *result) {
+func flow(t testing.TB, ctl func(...string) (string, error), m *machine.Machine, poweredOn time.Time, configFile string, r *result) {
 	// 2. It registers with its identity and inventory.
 	var yaml string
 
@@ -456,7 +458,7 @@ func TestHTTPStatusHelper(t *testing.T) {
 
 // httpStatusInNS is the status of GET url from inside namespace ns, fetched by this test
 // binary run there as TestHTTPStatusHelper.
-func httpStatusInNS(t *testing.T, ns, url string) string {
+func httpStatusInNS(t testing.TB, ns, url string) string {
 	t.Helper()
 
 	cmd := labnet.Command(t.Context(), ns, os.Args[0], "-test.run=^TestHTTPStatusHelper$", "-test.count=1")
@@ -471,7 +473,7 @@ func httpStatusInNS(t *testing.T, ns, url string) string {
 	return string(m[1])
 }
 
-func writeReport(t *testing.T, root string, runs [][]*result) {
+func writeReport(t testing.TB, root string, runs [][]*result) {
 	if len(runs) == 0 || len(runs[0]) == 0 {
 		return
 	}
@@ -554,7 +556,7 @@ func nonEmptyLines(s string) []string {
 
 // standinAssets is the stand-in Talos' boot assets, built here (they are small and
 // must match the stand-in's source).
-func standinAssets(t *testing.T, root, bin string) string {
+func standinAssets(t testing.TB, root, bin string) string {
 	t.Helper()
 
 	out := filepath.Join(bin, "talos-standin")

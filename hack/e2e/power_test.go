@@ -31,7 +31,9 @@ const sessionLine = "Activate session: Session started"
 // by the same ipmi_sim) and, with those credentials, powers the idle machine off over
 // RMCP+, powers it on with PXE once when asked, and power-cycles it on a reboot request:
 // each time the agent boots anew.
-func TestPowerE2E(t *testing.T) {
+func TestPowerE2E(tt *testing.T) {
+	t := labtest.Recording(tt)
+
 	labtest.RequireHost(t)
 
 	for _, tool := range []string{"ipmi_sim", "ipmitool"} {
@@ -177,7 +179,7 @@ func TestPowerE2E(t *testing.T) {
 }
 
 // agentBoots lists the boot IDs the machine's agents connected with, in order.
-func agentBoots(t *testing.T, providerLog, uuid string) []string {
+func agentBoots(t testing.TB, providerLog, uuid string) []string {
 	t.Helper()
 
 	entries, err := timeline.ReadProviderLog(providerLog)
@@ -199,7 +201,7 @@ func agentBoots(t *testing.T, providerLog, uuid string) []string {
 }
 
 // waitNewBoot waits for an agent boot not in before, and returns them all.
-func waitNewBoot(t *testing.T, providerLog, uuid string, before []string, after string) []string {
+func waitNewBoot(t testing.TB, providerLog, uuid string, before []string, after string) []string {
 	t.Helper()
 
 	var boots []string

@@ -50,7 +50,9 @@ var marks = []struct {
 //     back to the agent, which wipes (zeroes) — killed mid-way with the provider, the wipe
 //     is not reported done, and after the restart it is done again, whole, and only then
 //     is the machine available.
-func TestWipeE2E(t *testing.T) {
+func TestWipeE2E(tt *testing.T) {
+	t := labtest.Recording(tt)
+
 	labtest.RequireHost(t)
 
 	for _, tool := range []string{"ipmi_sim", "ipmitool", "qemu-io", "qemu-img"} {
@@ -255,7 +257,7 @@ func TestWipeE2E(t *testing.T) {
 	assertSameDisk(t, before[b.Name], b.Disk(), "the rejected machine's disk")
 }
 
-func run(t *testing.T, name string, args ...string) {
+func run(t testing.TB, name string, args ...string) {
 	t.Helper()
 
 	out, err := exec.Command(name, args...).CombinedOutput()
@@ -263,7 +265,7 @@ func run(t *testing.T, name string, args ...string) {
 }
 
 // assertSameDisk compares two images' contents; -U reads a disk that a running QEMU holds.
-func assertSameDisk(t *testing.T, want, got string, msg string, args ...any) {
+func assertSameDisk(t testing.TB, want, got string, msg string, args ...any) {
 	t.Helper()
 
 	out, err := exec.Command("qemu-img", "compare", "-U", "-f", "qcow2", "-F", "qcow2", want, got).CombinedOutput()
@@ -272,7 +274,7 @@ func assertSameDisk(t *testing.T, want, got string, msg string, args ...any) {
 
 // assertPattern checks that every byte of [off, off+n) of the image is pattern ("0",
 // "0xa5", …).
-func assertPattern(t *testing.T, disk string, off, n int64, pattern, what string) {
+func assertPattern(t testing.TB, disk string, off, n int64, pattern, what string) {
 	t.Helper()
 
 	// qemu-io reads at most 2 GiB - 512 at a time: one command per 512 MiB.

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +27,7 @@ import (
 
 // RequireHost skips the test, saying why, where the lab cannot run: not root, or a tool
 // missing.
-func RequireHost(t *testing.T) {
+func RequireHost(t testing.TB) {
 	t.Helper()
 
 	if os.Geteuid() != 0 {
@@ -41,7 +42,7 @@ func RequireHost(t *testing.T) {
 }
 
 // RepoRoot is the repository's root directory.
-func RepoRoot(t *testing.T) string {
+func RepoRoot(t testing.TB) string {
 	t.Helper()
 
 	_, file, _, _ := runtime.Caller(0)
@@ -50,7 +51,7 @@ func RepoRoot(t *testing.T) string {
 }
 
 // GoBuild builds a static binary of pkg (relative to root) into out.
-func GoBuild(t *testing.T, root, out, pkg string) {
+func GoBuild(t testing.TB, root, out, pkg string) {
 	t.Helper()
 
 	cmd := exec.Command("go", "build", "-o", out, pkg)
@@ -63,7 +64,7 @@ func GoBuild(t *testing.T, root, out, pkg string) {
 
 // AgentAssets is _out/agent when make agent-initramfs has run, else assets built into
 // bin.
-func AgentAssets(t *testing.T, root, bin string) string {
+func AgentAssets(t testing.TB, root, bin string) string {
 	t.Helper()
 
 	made := filepath.Join(root, "_out", "agent")
@@ -87,7 +88,7 @@ func AgentAssets(t *testing.T, root, bin string) string {
 // DumpLogs prints a lab's logs: the machines' serial consoles, the provider's, the site
 // DHCP server's and the factory stand-in's, and, where the lab has them, the simulated
 // BMCs' and the power API's.
-func DumpLogs(t *testing.T, dir string) {
+func DumpLogs(t testing.TB, dir string) {
 	t.Helper()
 
 	logs, _ := filepath.Glob(filepath.Join(dir, "machines", "*", "serial.log"))
@@ -115,7 +116,7 @@ func DumpLogs(t *testing.T, dir string) {
 // tag and the test process's pid, so that it runs beside any other lab) and registers its
 // teardown: on failure the lab's logs, then down (nil: lab.Down), then the check that no
 // namespace of the prefix and no process naming the directory is left — pass or fail.
-func NewLab(t *testing.T, tag string, down func(ctx context.Context, dir, prefix string) error) (dir, prefix string) {
+func NewLab(t testing.TB, tag string, down func(ctx context.Context, dir, prefix string) error) (dir, prefix string) {
 	t.Helper()
 
 	// The TempDir comes first, so the teardown, registered after it, runs before its removal.
@@ -156,4 +157,81 @@ func Anvilctl(bin, socket string) func(args ...string) (string, error) {
 
 		return string(out), err
 	}
+}
+
+// T is a lab test that repeats its failures when it ends: a failure is followed by pages
+// of logs (the consoles, the provider's) and CI shows a log's tail.
+type T struct {
+	*testing.T
+	failures *failures
+}
+
+type failures struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+// Recording wraps t: the failures of t, and of the subtests it runs through Run, are
+// repeated as t's last output.
+func Recording(t *testing.T) T {
+	f := &failures{}
+
+	t.Cleanup(func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+
+		if len(f.msgs) > 0 {
+			t.Logf("%d failure(s), repeated from above:\n%s", len(f.msgs), strings.Join(f.msgs, "\n"))
+		}
+	})
+
+	return T{T: t, failures: f}
+}
+
+// Run runs f as a subtest whose failures are repeated with t's.
+func (t T) Run(name string, f func(T)) bool {
+	return t.T.Run(name, func(st *testing.T) { f(T{T: st, failures: t.failures}) })
+}
+
+// Errorf records the failure, then reports it as testing.T does.
+func (t T) Errorf(format string, args ...any) {
+	t.T.Helper()
+	t.record(fmt.Sprintf(format, args...))
+	t.T.Errorf(format, args...)
+}
+
+// Error records the failure, then reports it as testing.T does.
+func (t T) Error(args ...any) {
+	t.T.Helper()
+	t.record(fmt.Sprintln(args...))
+	t.T.Error(args...)
+}
+
+// Fatalf records the failure, then reports it and stops as testing.T does.
+func (t T) Fatalf(format string, args ...any) {
+	t.T.Helper()
+	t.record(fmt.Sprintf(format, args...))
+	t.T.Fatalf(format, args...)
+}
+
+// Fatal records the failure, then reports it and stops as testing.T does.
+func (t T) Fatal(args ...any) {
+	t.T.Helper()
+	t.record(fmt.Sprintln(args...))
+	t.T.Fatal(args...)
+}
+
+// record keeps a failure's message, cut short: the full one is printed where it happened.
+func (t T) record(msg string) {
+	const maxLen = 1500
+
+	msg = strings.TrimSpace(msg)
+	if len(msg) > maxLen {
+		msg = msg[:maxLen] + " …"
+	}
+
+	t.failures.mu.Lock()
+	defer t.failures.mu.Unlock()
+
+	t.failures.msgs = append(t.failures.msgs, fmt.Sprintf("--- %s (%s):\n%s", t.Name(), time.Now().Format("15:04:05"), msg))
 }
