@@ -91,6 +91,15 @@ func runPID1() {
 			logger = initsys.NewLogger(zapcore.InfoLevel, ws...)
 		}
 
+		// The lines tests look for go through the kernel's log, which prints them whole:
+		// the kernel's own messages (disks and NICs still probing) would cut a line
+		// written to the serial console directly.
+		if klog, err := initsys.OpenKernelLog(out); err != nil {
+			logger.Warn("error opening the kernel log; reporting on the consoles", zap.Error(err))
+		} else {
+			out = klog
+		}
+
 		loadModules(ctx, logger)
 
 		links, err := link.Start(ctx, link.Options{Logger: logger.Named("link")})
