@@ -3,23 +3,30 @@ package initsys_test
 import (
 	"bytes"
 	"errors"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/anvil-metal/anvil/internal/initsys"
 )
 
 // fakeKmsg keeps each write as one record and refuses long ones, as /dev/kmsg does.
 type fakeKmsg struct {
+	mu      sync.Mutex
 	records []string
 	max     int
-	closed  bool
 }
 
 func (f *fakeKmsg) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
 	if len(p) > f.max {
 		return 0, syscall.EINVAL
 	}
@@ -29,16 +36,10 @@ func (f *fakeKmsg) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (f *fakeKmsg) Close() error {
-	f.closed = true
-
-	return nil
-}
-
 func TestKernelLog(t *testing.T) {
 	t.Parallel()
 
-	long := "X " + string(bytes.Repeat([]byte("y"), 100)) + "\n"
+	long := "X " + strings.Repeat("y", 100) + "\n"
 
 	for _, tc := range []struct {
 		name         string
@@ -53,8 +54,8 @@ func TestKernelLog(t *testing.T) {
 		},
 		{
 			name:        "lines split across writes and joined in one",
-			writes:      []string{"TALOS-STANDIN sche", "matic=abc\nTALOS-STANDIN installed\nlast"},
-			wantRecords: []string{"<13>TALOS-STANDIN schematic=abc\n", "<13>TALOS-STANDIN installed\n", "<13>last\n"},
+			writes:      []string{"TALOS-STANDIN sche", "matic=abc\nTALOS-STANDIN installed\nrest"},
+			wantRecords: []string{"<13>TALOS-STANDIN schematic=abc\n", "<13>TALOS-STANDIN installed\n"},
 		},
 		{
 			name:         "a line too long for a record goes to the fallback",
@@ -70,7 +71,7 @@ func TestKernelLog(t *testing.T) {
 
 			var fallback bytes.Buffer
 
-			k := initsys.NewKernelLog(kmsg, &fallback)
+			k := initsys.NewKernelLog(kmsg, initsys.PriorityNotice, &fallback)
 
 			for _, w := range tc.writes {
 				n, err := k.Write([]byte(w))
@@ -78,8 +79,6 @@ func TestKernelLog(t *testing.T) {
 				assert.Equal(t, len(w), n)
 			}
 
-			require.NoError(t, k.Close())
-			assert.True(t, kmsg.closed)
 			assert.Equal(t, tc.wantRecords, kmsg.records)
 			assert.Equal(t, tc.wantFallback, fallback.String())
 		})
@@ -93,10 +92,34 @@ func (failing) Write([]byte) (int, error) { return 0, errors.New("console gone")
 func TestKernelLogBothFail(t *testing.T) {
 	t.Parallel()
 
-	k := initsys.NewKernelLog(&fakeKmsg{max: 0}, failing{})
+	k := initsys.NewKernelLog(&fakeKmsg{max: 0}, initsys.PriorityInfo, failing{})
 
 	_, err := k.Write([]byte("line\n"))
 	require.Error(t, err)
 	assert.ErrorIs(t, err, syscall.EINVAL)
 	assert.Contains(t, err.Error(), "console gone")
+
+	// The line is dropped, not retried with the next.
+	_, err = k.Write([]byte("next"))
+	assert.NoError(t, err)
+}
+
+func TestKernelLogger(t *testing.T) {
+	t.Parallel()
+
+	kmsg := &fakeKmsg{max: 1024}
+
+	log := initsys.NewKernelLogger(zapcore.InfoLevel, kmsg, failing{})
+	log.Debug("not shown")
+	log.Named("modules").Info("loaded kernel module", zap.String("module", "virtio_net"))
+	log.Warn("no lease", zap.Error(errors.New("timeout")))
+	log.Error("wipe failed")
+	require.NoError(t, log.Sync())
+
+	// The kernel stamps the time; each level has its priority.
+	assert.Equal(t, []string{
+		"<14>INFO  modules loaded kernel module {\"module\": \"virtio_net\"}\n",
+		"<12>WARN  no lease {\"error\": \"timeout\"}\n",
+		"<11>ERROR wipe failed\n",
+	}, kmsg.records)
 }

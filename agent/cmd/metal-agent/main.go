@@ -45,6 +45,20 @@ func runPID1() {
 
 	logger := initsys.NewLogger(zapcore.InfoLevel, console)
 
+	// The pseudo filesystems first, for the kernel log (the service's mounts then find
+	// them mounted).
+	if err := initsys.MountAll(logger, "/", initsys.Mounts); err != nil {
+		logger.Error("error mounting", zap.Error(err))
+	}
+
+	// Through the kernel's log, which prints every line whole on every console; on the
+	// console directly where the kernel would drop lines.
+	if kmsg, kerr := initsys.OpenKernelLog(); kerr != nil {
+		logger.Warn("logging on the console", zap.Error(kerr))
+	} else {
+		logger = initsys.NewKernelLogger(zapcore.InfoLevel, kmsg, console)
+	}
+
 	err = initsys.Guard(logger, func() error {
 		return service.Run(context.Background(), service.Options{
 			PID1: true, Modules: true, Network: true, Sources: inventory.DefaultSources(), Logger: logger,

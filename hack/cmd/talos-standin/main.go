@@ -74,31 +74,36 @@ func runPID1() {
 	}
 
 	logger := initsys.NewLogger(zapcore.InfoLevel, console)
+
+	// The pseudo filesystems first: the kernel log and the list of consoles are there.
+	if err := initsys.MountAll(logger, "/", initsys.Mounts); err != nil {
+		logger.Error("error mounting", zap.Error(err))
+	}
+
+	// /dev/console is only the last console= (tty0 in the factory's cmdline); the tests
+	// read the serial one, so write to every console the kernel has.
+	consoles := io.Writer(console)
+	if ws := activeConsoles(logger); len(ws) > 0 {
+		consoles = io.MultiWriter(ws...)
+	}
+
+	// Logs and the lines tests look for go through the kernel's log, which prints them
+	// whole on every console: the kernel's own messages (disks and NICs still probing)
+	// would cut a line written to the serial console directly.
+	logger = initsys.NewLogger(zapcore.InfoLevel, consoles)
+	out := consoles
+
+	if kmsg, kerr := initsys.OpenKernelLog(); kerr != nil {
+		logger.Warn("logging on the consoles", zap.Error(kerr))
+	} else {
+		logger = initsys.NewKernelLogger(zapcore.InfoLevel, kmsg, consoles)
+		out = initsys.NewKernelLog(kmsg, initsys.PriorityNotice, consoles)
+	}
+
 	logger.Info("talos stand-in starting")
 
 	err = initsys.Guard(logger, func() error {
 		ctx := context.Background()
-
-		if err := initsys.MountAll(logger, "/", initsys.Mounts); err != nil {
-			logger.Error("error mounting", zap.Error(err))
-		}
-
-		// /dev/console is only the last console= (tty0 in the factory's cmdline); the
-		// tests read the serial one, so write to every console the kernel has.
-		out := io.Writer(console)
-		if ws := activeConsoles(logger); len(ws) > 0 {
-			out = io.MultiWriter(ws...)
-			logger = initsys.NewLogger(zapcore.InfoLevel, ws...)
-		}
-
-		// The lines tests look for go through the kernel's log, which prints them whole:
-		// the kernel's own messages (disks and NICs still probing) would cut a line
-		// written to the serial console directly.
-		if klog, err := initsys.OpenKernelLog(out); err != nil {
-			logger.Warn("error opening the kernel log; reporting on the consoles", zap.Error(err))
-		} else {
-			out = klog
-		}
 
 		loadModules(ctx, logger)
 
