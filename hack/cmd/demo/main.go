@@ -182,6 +182,20 @@ func run(ctx context.Context, dir, prefix string, n int) error {
 		return err
 	}
 
+	// The demo starts from a fresh lab: a previous one's machines are registered,
+	// accepted and allocated already.
+	if _, err := os.Stat(dir); err == nil {
+		d.say("a previous lab is in %s: taking it down and starting afresh", dir)
+
+		if err := lab.Down(ctx, dir, prefix); err != nil {
+			return fmt.Errorf("error taking the previous lab down: %w", err)
+		}
+
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("error removing the previous lab: %w", err)
+		}
+	}
+
 	d.say("bringing the lab up in %s: site DHCP, the provider, the factory stand-in, %d QEMU machines (TCG: ~20–50 s to the agent)", dir, n)
 
 	var err error
