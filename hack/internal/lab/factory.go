@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"os/exec"
@@ -76,12 +77,8 @@ func BuildFactory(ctx context.Context, root, bin string) error {
 
 // BuildStandinAssets builds the test "Talos" (hack/cmd/talos-standin) and its boot
 // assets into out (vmlinuz-amd64, initramfs-amd64.zst) with the imager, from the module
-// at root, unless out already has them.
+// at root, unless out has them for this very stand-in binary and kernel already.
 func BuildStandinAssets(ctx context.Context, root, out string) error {
-	if StandinAssetsExist(out) {
-		return nil
-	}
-
 	kernel := debianKernel()
 	if kernel == "" {
 		return fmt.Errorf("no Debian kernel with its modules (/boot/vmlinuz-<v>, /lib/modules/<v>): make setup installs linux-image-amd64")
@@ -94,9 +91,21 @@ func BuildStandinAssets(ctx context.Context, root, out string) error {
 
 	defer os.RemoveAll(tmp) //nolint:errcheck
 
+	// The binary is cheap to build (Go caches it); the initramfs is not, so it is made
+	// again only when the binary or the kernel changed.
 	bin := filepath.Join(tmp, "talos-standin")
 	if err := goBuild(ctx, root, bin, "./hack/cmd/talos-standin"); err != nil {
 		return err
+	}
+
+	stamp, err := standinStamp(bin, kernel)
+	if err != nil {
+		return err
+	}
+
+	stampFile := filepath.Join(out, "standin.stamp")
+	if b, err := os.ReadFile(stampFile); err == nil && string(b) == stamp && StandinAssetsExist(out) {
+		return nil
 	}
 
 	// Build beside out, then rename: a half-built directory is never taken as built.
@@ -110,9 +119,26 @@ func BuildStandinAssets(ctx context.Context, root, out string) error {
 		return fmt.Errorf("error building the stand-in's boot assets: %w: %s", err, b)
 	}
 
+	if err := os.WriteFile(filepath.Join(work, "standin.stamp"), []byte(stamp), 0o644); err != nil {
+		return fmt.Errorf("error writing the stand-in's stamp: %w", err)
+	}
+
 	_ = os.RemoveAll(out)
 
 	return os.Rename(work, out)
+}
+
+// standinStamp names what the assets are made of: the stand-in binary's digest and the
+// kernel.
+func standinStamp(bin, kernel string) (string, error) {
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		return "", fmt.Errorf("error reading the stand-in binary: %w", err)
+	}
+
+	sum := sha256.Sum256(b)
+
+	return fmt.Sprintf("%x %s\n", sum, kernel), nil
 }
 
 // StandinAssetsExist tells whether dir has the stand-in's kernel and initramfs.
