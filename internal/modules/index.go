@@ -150,13 +150,6 @@ func (ix *Index) Match(modalias string) []string {
 // Builtin reports whether the module is compiled into the kernel.
 func (ix *Index) Builtin(name string) bool { return ix.builtin[Name(name)] }
 
-// Known reports whether modules.dep lists the module.
-func (ix *Index) Known(name string) bool {
-	_, ok := ix.deps[Name(name)]
-
-	return ok
-}
-
 // Closure returns the modules to load for name, dependencies first, each
 // once, the module itself last. Built-in modules are left out; a module
 // neither in modules.dep nor built in is an error.

@@ -14,9 +14,7 @@ import (
 
 	"github.com/cosi-project/runtime/api/v1alpha1"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
 )
@@ -200,9 +198,6 @@ func Seed(ctx context.Context, baseURL string, ctl *Control, n, inflight int) (*
 
 	return st, nil
 }
-
-// IsNotFound reports whether err is a gRPC NotFound.
-func IsNotFound(err error) bool { return status.Code(err) == codes.NotFound }
 
 // parallel runs fn over items with at most inflight at a time; the first error stops it.
 func parallel(ctx context.Context, items []int, inflight int, fn func(int) error) error {

@@ -107,11 +107,6 @@ func (ix *Index) Select(patterns []string) (*Selection, error) {
 	return s, nil
 }
 
-// Has tells whether a module (any spelling) is selected.
-func (s *Selection) Has(name string) bool {
-	return s.set[Name(name)]
-}
-
 func matches(pattern string, m *Module) (bool, error) {
 	if strings.Contains(pattern, "/") {
 		return strings.HasPrefix(m.Path, pattern), nil

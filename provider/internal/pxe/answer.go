@@ -74,19 +74,10 @@ func BootFor(cfg *Config, req *dhcpv4.DHCPv4) (Boot, error) {
 	return b, nil
 }
 
-// Answer is the ProxyDHCP decision for a request received on the DHCP port: an OFFER for
-// a PXE DISCOVER, an ACK for a PXE REQUEST naming this server (option 54). The reply never
-// carries an address. A nil reply comes with an error matching ErrIgnore or ErrMalformed.
-func Answer(cfg *Config, req *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, error) {
-	return answer(cfg, req, false)
-}
-
-// AnswerBootServer is Answer for requests received on the PXE boot server port (4011),
-// where a REQUEST is for us whatever its option 54 says.
-func AnswerBootServer(cfg *Config, req *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, error) {
-	return answer(cfg, req, true)
-}
-
+// answer is the ProxyDHCP decision for a request: an OFFER for a PXE DISCOVER, an ACK
+// for a PXE REQUEST naming this server (option 54) or, received on the PXE boot server
+// port (4011, bootPort), whatever its option 54 says. The reply never carries an
+// address. A nil reply comes with an error matching ErrIgnore or ErrMalformed.
 func answer(cfg *Config, req *dhcpv4.DHCPv4, bootPort bool) (*dhcpv4.DHCPv4, error) {
 	if cfg.serverIP == nil {
 		return nil, errors.New("pxe: Config not validated")
