@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/anvil-metal/anvil/internal/freeport"
 	"github.com/anvil-metal/anvil/internal/labfactory"
 )
 
@@ -255,25 +255,20 @@ func (p *Provider) WaitMachine(id string) {
 	}, 30*time.Second, 100*time.Millisecond, "machine %s was not recorded", id)
 }
 
-// FreePort returns a port free on loopback at the time of asking.
+// FreePort returns a port free on loopback ("tcp" or "udp"), never one handed out
+// before in this test binary (see freeport).
 func FreePort(t *testing.T, network string) int {
 	t.Helper()
 
+	pick := freeport.TCP
 	if network == "udp" {
-		c, err := net.ListenPacket("udp4", "127.0.0.1:0")
-		require.NoError(t, err)
-
-		defer c.Close() //nolint:errcheck
-
-		return c.LocalAddr().(*net.UDPAddr).Port
+		pick = freeport.UDP
 	}
 
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	port, err := pick()
 	require.NoError(t, err)
 
-	defer l.Close() //nolint:errcheck
-
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // syncBuffer is a buffer the provider's output and the test read at once.

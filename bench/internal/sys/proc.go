@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/anvil-metal/anvil/internal/freeport"
 )
 
 // Proc is a long-running child process in its own process group.
@@ -135,15 +137,14 @@ func tail(s string, n int) string {
 	return "…" + s[len(s)-n:]
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port free on 127.0.0.1 (see freeport).
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.TCP()
 	if err != nil {
 		return 0, fmt.Errorf("error finding a free port: %w", err)
 	}
-	defer l.Close() //nolint:errcheck
 
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return port, nil
 }
 
 // WaitTCP waits until addr accepts connections, p exits, or timeout passes.

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvil-metal/anvil/internal/freeport"
 	"github.com/anvil-metal/anvil/provider/internal/power"
 )
 
@@ -316,25 +317,23 @@ func startRelay(t *testing.T, upstreamPort int) *relay {
 func freeUDPPort(t *testing.T) int {
 	t.Helper()
 
-	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	port, err := freeport.UDP()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close() //nolint:errcheck
 
-	return c.LocalAddr().(*net.UDPAddr).Port
+	return port
 }
 
 func freeTCPPort(t *testing.T) int {
 	t.Helper()
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.TCP()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close() //nolint:errcheck
 
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 func writeFile(t *testing.T, path, content string, mode os.FileMode) {
