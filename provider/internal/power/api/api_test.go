@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/anvil-metal/anvil/internal/powerwire"
 	"github.com/anvil-metal/anvil/provider/internal/power"
@@ -137,11 +139,15 @@ func TestClientErrors(t *testing.T) {
 		}
 	}()
 
-	// A port nothing listens on.
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	// A port nothing listens on: bound without listening, so that it refuses connections
+	// and no server of this test (bind(0) hands a released port out again) takes it.
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	require.NoError(t, err)
-	closedAddr := closed.Addr().String()
-	require.NoError(t, closed.Close())
+	t.Cleanup(func() { unix.Close(fd) }) //nolint:errcheck
+	require.NoError(t, unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	sa, err := unix.Getsockname(fd)
+	require.NoError(t, err)
+	closedAddr := fmt.Sprintf("127.0.0.1:%d", sa.(*unix.SockaddrInet4).Port)
 
 	serve := func(code int, body string) string {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -174,7 +180,14 @@ func TestClientErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 
-			ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+			// Only the hung server must run into the deadline: the others get time for a
+			// slow round trip, so their own error shows rather than "deadline".
+			timeout := 5 * time.Second
+			if tc.name == "hung" {
+				timeout = 500 * time.Millisecond
+			}
+
+			ctx, cancel := context.WithTimeout(t.Context(), timeout)
 			defer cancel()
 
 			user := ""
