@@ -48,7 +48,7 @@ func (c *Consoles) run(ctx context.Context) {
 	defer tick.Stop()
 
 	for {
-		c.poll(time.Now())
+		c.poll()
 
 		select {
 		case <-ctx.Done():
@@ -58,15 +58,15 @@ func (c *Consoles) run(ctx context.Context) {
 	}
 }
 
-func (c *Consoles) poll(now time.Time) {
+func (c *Consoles) poll() {
 	files, _ := filepath.Glob(c.glob) //nolint:errcheck // only ErrBadPattern, a caller's constant
 
 	for _, f := range files {
-		c.read(f, now)
+		c.read(f)
 	}
 }
 
-func (c *Consoles) read(path string, now time.Time) {
+func (c *Consoles) read(path string) {
 	f, err := os.Open(path)
 	if err != nil {
 		return // not there yet
@@ -84,6 +84,10 @@ func (c *Consoles) read(path string, now time.Time) {
 	if err != nil || len(b) == 0 {
 		return
 	}
+
+	// Stamped once read, never before: a clock read ahead of the file would put a line
+	// that was written in between before its time.
+	now := time.Now()
 
 	c.pos[path] += int64(len(b))
 	b = append(c.part[path], b...)
@@ -107,7 +111,7 @@ func (c *Consoles) read(path string, now time.Time) {
 // First is the first line of the console at path, seen at or after since, that match
 // accepts.
 func (c *Consoles) First(path string, since time.Time, match func(string) bool) (Line, bool) {
-	c.poll(time.Now())
+	c.poll()
 
 	c.mu.Lock()
 	defer c.mu.Unlock()

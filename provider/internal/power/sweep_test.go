@@ -134,9 +134,10 @@ func TestSweepBoundsConcurrencyAndTimeout(t *testing.T) {
 		{"default limit", 0, power.DefaultSweepConcurrency},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			const timeout = 200 * time.Millisecond
-
-			f := &fakeBMCs{}
+			const (
+				timeout = 200 * time.Millisecond
+				slack   = 2 * time.Second // upper bounds only: a loaded machine is slow, never fast
+			)
 
 			// Every BMC hangs: each one must cost exactly one timeout, limit at a time.
 			addrs := make([]string, 3*tc.wantLimit)
@@ -144,17 +145,45 @@ func TestSweepBoundsConcurrencyAndTimeout(t *testing.T) {
 				addrs[i] = "hang"
 			}
 
-			start := time.Now()
-			obs := power.Sweep(context.Background(), targets(addrs...), power.Dialers{power.KindIPMI: f.dial},
-				power.SweepOptions{Concurrency: tc.concurrency, Timeout: timeout})
-			took := time.Since(start)
+			// The bound, without a race against the timeout: the BMCs hang until ctx
+			// ends, so the pool fills up to its limit (a serial or short pool never
+			// gets there) and no further (an unbounded one goes past it).
+			f := &fakeBMCs{}
+			ctx, cancel := context.WithCancel(context.Background())
+			swept := make(chan struct{})
+
+			go func() {
+				defer close(swept)
+
+				power.Sweep(ctx, targets(addrs...), power.Dialers{power.KindIPMI: f.dial},
+					power.SweepOptions{Concurrency: tc.concurrency, Timeout: time.Hour})
+			}()
+
+			for wait := time.Now().Add(10 * time.Second); f.inFlight.Load() < int64(tc.wantLimit) && time.Now().Before(wait); {
+				time.Sleep(time.Millisecond)
+			}
+
+			time.Sleep(50 * time.Millisecond) // room for an unbounded pool to overshoot
+			cancel()
+			<-swept
 
 			if m := f.maxSeen.Load(); m != int64(tc.wantLimit) {
 				t.Fatalf("at most %d calls in flight, want exactly the limit %d", m, tc.wantLimit)
 			}
 
+			f = &fakeBMCs{}
+
+			start := time.Now()
+			obs := power.Sweep(context.Background(), targets(addrs...), power.Dialers{power.KindIPMI: f.dial},
+				power.SweepOptions{Concurrency: tc.concurrency, Timeout: timeout})
+			took := time.Since(start)
+
+			if m := f.maxSeen.Load(); m > int64(tc.wantLimit) {
+				t.Fatalf("%d calls in flight, past the limit %d", m, tc.wantLimit)
+			}
+
 			// Three waves of timeouts.
-			if took < 3*timeout || took > 3*timeout+time.Second {
+			if took < 3*timeout || took > 3*timeout+slack {
 				t.Fatalf("sweep took %s, want about %s (3 waves of %s)", took, 3*timeout, timeout)
 			}
 
@@ -163,7 +192,7 @@ func TestSweepBoundsConcurrencyAndTimeout(t *testing.T) {
 					t.Fatalf("%s: err %v, want the per-BMC deadline", o.ID, o.Err)
 				}
 
-				if o.Took < timeout || o.Took > timeout+500*time.Millisecond {
+				if o.Took < timeout || o.Took > timeout+slack {
 					t.Fatalf("%s: took %s, want about the %s timeout", o.ID, o.Took, timeout)
 				}
 			}

@@ -148,9 +148,13 @@ func TestDHCPServerNetns(t *testing.T) {
 	_, _, err = client.exchange(release, netip.AddrPortFrom(testServerIP, 67), 1, 300*time.Millisecond)
 	require.ErrorIs(t, err, errNoReply)
 
-	_, found, err = leases.Lookup(t.Context(), testMAC.String())
-	require.NoError(t, err)
-	assert.False(t, found)
+	// A RELEASE gets no reply, so wait for the server's delete to land (a bbolt
+	// commit, which can be slow under disk load) rather than a fixed delay.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, found, err := leases.Lookup(t.Context(), testMAC.String())
+		require.NoError(c, err)
+		assert.False(c, found, "lease still present after RELEASE")
+	}, 10*time.Second, 50*time.Millisecond)
 }
 
 // memLeases is a LeaseStore in memory, for decision tests without sockets.
