@@ -36,7 +36,7 @@ func TestLabelsAndSelectors(t *testing.T) {
 	// The provider's labels controller, as the provider runs it.
 	rt, err := runtime.NewRuntime(st, zaptest.NewLogger(t))
 	require.NoError(t, err)
-	require.NoError(t, rt.RegisterController(&controllers.MachineLabelsController{Static: map[string]string{"dc": "lab"}}))
+	require.NoError(t, rt.RegisterQController(&controllers.MachineLabelsController{Static: map[string]string{"dc": "lab"}}))
 
 	rtCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

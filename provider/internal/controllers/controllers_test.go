@@ -22,7 +22,9 @@ import (
 )
 
 // run runs the controllers on a fresh state until the test ends.
-func run(t *testing.T, ctrls ...controller.Controller) *state.Store {
+// run runs the controllers (controller.Controller or controller.QController) on a
+// state of their own.
+func run(t *testing.T, ctrls ...any) *state.Store {
 	t.Helper()
 
 	st, err := state.Open(t.Context(), t.TempDir())
@@ -32,7 +34,14 @@ func run(t *testing.T, ctrls ...controller.Controller) *state.Store {
 	require.NoError(t, err)
 
 	for _, c := range ctrls {
-		require.NoError(t, rt.RegisterController(c))
+		switch c := c.(type) {
+		case controller.QController:
+			require.NoError(t, rt.RegisterQController(c))
+		case controller.Controller:
+			require.NoError(t, rt.RegisterController(c))
+		default:
+			t.Fatalf("%T is not a controller", c)
+		}
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())

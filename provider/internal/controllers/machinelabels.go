@@ -6,7 +6,9 @@ import (
 	"maps"
 
 	"github.com/cosi-project/runtime/pkg/controller"
+	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
 	"go.uber.org/zap"
 
 	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
@@ -16,105 +18,104 @@ import (
 // (static from --machine-labels, derived from its boot and inventory, the user's from its
 // MachineIntent) as the metadata labels of one resource, so selectors have one place to
 // look and Machine keeps its one writer.
+//
+// It is a queue controller, one machine per reconcile: a machine's boot stamps change its
+// Machine often, and a fleet of thousands must not have every machine's labels
+// recomputed for each of them.
 type MachineLabelsController struct {
 	// Static labels are set on every machine (--machine-labels); validated by the wiring.
 	Static map[string]string
 }
 
-// Name implements controller.Controller.
+// Name implements controller.QController.
 func (ctrl *MachineLabelsController) Name() string { return "MachineLabelsController" }
 
-// Inputs implements controller.Controller.
-func (ctrl *MachineLabelsController) Inputs() []controller.Input {
-	return []controller.Input{
-		{Namespace: anvilstate.NamespaceName, Type: anvilstate.MachineType, Kind: controller.InputWeak},
-		{Namespace: anvilstate.NamespaceName, Type: anvilstate.MachineInventoryType, Kind: controller.InputWeak},
-		{Namespace: anvilstate.NamespaceName, Type: anvilstate.MachineIntentType, Kind: controller.InputWeak},
+// Settings implements controller.QController: Machine is the primary input; a machine's
+// inventory and intent map to it by ID.
+func (ctrl *MachineLabelsController) Settings() controller.QSettings {
+	return controller.QSettings{
+		Inputs: []controller.Input{
+			{Namespace: anvilstate.NamespaceName, Type: anvilstate.MachineType, Kind: controller.InputQPrimary},
+			{Namespace: anvilstate.NamespaceName, Type: anvilstate.MachineInventoryType, Kind: controller.InputQMapped},
+			{Namespace: anvilstate.NamespaceName, Type: anvilstate.MachineIntentType, Kind: controller.InputQMapped},
+		},
+		Outputs: []controller.Output{{Type: anvilstate.MachineLabelsType, Kind: controller.OutputExclusive}},
 	}
 }
 
-// Outputs implements controller.Controller.
-func (ctrl *MachineLabelsController) Outputs() []controller.Output {
-	return []controller.Output{{Type: anvilstate.MachineLabelsType, Kind: controller.OutputExclusive}}
+// MapInput implements controller.QController: an inventory or intent is the machine's of
+// the same ID.
+func (ctrl *MachineLabelsController) MapInput(_ context.Context, _ *zap.Logger, _ controller.QRuntime, ptr controller.ReducedResourceMetadata) ([]resource.Pointer, error) {
+	return []resource.Pointer{anvilstate.NewMachine(ptr.ID()).Metadata()}, nil
 }
 
-// Run implements controller.Controller.
-func (ctrl *MachineLabelsController) Run(ctx context.Context, r controller.Runtime, _ *zap.Logger) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.EventCh():
+// Reconcile implements controller.QController: the labels of the machine ptr names, or
+// none when the machine is gone.
+func (ctrl *MachineLabelsController) Reconcile(ctx context.Context, _ *zap.Logger, r controller.QRuntime, ptr resource.Pointer) error {
+	id := ptr.ID()
+
+	m, err := safe.ReaderGetByID[*anvilstate.Machine](ctx, r, id)
+	if err != nil {
+		if !state.IsNotFoundError(err) {
+			return fmt.Errorf("error reading machine %s: %w", id, err)
 		}
 
-		if err := ctrl.reconcile(ctx, r); err != nil {
-			return err
-		}
-	}
-}
-
-func (ctrl *MachineLabelsController) reconcile(ctx context.Context, r controller.Runtime) error {
-	machines, err := safe.ReaderListAll[*anvilstate.Machine](ctx, r)
-	if err != nil {
-		return fmt.Errorf("error listing machines: %w", err)
-	}
-
-	inventories, err := safe.ReaderListAll[*anvilstate.MachineInventory](ctx, r)
-	if err != nil {
-		return fmt.Errorf("error listing machine inventories: %w", err)
-	}
-
-	intents, err := safe.ReaderListAll[*anvilstate.MachineIntent](ctx, r)
-	if err != nil {
-		return fmt.Errorf("error listing machine intents: %w", err)
-	}
-
-	inventoryByID := make(map[string]*anvilstate.MachineInventorySpec, inventories.Len())
-	for inv := range inventories.All() {
-		inventoryByID[inv.Metadata().ID()] = inv.TypedSpec()
-	}
-
-	userByID := make(map[string]map[string]string, intents.Len())
-	for in := range intents.All() {
-		userByID[in.Metadata().ID()] = in.TypedSpec().Labels
-	}
-
-	r.StartTrackingOutputs()
-
-	for m := range machines.All() {
-		id := m.Metadata().ID()
-		inv := inventoryByID[id]
-
-		spec := anvilstate.MachineLabelsSpec{
-			Static:        nonEmpty(ctrl.Static),
-			Derived:       nonEmpty(DeriveLabels(m.TypedSpec(), inv)),
-			User:          nonEmpty(userByID[id]),
-			FromInventory: inv != nil,
+		if err = r.Destroy(ctx, anvilstate.NewMachineLabels(id).Metadata()); err != nil && !state.IsNotFoundError(err) {
+			return fmt.Errorf("error removing the labels of machine %s: %w", id, err)
 		}
 
-		if err = safe.WriterModify(ctx, r, anvilstate.NewMachineLabels(id), func(ml *anvilstate.MachineLabels) error {
-			*ml.TypedSpec() = spec.DeepCopy()
+		return nil
+	}
 
-			effective := spec.Effective()
+	inv, err := safe.ReaderGetByID[*anvilstate.MachineInventory](ctx, r, id)
+	if err != nil && !state.IsNotFoundError(err) {
+		return fmt.Errorf("error reading the inventory of machine %s: %w", id, err)
+	}
 
-			for _, k := range ml.Metadata().Labels().Keys() {
-				if _, ok := effective[k]; !ok {
-					ml.Metadata().Labels().Delete(k)
-				}
+	intent, err := safe.ReaderGetByID[*anvilstate.MachineIntent](ctx, r, id)
+	if err != nil && !state.IsNotFoundError(err) {
+		return fmt.Errorf("error reading the intent of machine %s: %w", id, err)
+	}
+
+	var (
+		invSpec *anvilstate.MachineInventorySpec
+		user    map[string]string
+	)
+
+	if inv != nil {
+		invSpec = inv.TypedSpec()
+	}
+
+	if intent != nil {
+		user = intent.TypedSpec().Labels
+	}
+
+	spec := anvilstate.MachineLabelsSpec{
+		Static:        nonEmpty(ctrl.Static),
+		Derived:       nonEmpty(DeriveLabels(m.TypedSpec(), invSpec)),
+		User:          nonEmpty(user),
+		FromInventory: invSpec != nil,
+	}
+
+	// An unchanged spec and labels leave the resource as it is (no write, no event).
+	if err = safe.WriterModify(ctx, r, anvilstate.NewMachineLabels(id), func(ml *anvilstate.MachineLabels) error {
+		*ml.TypedSpec() = spec.DeepCopy()
+
+		effective := spec.Effective()
+
+		for _, k := range ml.Metadata().Labels().Keys() {
+			if _, ok := effective[k]; !ok {
+				ml.Metadata().Labels().Delete(k)
 			}
-
-			for k, v := range effective {
-				ml.Metadata().Labels().Set(k, v)
-			}
-
-			return nil
-		}); err != nil {
-			return fmt.Errorf("error writing the labels of machine %s: %w", id, err)
 		}
-	}
 
-	if err = r.CleanupOutputs(ctx, anvilstate.NewMachineLabels("").Metadata()); err != nil {
-		return fmt.Errorf("error removing the labels of machines gone: %w", err)
+		for k, v := range effective {
+			ml.Metadata().Labels().Set(k, v)
+		}
+
+		return nil
+	}); err != nil {
+		return fmt.Errorf("error writing the labels of machine %s: %w", id, err)
 	}
 
 	return nil

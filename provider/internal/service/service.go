@@ -143,7 +143,6 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		env.status,
 		env.inventory,
 		&controllers.SchematicController{Factory: factory, SchematicFor: env.scripts.Schematic},
-		&controllers.MachineLabelsController{Static: labels},
 	}
 
 	if autoAccept {
@@ -156,6 +155,12 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		if err = ctrlRuntime.RegisterController(ctrl); err != nil {
 			return fmt.Errorf("error registering %s: %w", ctrl.Name(), err)
 		}
+	}
+
+	// One machine per reconcile: its inputs change with every boot stamp.
+	labelsCtrl := &controllers.MachineLabelsController{Static: labels}
+	if err = ctrlRuntime.RegisterQController(labelsCtrl); err != nil {
+		return fmt.Errorf("error registering %s: %w", labelsCtrl.Name(), err)
 	}
 
 	logger.Info("provider starting",
