@@ -193,7 +193,17 @@ func TestSchematicController(t *testing.T) {
 	factory.fail = false
 	factory.mu.Unlock()
 
-	s = eventually(t, st, id, func(s *state.Schematic) bool { return s.TypedSpec().Registered })
+	// The retry comes after the controller's backoff: 5 s, 10 s after two failures.
+	require.Eventually(t, func() bool {
+		got, err := safe.StateGetByID[*state.Schematic](t.Context(), st, id)
+		if err == nil && got.TypedSpec().Registered {
+			s = got
+
+			return true
+		}
+
+		return false
+	}, 30*time.Second, 10*time.Millisecond)
 	assert.Empty(t, s.TypedSpec().LastError)
 	assert.Equal(t, []string{"talos.events.sink=10.0.0.1:50042"}, s.TypedSpec().KernelArgs)
 
