@@ -58,6 +58,9 @@ type Scripts struct {
 	Assets *AgentAssets
 	// TokenKey signs agent and metadata tokens.
 	TokenKey []byte
+	// AgentKernelArgs follow the agent assets' own cmdline on the agent's kernel line
+	// (a site's console, a quirk of its hardware).
+	AgentKernelArgs []string
 }
 
 // Script is a rendered answer to a boot-script request.
@@ -121,6 +124,10 @@ func (s *Scripts) agent(req Request, claims token.Claims) Script {
 
 	if set.Cmdline != "" {
 		b.WriteString(" " + set.Cmdline)
+	}
+
+	for _, arg := range s.AgentKernelArgs {
+		b.WriteString(" " + arg)
 	}
 
 	fmt.Fprintf(&b, " %s=%s %s=%s %s=%s %s=%s\n", bootparams.Provider, s.APIEndpoint, bootparams.CA, s.CAFingerprint,

@@ -74,6 +74,17 @@ func TestRenderAgent(t *testing.T) {
 	assert.False(t, s.Assets.Has("cmdline-amd64"))
 }
 
+func TestRenderAgentKernelArgs(t *testing.T) {
+	t.Parallel()
+
+	s := testScripts(t, true)
+	s.AgentKernelArgs = []string{"no_timer_check", "console=ttyS1,115200"}
+
+	got := s.Render(testReq, boot.Decision{Kind: boot.KindAgent}, token.Claims{Issued: time.Unix(1700000000, 0)})
+	assert.Contains(t, got.Body, "initrd=initramfs-amd64.xz console=ttyS0 quiet no_timer_check console=ttyS1,115200 anvil.provider=",
+		"after the assets' own cmdline, before the agent's parameters")
+}
+
 func TestRenderAgentWithoutAssets(t *testing.T) {
 	t.Parallel()
 

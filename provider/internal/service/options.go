@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/cosi-project/runtime/pkg/resource"
 
@@ -46,7 +47,9 @@ type Options struct {
 	IPXEUEFIFile      string
 	IPXEARM64File     string
 
-	BootFromDiskMethod     string
+	BootFromDiskMethod string
+	// AgentKernelArgs are added to the agent's kernel line.
+	AgentKernelArgs        []string
 	ImageFactoryBaseURL    string
 	ImageFactoryPXEBaseURL string
 	TalosPlatform          string
@@ -203,4 +206,16 @@ func parseRange(s string) (netip.Addr, netip.Addr, error) {
 	}
 
 	return start, end, nil
+}
+
+// checkKernelArgs refuses what would not be one argument on the agent's iPXE kernel line:
+// an empty one, or one with a space or a line break (which would end the script's line).
+func checkKernelArgs(args []string) error {
+	for _, arg := range args {
+		if arg == "" || strings.ContainsFunc(arg, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+			return fmt.Errorf("--agent-kernel-args: %q is not one kernel argument", arg)
+		}
+	}
+
+	return nil
 }

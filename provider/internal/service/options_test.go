@@ -96,3 +96,25 @@ func TestAdvertiseAddress(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, netip.MustParsePrefix("127.0.0.0/8"), sub)
 }
+
+func TestCheckKernelArgs(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		args []string
+		err  string
+	}{
+		{nil, ""},
+		{[]string{"no_timer_check", "console=ttyS1,115200"}, ""},
+		{[]string{""}, `"" is not one kernel argument`},
+		{[]string{"a b"}, `"a b" is not one kernel argument`},
+		{[]string{"quiet\nchain http://elsewhere/"}, "is not one kernel argument"},
+	} {
+		err := checkKernelArgs(tc.args)
+		if tc.err == "" {
+			assert.NoError(t, err, tc.args)
+		} else {
+			assert.ErrorContains(t, err, tc.err, tc.args)
+		}
+	}
+}

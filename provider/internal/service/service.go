@@ -47,6 +47,10 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		return err
 	}
 
+	if err = checkKernelArgs(opts.AgentKernelArgs); err != nil {
+		return err
+	}
+
 	autoAccept, autoAcceptQuery, err := parseAutoAccept(opts.AutoAccept)
 	if err != nil {
 		return err
@@ -101,6 +105,7 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 			DiskMethod:        diskMethod,
 			Assets:            assets,
 			TokenKey:          store.Keys().TokenKey(),
+			AgentKernelArgs:   opts.AgentKernelArgs,
 		},
 		observations: make(chan controllers.PXEObservation, observationBuffer),
 		status:       controllers.NewMachineStatusController(),
