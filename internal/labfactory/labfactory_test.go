@@ -75,7 +75,7 @@ func TestPXEScript(t *testing.T) {
 
 	image := srv.URL + "/image/" + id + "/v1.9.0/"
 	want := "#!ipxe\nimgfree\n" +
-		"kernel " + image + "kernel-amd64 initrd=initramfs-amd64.xz talos.platform=metal console=ttyS0,115200n8 console=tty0 " +
+		"kernel " + image + "kernel-amd64 initrd=initramfs-amd64.xz talos.platform=metal console=ttyS0,115200n8 console=tty0 no_timer_check " +
 		"anvil.lab.schematic=" + id + " anvil.lab.version=v1.9.0 " +
 		"talos.config=http://10.0.2.2:50042/metadata/${anvil_machine}?token=${anvil_token} talos.events.sink=10.0.2.2:50042\n" +
 		"initrd " + image + "initramfs-amd64.xz\nboot\n"

@@ -299,6 +299,9 @@ func (s *State) startProvider(ctx context.Context, cfg Config) error {
 	args := append([]string{
 		// Power in the lab is quick to read and act on; a real BMC wants the defaults.
 		"--power-poll-interval", "5s", "--min-reboot-interval", "5s",
+		// The lab's machines are emulated (TCG): on a loaded host the timer interrupt can
+		// miss the kernel's IO-APIC timer check, which then panics; skip the check.
+		"--agent-kernel-args", "no_timer_check",
 		"--state-dir", s.ProviderStateDir(),
 		"--api-advertise-address", labnet.ProviderAddr,
 		"--api-port", strconv.Itoa(cfg.APIPort),
