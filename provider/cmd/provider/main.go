@@ -82,8 +82,8 @@ func newRootCmd() *cobra.Command {
 	f.StringVar(&opts.ImageFactoryPXEBaseURL, "image-factory-pxe-base-url", opts.ImageFactoryPXEBaseURL, "base URL of the Image Factory's PXE endpoint")
 	f.StringVar(&opts.TalosPlatform, "talos-platform", opts.TalosPlatform, "Talos platform of PXE-booted machines")
 	f.StringVar(&opts.AgentAssetsDir, "agent-assets-dir", opts.AgentAssetsDir, "directory of the agent boot assets (vmlinuz-<arch>, initramfs-<arch>.xz, cmdline-<arch>)")
-	f.StringSliceVar(&opts.AgentKernelArgs, "agent-kernel-args", opts.AgentKernelArgs,
-		"kernel arguments added to the agent's kernel line, after its assets' own (e.g. console=ttyS1,115200)")
+	f.StringVar(&opts.AgentKernelArgs, "agent-kernel-args", opts.AgentKernelArgs,
+		"kernel arguments added to the agent's kernel line after its assets' own, space-separated (e.g. \"console=ttyS1,115200 nomodeset\")")
 	f.StringVar(&opts.WipeMode, "wipe-mode", opts.WipeMode, "how agents wipe disks: fast, zeroes or secure-erase (a machine's own mode wins)")
 	f.BoolVar(&opts.WipeRemovable, "wipe-removable", opts.WipeRemovable, "wipe removable media (USB sticks, SD cards) too")
 	f.StringVar(&opts.RejectedAction, "rejected-action", opts.RejectedAction,

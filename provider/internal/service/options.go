@@ -48,8 +48,8 @@ type Options struct {
 	IPXEARM64File     string
 
 	BootFromDiskMethod string
-	// AgentKernelArgs are added to the agent's kernel line.
-	AgentKernelArgs        []string
+	// AgentKernelArgs are added to the agent's kernel line, space-separated.
+	AgentKernelArgs        string
 	ImageFactoryBaseURL    string
 	ImageFactoryPXEBaseURL string
 	TalosPlatform          string
@@ -208,14 +208,16 @@ func parseRange(s string) (netip.Addr, netip.Addr, error) {
 	return start, end, nil
 }
 
-// checkKernelArgs refuses what would not be one argument on the agent's iPXE kernel line:
-// an empty one, or one with a space or a line break (which would end the script's line).
-func checkKernelArgs(args []string) error {
+// parseKernelArgs splits space-separated kernel arguments, refusing a control character
+// (a line break would end the iPXE script's kernel line).
+func parseKernelArgs(s string) ([]string, error) {
+	args := strings.Fields(s)
+
 	for _, arg := range args {
-		if arg == "" || strings.ContainsFunc(arg, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
-			return fmt.Errorf("--agent-kernel-args: %q is not one kernel argument", arg)
+		if strings.ContainsFunc(arg, unicode.IsControl) {
+			return nil, fmt.Errorf("--agent-kernel-args: %q has a control character", arg)
 		}
 	}
 
-	return nil
+	return args, nil
 }

@@ -47,7 +47,8 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		return err
 	}
 
-	if err = checkKernelArgs(opts.AgentKernelArgs); err != nil {
+	agentKernelArgs, err := parseKernelArgs(opts.AgentKernelArgs)
+	if err != nil {
 		return err
 	}
 
@@ -105,7 +106,7 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 			DiskMethod:        diskMethod,
 			Assets:            assets,
 			TokenKey:          store.Keys().TokenKey(),
-			AgentKernelArgs:   opts.AgentKernelArgs,
+			AgentKernelArgs:   agentKernelArgs,
 		},
 		observations: make(chan controllers.PXEObservation, observationBuffer),
 		status:       controllers.NewMachineStatusController(),
