@@ -28,18 +28,7 @@ func loopDisk(t *testing.T, size int64, marks []int64) (dev, file string) {
 		t.Skip("loop devices need root and /dev/loop-control")
 	}
 
-	file = filepath.Join(t.TempDir(), "disk.img")
-
-	f, err := os.Create(file)
-	require.NoError(t, err)
-	require.NoError(t, f.Truncate(size))
-
-	for _, off := range marks {
-		_, err = f.WriteAt(pattern(off), off)
-		require.NoError(t, err)
-	}
-
-	require.NoError(t, f.Close())
+	file = markedImage(t, filepath.Join(t.TempDir(), "disk.img"), size, marks)
 
 	out, err := exec.CommandContext(t.Context(), "losetup", "--find", "--show", file).CombinedOutput()
 	if err != nil {
@@ -55,6 +44,24 @@ func loopDisk(t *testing.T, size int64, marks []int64) (dev, file string) {
 	})
 
 	return dev, file
+}
+
+// markedImage creates a sparse file of size at path with a pattern block at each of marks.
+func markedImage(t *testing.T, path string, size int64, marks []int64) string {
+	t.Helper()
+
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(size))
+
+	for _, off := range marks {
+		_, err = f.WriteAt(pattern(off), off)
+		require.NoError(t, err)
+	}
+
+	require.NoError(t, f.Close())
+
+	return path
 }
 
 func pattern(off int64) []byte {
@@ -128,18 +135,7 @@ func TestFastWipeLeavesMiddleWithoutDiscard(t *testing.T) {
 	const size = 10 << 30
 
 	marks := []int64{0, 64 << 20, size / 2, size - 4096}
-	file := filepath.Join(t.TempDir(), "disk.img")
-
-	f, err := os.Create(file)
-	require.NoError(t, err)
-	require.NoError(t, f.Truncate(size))
-
-	for _, off := range marks {
-		_, err = f.WriteAt(pattern(off), off)
-		require.NoError(t, err)
-	}
-
-	require.NoError(t, f.Close())
+	file := markedImage(t, filepath.Join(t.TempDir(), "disk.img"), size, marks)
 
 	report, err := wipe.Device(t.Context(), file, wipe.ModeFast, nil)
 	require.NoError(t, err)

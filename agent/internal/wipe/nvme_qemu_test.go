@@ -59,18 +59,7 @@ func TestSecureEraseNVMeQEMU(t *testing.T) {
 	const size = 64 << 20
 
 	marks := []int64{0, 1 << 20, 16 << 20, size / 2, size - 4096}
-	image := filepath.Join(dir, "nvme.img")
-
-	f, err := os.Create(image)
-	require.NoError(t, err)
-	require.NoError(t, f.Truncate(size))
-
-	for _, off := range marks {
-		_, err = f.WriteAt(pattern(off), off)
-		require.NoError(t, err)
-	}
-
-	require.NoError(t, f.Close())
+	image := markedImage(t, filepath.Join(dir, "nvme.img"), size, marks)
 
 	var serial bytes.Buffer
 
