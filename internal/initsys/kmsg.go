@@ -133,3 +133,18 @@ func NewKernelLogger(level zapcore.LevelEnabler, kmsg, fallback io.Writer) *zap.
 
 	return zap.New(zapcore.NewTee(cores...), zap.ErrorOutput(zapcore.AddSync(io.Discard)))
 }
+
+// PID1Logger is PID 1's logger, once the pseudo filesystems are mounted: through the
+// kernel log (see KernelLog) where it takes every line, with kmsg returned for other
+// writers; else on console, with a warning saying why, and kmsg nil.
+func PID1Logger(level zapcore.LevelEnabler, console io.Writer) (logger *zap.Logger, kmsg io.Writer) {
+	f, err := OpenKernelLog()
+	if err != nil {
+		logger = NewLogger(level, console)
+		logger.Warn("logging on the console", zap.Error(err))
+
+		return logger, nil
+	}
+
+	return NewKernelLogger(level, f, console), f
+}

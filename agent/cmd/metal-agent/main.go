@@ -51,13 +51,8 @@ func runPID1() {
 		logger.Error("error mounting", zap.Error(err))
 	}
 
-	// Through the kernel's log, which prints every line whole on every console; on the
-	// console directly where the kernel would drop lines.
-	if kmsg, kerr := initsys.OpenKernelLog(); kerr != nil {
-		logger.Warn("logging on the console", zap.Error(kerr))
-	} else {
-		logger = initsys.NewKernelLogger(zapcore.InfoLevel, kmsg, console)
-	}
+	// Through the kernel's log, which prints every line whole on every console.
+	logger, _ = initsys.PID1Logger(zapcore.InfoLevel, console)
 
 	err = initsys.Guard(logger, func() error {
 		return service.Run(context.Background(), service.Options{

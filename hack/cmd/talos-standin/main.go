@@ -90,13 +90,10 @@ func runPID1() {
 	// Logs and the lines tests look for go through the kernel's log, which prints them
 	// whole on every console: the kernel's own messages (disks and NICs still probing)
 	// would cut a line written to the serial console directly.
-	logger = initsys.NewLogger(zapcore.InfoLevel, consoles)
-	out := consoles
+	logger, kmsg := initsys.PID1Logger(zapcore.InfoLevel, consoles)
 
-	if kmsg, kerr := initsys.OpenKernelLog(); kerr != nil {
-		logger.Warn("logging on the consoles", zap.Error(kerr))
-	} else {
-		logger = initsys.NewKernelLogger(zapcore.InfoLevel, kmsg, consoles)
+	out := consoles
+	if kmsg != nil {
 		out = initsys.NewKernelLog(kmsg, initsys.PriorityNotice, consoles)
 	}
 
