@@ -13,29 +13,6 @@ import (
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
 )
 
-func newRebootCommand(a *app) *cobra.Command {
-	return &cobra.Command{
-		Use:   "reboot <id>",
-		Short: "Reboot an accepted machine through its BMC (PXE once, then a power cycle)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.transitions()
-			if err != nil {
-				return err
-			}
-
-			resp, err := c.Reboot(cmd.Context(), &controlv1.RebootRequest{MachineId: args[0]})
-			if err != nil {
-				return err
-			}
-
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "machine %s: reboot requested (%s)\n", args[0], resp.GetRebootId())
-
-			return err
-		},
-	}
-}
-
 func newBMCCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bmc",

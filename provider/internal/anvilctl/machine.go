@@ -23,30 +23,40 @@ func newMachineCommand(a *app) *cobra.Command {
 		Short:   "Change what is asked of a machine: accept, reject, allocate, power, …",
 	}
 
-	// Transitions that take only the machine ID.
+	// Transitions that take only the machine ID; each returns the line saying what it did.
 	for _, t := range []struct {
 		use, short string
-		call       func(context.Context, controlv1.TransitionServiceClient, string) (*controlv1.MachineIntent, error)
+		call       func(context.Context, controlv1.TransitionServiceClient, string) (string, error)
 	}{
-		{"reject", "Reject a machine: the provider leaves it alone (it boots from disk)", func(ctx context.Context, c controlv1.TransitionServiceClient, id string) (*controlv1.MachineIntent, error) {
+		{"reject", "Reject a machine: the provider leaves it alone (it boots from disk)", func(ctx context.Context, c controlv1.TransitionServiceClient, id string) (string, error) {
 			resp, err := c.Reject(ctx, &controlv1.RejectRequest{MachineId: id})
 
-			return resp.GetIntent(), err
+			return intentLine(resp.GetIntent()), err
 		}},
-		{"deallocate", "Take an allocated machine back; it is wiped before it is handed out again", func(ctx context.Context, c controlv1.TransitionServiceClient, id string) (*controlv1.MachineIntent, error) {
+		{"deallocate", "Take an allocated machine back; it is wiped before it is handed out again", func(ctx context.Context, c controlv1.TransitionServiceClient, id string) (string, error) {
 			resp, err := c.Deallocate(ctx, &controlv1.DeallocateRequest{MachineId: id})
 
-			return resp.GetIntent(), err
+			return intentLine(resp.GetIntent()), err
 		}},
-		{"cordon", "Keep a machine from being handed out", func(ctx context.Context, c controlv1.TransitionServiceClient, id string) (*controlv1.MachineIntent, error) {
+		{"cordon", "Keep a machine from being handed out", func(ctx context.Context, c controlv1.TransitionServiceClient, id string) (string, error) {
 			resp, err := c.Cordon(ctx, &controlv1.CordonRequest{MachineId: id})
 
-			return resp.GetIntent(), err
+			return intentLine(resp.GetIntent()), err
 		}},
-		{"uncordon", "Lift a cordon", func(ctx context.Context, c controlv1.TransitionServiceClient, id string) (*controlv1.MachineIntent, error) {
+		{"uncordon", "Lift a cordon", func(ctx context.Context, c controlv1.TransitionServiceClient, id string) (string, error) {
 			resp, err := c.Uncordon(ctx, &controlv1.UncordonRequest{MachineId: id})
 
-			return resp.GetIntent(), err
+			return intentLine(resp.GetIntent()), err
+		}},
+		{"installed", "Record by hand that Talos is installed for the machine's current allocation", func(ctx context.Context, c controlv1.TransitionServiceClient, id string) (string, error) {
+			resp, err := c.MarkInstalled(ctx, &controlv1.MarkInstalledRequest{MachineId: id})
+
+			return fmt.Sprintf("machine %s: installed (allocation %s)", id, resp.GetAllocationId()), err
+		}},
+		{"reboot", "Reboot an accepted machine through its BMC (PXE once, then a power cycle)", func(ctx context.Context, c controlv1.TransitionServiceClient, id string) (string, error) {
+			resp, err := c.Reboot(ctx, &controlv1.RebootRequest{MachineId: id})
+
+			return fmt.Sprintf("machine %s: reboot requested (%s)", id, resp.GetRebootId()), err
 		}},
 	} {
 		cmd.AddCommand(&cobra.Command{
@@ -59,18 +69,20 @@ func newMachineCommand(a *app) *cobra.Command {
 					return err
 				}
 
-				in, err := t.call(cmd.Context(), c, args[0])
+				line, err := t.call(cmd.Context(), c, args[0])
 				if err != nil {
 					return err
 				}
 
-				return printIntent(cmd.OutOrStdout(), in)
+				_, err = fmt.Fprintln(cmd.OutOrStdout(), line)
+
+				return err
 			},
 		})
 	}
 
-	cmd.AddCommand(newAcceptCommand(a), newInstalledCommand(a), newAllocateCommand(a), newPowerCommand(a),
-		newRebootCommand(a), newBMCCommand(a), newLabelCommand(a), newWipeModeCommand(a))
+	cmd.AddCommand(newAcceptCommand(a), newAllocateCommand(a), newPowerCommand(a), newBMCCommand(a),
+		newLabelCommand(a), newWipeModeCommand(a))
 
 	return cmd
 }
@@ -102,29 +114,6 @@ func newAcceptCommand(a *app) *cobra.Command {
 	cmd.Flags().BoolVar(&req.SkipInitialWipe, "skip-wipe", false, "accept without the initial wipe (the machine holds nothing)")
 
 	return cmd
-}
-
-func newInstalledCommand(a *app) *cobra.Command {
-	return &cobra.Command{
-		Use:   "installed <id>",
-		Short: "Record by hand that Talos is installed for the machine's current allocation",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.transitions()
-			if err != nil {
-				return err
-			}
-
-			resp, err := c.MarkInstalled(cmd.Context(), &controlv1.MarkInstalledRequest{MachineId: args[0]})
-			if err != nil {
-				return err
-			}
-
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "machine %s: installed (allocation %s)\n", args[0], resp.GetAllocationId())
-
-			return err
-		},
-	}
 }
 
 func newAllocateCommand(a *app) *cobra.Command {
@@ -239,6 +228,13 @@ func newPowerCommand(a *app) *cobra.Command {
 
 // printIntent prints a one-line summary of a machine's intent after a transition.
 func printIntent(w io.Writer, in *controlv1.MachineIntent) error {
+	_, err := fmt.Fprintln(w, intentLine(in))
+
+	return err
+}
+
+// intentLine summarises a machine's intent on one line.
+func intentLine(in *controlv1.MachineIntent) string {
 	parts := []string{strings.TrimPrefix(strings.ToLower(in.GetAcceptance().String()), "acceptance_")}
 
 	if a := in.GetAllocation(); a != nil {
@@ -257,9 +253,7 @@ func printIntent(w io.Writer, in *controlv1.MachineIntent) error {
 		parts = append(parts, "wipe mode "+m)
 	}
 
-	_, err := fmt.Fprintf(w, "machine %s: %s\n", in.GetMachineId(), strings.Join(parts, ", "))
-
-	return err
+	return fmt.Sprintf("machine %s: %s", in.GetMachineId(), strings.Join(parts, ", "))
 }
 
 func newWipeModeCommand(a *app) *cobra.Command {
