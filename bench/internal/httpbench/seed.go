@@ -19,7 +19,7 @@ import (
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
 )
 
-// The provider's resource namespace and type of Machine (provider/internal/state).
+// The provider's resource namespace and type of Machine (provider/internal/resources).
 const (
 	stateNamespace = "metal"
 	machineType    = "Machines.anvil.dev"

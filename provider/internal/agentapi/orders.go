@@ -3,7 +3,7 @@ package agentapi
 import (
 	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // Policy is how the provider orders agents about: the parts an operator chooses.
@@ -23,9 +23,9 @@ type Policy struct {
 
 // WipeModes maps the wipe modes' names (flags, a machine's own mode) to the orders'.
 var WipeModes = map[string]agentv1.Wipe_Mode{
-	state.WipeModeFast:        agentv1.Wipe_MODE_FAST,
-	state.WipeModeZeroes:      agentv1.Wipe_MODE_ZEROES,
-	state.WipeModeSecureErase: agentv1.Wipe_MODE_SECURE_ERASE,
+	resources.WipeModeFast:        agentv1.Wipe_MODE_FAST,
+	resources.WipeModeZeroes:      agentv1.Wipe_MODE_ZEROES,
+	resources.WipeModeSecureErase: agentv1.Wipe_MODE_SECURE_ERASE,
 }
 
 // BMCUser is the BMC user agents provision for the provider.
@@ -39,7 +39,7 @@ const bmcOrderID = "bmc-provision"
 // the agent: none at all, or an IPMI (or kind-less) one without a user — an address the
 // user gave, say. A user's credentials are never replaced, and a Redfish, API or manual
 // BMC is not IPMI-provisioned.
-func NeedsBMCCredentials(cfg *state.BMCConfigSpec) bool {
+func NeedsBMCCredentials(cfg *resources.BMCConfigSpec) bool {
 	return cfg == nil || (cfg.Username == "" && (cfg.Kind == "" || cfg.Kind == "ipmi"))
 }
 
@@ -48,8 +48,8 @@ func NeedsBMCCredentials(cfg *state.BMCConfigSpec) bool {
 // carries out the same order twice, across reconnects and provider restarts alike.
 func (p Policy) Next(e *machineview.Entry) *agentv1.Order {
 	var (
-		intent state.MachineIntentSpec
-		status state.MachineStatusSpec
+		intent resources.MachineIntentSpec
+		status resources.MachineStatusSpec
 	)
 
 	if e != nil && e.Intent != nil {
@@ -61,9 +61,9 @@ func (p Policy) Next(e *machineview.Entry) *agentv1.Order {
 	}
 
 	switch intent.Acceptance {
-	case state.AcceptanceRejected:
+	case resources.AcceptanceRejected:
 		return &agentv1.Order{Id: "release-rejected", Action: &agentv1.Order_Release{Release: &agentv1.Release{Then: p.RejectedThen}}}
-	case state.AcceptanceAccepted:
+	case resources.AcceptanceAccepted:
 	default:
 		// Pending: touch nothing until a person decides.
 		return &agentv1.Order{Id: "hold-pending", Action: &agentv1.Order_Hold{Hold: &agentv1.Hold{}}}

@@ -23,7 +23,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/inventory"
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // Limits on what an agent may send.
@@ -34,8 +34,8 @@ const (
 
 // Recorder stores what agents report.
 type Recorder interface {
-	RecordWiped(ctx context.Context, machineID string, wipe state.WipeRecord) error
-	RecordInventory(ctx context.Context, machineID string, spec state.MachineInventorySpec) error
+	RecordWiped(ctx context.Context, machineID string, wipe resources.WipeRecord) error
+	RecordInventory(ctx context.Context, machineID string, spec resources.MachineInventorySpec) error
 	RecordBMC(ctx context.Context, machineID string, report BMCReport) error
 }
 
@@ -309,10 +309,10 @@ func (s *Server) result(ctx context.Context, id string, r *agentv1.OrderResult, 
 	}
 
 	if w := r.GetWipe(); w != nil && r.GetStatus() == agentv1.OrderResult_STATUS_DONE {
-		record := state.WipeRecord{ID: w.GetGenerationId(), At: time.Now()}
+		record := resources.WipeRecord{ID: w.GetGenerationId(), At: time.Now()}
 
 		for _, d := range w.GetDisks() {
-			record.Disks = append(record.Disks, state.DiskWiped{
+			record.Disks = append(record.Disks, resources.DiskWiped{
 				Device: d.GetDevice(), Method: d.GetMethod(), Bytes: d.GetBytes(), DurationMs: d.GetDurationMs(),
 				Verified: d.GetVerified(), Skipped: d.GetSkipped(),
 			})

@@ -23,7 +23,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
 	"github.com/anvil-metal/anvil/provider/internal/pki"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 const machineID = "4c4c4544-0000-1000-8000-000000000001"
@@ -31,11 +31,11 @@ const machineID = "4c4c4544-0000-1000-8000-000000000001"
 type recorder struct {
 	mu        sync.Mutex
 	wiped     []string
-	inventory []state.MachineInventorySpec
+	inventory []resources.MachineInventorySpec
 	bmc       []agentapi.BMCReport
 }
 
-func (r *recorder) RecordWiped(_ context.Context, _ string, w state.WipeRecord) error {
+func (r *recorder) RecordWiped(_ context.Context, _ string, w resources.WipeRecord) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 
@@ -53,7 +53,7 @@ func (r *recorder) RecordBMC(_ context.Context, _ string, report agentapi.BMCRep
 	return nil
 }
 
-func (r *recorder) RecordInventory(_ context.Context, _ string, spec state.MachineInventorySpec) error {
+func (r *recorder) RecordInventory(_ context.Context, _ string, spec resources.MachineInventorySpec) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 
@@ -63,7 +63,7 @@ func (r *recorder) RecordInventory(_ context.Context, _ string, spec state.Machi
 }
 
 type fixture struct {
-	store  *state.Store
+	store  *resources.Store
 	view   *machineview.View
 	key    []byte
 	client agentv1.AgentServiceClient
@@ -75,7 +75,7 @@ func newFixture(t *testing.T) *fixture {
 
 	dir := t.TempDir()
 
-	store, err := state.Open(t.Context(), dir)
+	store, err := resources.Open(t.Context(), dir)
 	require.NoError(t, err)
 	t.Cleanup(func() { store.Close() }) //nolint:errcheck
 
@@ -180,10 +180,10 @@ func TestSessionOrdersFollowState(t *testing.T) {
 	assert.Equal(t, "hold-pending", nextOrder(t, stream).GetId(), "an unknown machine's agent holds")
 
 	// The machine is accepted: a wipe is owed.
-	require.NoError(t, f.store.Create(ctx, state.NewMachine(machineID)))
+	require.NoError(t, f.store.Create(ctx, resources.NewMachine(machineID)))
 
-	in := state.NewMachineIntent(machineID)
-	in.TypedSpec().Acceptance = state.AcceptanceAccepted
+	in := resources.NewMachineIntent(machineID)
+	in.TypedSpec().Acceptance = resources.AcceptanceAccepted
 	in.TypedSpec().WipeID = "w1"
 	require.NoError(t, f.store.Create(ctx, in))
 
@@ -245,7 +245,7 @@ func TestSessionRefusals(t *testing.T) {
 	now := time.Now()
 
 	// The machine's newest boot was issued now: an older token is superseded.
-	m := state.NewMachine(machineID)
+	m := resources.NewMachine(machineID)
 	m.TypedSpec().AgentBootIssued = now
 	require.NoError(t, f.store.Create(t.Context(), m))
 	require.Eventually(t, func() bool { return f.view.Get(machineID) != nil }, 5*time.Second, time.Millisecond)
@@ -292,7 +292,7 @@ func TestPolicy(t *testing.T) {
 	t.Parallel()
 
 	p := agentapi.Policy{RejectedThen: agentv1.Release_THEN_POWER_OFF, WipeMode: agentv1.Wipe_MODE_ZEROES}
-	alloc := &state.Allocation{ID: "a1", TalosVersion: "v1.9.0"}
+	alloc := &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0"}
 
 	for _, tc := range []struct {
 		name  string
@@ -300,13 +300,13 @@ func TestPolicy(t *testing.T) {
 		want  string
 	}{
 		{"unknown", nil, "hold-pending"},
-		{"pending", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptancePending}}, "hold-pending"},
-		{"rejected", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceRejected, WipeID: "w1"}}, "release-rejected"},
-		{"accepted, wipe owed", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, WipeID: "w1", Allocation: alloc}}, "wipe-w1"},
-		{"accepted, wiped", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, WipeID: "w1"}, Status: &state.MachineStatusSpec{WipedID: "w1"}}, "hold-ready"},
-		{"allocated", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, Allocation: alloc}}, "boot-allocation-a1"},
-		{"allocated, installed", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, Allocation: alloc}, Status: &state.MachineStatusSpec{InstalledAllocation: "a1"}}, "hold-ready"},
-		{"installed: never wiped", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, Allocation: alloc, WipeID: "w2"}, Status: &state.MachineStatusSpec{InstalledAllocation: "a1", WipedID: "w1"}}, "hold-ready"},
+		{"pending", &machineview.Entry{Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptancePending}}, "hold-pending"},
+		{"rejected", &machineview.Entry{Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceRejected, WipeID: "w1"}}, "release-rejected"},
+		{"accepted, wipe owed", &machineview.Entry{Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, WipeID: "w1", Allocation: alloc}}, "wipe-w1"},
+		{"accepted, wiped", &machineview.Entry{Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, WipeID: "w1"}, Status: &resources.MachineStatusSpec{WipedID: "w1"}}, "hold-ready"},
+		{"allocated", &machineview.Entry{Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc}}, "boot-allocation-a1"},
+		{"allocated, installed", &machineview.Entry{Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc}, Status: &resources.MachineStatusSpec{InstalledAllocation: "a1"}}, "hold-ready"},
+		{"installed: never wiped", &machineview.Entry{Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc, WipeID: "w2"}, Status: &resources.MachineStatusSpec{InstalledAllocation: "a1", WipedID: "w1"}}, "hold-ready"},
 	} {
 		o := p.Next(tc.entry)
 		assert.Equal(t, tc.want, o.GetId(), tc.name)
@@ -315,21 +315,21 @@ func TestPolicy(t *testing.T) {
 	// With BMC provisioning on: accepted machines whose BMC has no credentials get them
 	// first, once; pending and rejected never; a user's credentials are never replaced.
 	p.BMCPassword = func(id string) string { return "pw-" + id }
-	accepted := state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, WipeID: "w1"}
+	accepted := resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, WipeID: "w1"}
 
 	for _, tc := range []struct {
 		name  string
 		entry *machineview.Entry
 		want  string
 	}{
-		{"pending", &machineview.Entry{ID: "m1", Intent: &state.MachineIntentSpec{Acceptance: state.AcceptancePending}}, "hold-pending"},
-		{"rejected", &machineview.Entry{ID: "m1", Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceRejected}}, "release-rejected"},
+		{"pending", &machineview.Entry{ID: "m1", Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptancePending}}, "hold-pending"},
+		{"rejected", &machineview.Entry{ID: "m1", Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceRejected}}, "release-rejected"},
 		{"accepted, no BMC config", &machineview.Entry{ID: "m1", Intent: &accepted}, "bmc-provision"},
-		{"accepted, address only", &machineview.Entry{ID: "m1", Intent: &accepted, BMC: &state.BMCConfigSpec{Kind: "ipmi", Address: "10.0.0.5"}}, "bmc-provision"},
-		{"accepted, user credentials", &machineview.Entry{ID: "m1", Intent: &accepted, BMC: &state.BMCConfigSpec{Kind: "ipmi", Address: "10.0.0.5", Username: "admin"}}, "wipe-w1"},
-		{"accepted, redfish", &machineview.Entry{ID: "m1", Intent: &accepted, BMC: &state.BMCConfigSpec{Kind: "redfish", Address: "10.0.0.5"}}, "wipe-w1"},
-		{"accepted, power API", &machineview.Entry{ID: "m1", Intent: &accepted, BMC: &state.BMCConfigSpec{Kind: "api", Address: "http://x"}}, "wipe-w1"},
-		{"accepted, answered", &machineview.Entry{ID: "m1", Intent: &accepted, Status: &state.MachineStatusSpec{BMCOrder: "bmc-provision", BMCError: "no /dev/ipmi0"}}, "wipe-w1"},
+		{"accepted, address only", &machineview.Entry{ID: "m1", Intent: &accepted, BMC: &resources.BMCConfigSpec{Kind: "ipmi", Address: "10.0.0.5"}}, "bmc-provision"},
+		{"accepted, user credentials", &machineview.Entry{ID: "m1", Intent: &accepted, BMC: &resources.BMCConfigSpec{Kind: "ipmi", Address: "10.0.0.5", Username: "admin"}}, "wipe-w1"},
+		{"accepted, redfish", &machineview.Entry{ID: "m1", Intent: &accepted, BMC: &resources.BMCConfigSpec{Kind: "redfish", Address: "10.0.0.5"}}, "wipe-w1"},
+		{"accepted, power API", &machineview.Entry{ID: "m1", Intent: &accepted, BMC: &resources.BMCConfigSpec{Kind: "api", Address: "http://x"}}, "wipe-w1"},
+		{"accepted, answered", &machineview.Entry{ID: "m1", Intent: &accepted, Status: &resources.MachineStatusSpec{BMCOrder: "bmc-provision", BMCError: "no /dev/ipmi0"}}, "wipe-w1"},
 	} {
 		o := p.Next(tc.entry)
 		assert.Equal(t, tc.want, o.GetId(), tc.name)
@@ -345,8 +345,8 @@ func TestPolicy(t *testing.T) {
 		entry *machineview.Entry
 		want  string
 	}{
-		{"zeroes", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, WipeID: "w1"}}, "wipe-w1"},
-		{"release", &machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceRejected}}, "release-rejected"},
+		{"zeroes", &machineview.Entry{Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, WipeID: "w1"}}, "wipe-w1"},
+		{"release", &machineview.Entry{Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceRejected}}, "release-rejected"},
 	} {
 		p.BMCPassword = nil
 		o := p.Next(tc.entry)
@@ -371,12 +371,12 @@ func TestPolicyWipeMode(t *testing.T) {
 		removable bool
 	}{
 		{"", agentv1.Wipe_MODE_FAST, false},
-		{state.WipeModeZeroes, agentv1.Wipe_MODE_ZEROES, true},
-		{state.WipeModeSecureErase, agentv1.Wipe_MODE_SECURE_ERASE, false},
+		{resources.WipeModeZeroes, agentv1.Wipe_MODE_ZEROES, true},
+		{resources.WipeModeSecureErase, agentv1.Wipe_MODE_SECURE_ERASE, false},
 		{"bogus", agentv1.Wipe_MODE_FAST, false}, // the transition refuses it; the policy does not trip on it
 	} {
 		p := agentapi.Policy{WipeMode: agentv1.Wipe_MODE_FAST, WipeRemovable: tc.removable}
-		o := p.Next(&machineview.Entry{Intent: &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, WipeID: "w1", WipeMode: tc.machine}})
+		o := p.Next(&machineview.Entry{Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, WipeID: "w1", WipeMode: tc.machine}})
 
 		require.NotNil(t, o.GetWipe(), tc.machine)
 		assert.Equal(t, tc.want, o.GetWipe().GetMode(), tc.machine)

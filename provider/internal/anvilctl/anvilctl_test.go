@@ -16,7 +16,7 @@ import (
 
 	"github.com/anvil-metal/anvil/provider/internal/anvilctl"
 	"github.com/anvil-metal/anvil/provider/internal/control"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 const (
@@ -24,11 +24,11 @@ const (
 	m2 = "4c4c4544-0000-1000-8000-000000000002"
 )
 
-type recorder struct{ st *state.Store }
+type recorder struct{ st *resources.Store }
 
 // RecordInstalled writes the status directly, as the provider's status controller would.
 func (r recorder) RecordInstalled(ctx context.Context, machineID, allocationID, source string) error {
-	s := state.NewMachineStatus(machineID)
+	s := resources.NewMachineStatus(machineID)
 	s.TypedSpec().InstalledAllocation = allocationID
 	s.TypedSpec().InstalledBy = source
 
@@ -46,16 +46,16 @@ func startServer(t *testing.T) string {
 }
 
 // startServerState is startServer that also returns the provider's state.
-func startServerState(t *testing.T) (string, *state.Store) {
+func startServerState(t *testing.T) (string, *resources.Store) {
 	t.Helper()
 
 	ctx := t.Context()
 
-	st, err := state.Open(ctx, t.TempDir())
+	st, err := resources.Open(ctx, t.TempDir())
 	require.NoError(t, err)
 
 	for i, id := range []string{m1, m2} {
-		m := state.NewMachine(id)
+		m := resources.NewMachine(id)
 		m.TypedSpec().UUID = id
 		m.TypedSpec().Arch = "amd64"
 		m.TypedSpec().Firmware = []string{"uefi", "bios"}[i]
@@ -65,7 +65,7 @@ func startServerState(t *testing.T) (string, *state.Store) {
 		require.NoError(t, st.Create(ctx, m))
 	}
 
-	lease := state.NewDHCPLease("52:54:00:00:00:01")
+	lease := resources.NewDHCPLease("52:54:00:00:00:01")
 	lease.TypedSpec().Address = "10.5.0.10"
 	require.NoError(t, st.Create(ctx, lease))
 

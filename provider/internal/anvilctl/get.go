@@ -9,10 +9,10 @@ import (
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/resource/meta"
 	"github.com/cosi-project/runtime/pkg/safe"
-	cosistate "github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/spf13/cobra"
 
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 type getOptions struct {
@@ -49,7 +49,7 @@ rd') shows that resource, as talosctl get does; -l then filters on its own label
 				return fmt.Errorf("output %q is not one of table, wide, yaml, json", opts.output)
 			}
 
-			query, err := state.ParseSelector(opts.selector)
+			query, err := resources.ParseSelector(opts.selector)
 			if err != nil {
 				return err
 			}
@@ -93,7 +93,7 @@ rd') shows that resource, as talosctl get does; -l then filters on its own label
 }
 
 // resolveType finds the resource definition named by a type, an alias or an ID.
-func resolveType(ctx context.Context, st cosistate.State, name string) (*meta.ResourceDefinition, error) {
+func resolveType(ctx context.Context, st state.State, name string) (*meta.ResourceDefinition, error) {
 	rds, err := safe.StateListAll[*meta.ResourceDefinition](ctx, st)
 	if err != nil {
 		return nil, fmt.Errorf("error listing resource definitions: %w", err)
@@ -110,7 +110,7 @@ func resolveType(ctx context.Context, st cosistate.State, name string) (*meta.Re
 	return nil, fmt.Errorf("resource type %q is not known (see 'anvilctl get rd')", name)
 }
 
-func getResources(ctx context.Context, st cosistate.State, p *printer, typeName, id string, opts getOptions) error {
+func getResources(ctx context.Context, st state.State, p *printer, typeName, id string, opts getOptions) error {
 	rd, err := resolveType(ctx, st, typeName)
 	if err != nil {
 		return err
@@ -128,7 +128,7 @@ func getResources(ctx context.Context, st cosistate.State, p *printer, typeName,
 	if id != "" {
 		r, err := st.Get(ctx, md)
 		if err != nil {
-			if cosistate.IsNotFoundError(err) {
+			if state.IsNotFoundError(err) {
 				return fmt.Errorf("%s %q is not known in namespace %s", rd.TypedSpec().Type, id, ns)
 			}
 
@@ -137,7 +137,7 @@ func getResources(ctx context.Context, st cosistate.State, p *printer, typeName,
 
 		items = []resource.Resource{r}
 	} else {
-		list, err := st.List(ctx, md, cosistate.WithLabelQuery(resource.RawLabelQuery(opts.query)))
+		list, err := st.List(ctx, md, state.WithLabelQuery(resource.RawLabelQuery(opts.query)))
 		if err != nil {
 			return fmt.Errorf("error listing %s: %w", rd.TypedSpec().Type, err)
 		}
@@ -156,12 +156,12 @@ func getResources(ctx context.Context, st cosistate.State, p *printer, typeName,
 
 // redact hides an intent's machine config, which carries the cluster's secrets.
 func redact(r resource.Resource) resource.Resource {
-	in, ok := r.(*state.MachineIntent)
+	in, ok := r.(*resources.MachineIntent)
 	if !ok || in.TypedSpec().Allocation == nil || in.TypedSpec().Allocation.Config == "" {
 		return r
 	}
 
-	out := in.DeepCopy().(*state.MachineIntent) //nolint:forcetypeassert,errcheck // DeepCopy keeps the type
+	out := in.DeepCopy().(*resources.MachineIntent) //nolint:forcetypeassert,errcheck // DeepCopy keeps the type
 	out.TypedSpec().Allocation.Config = redactedConfig(len(in.TypedSpec().Allocation.Config))
 
 	return out

@@ -13,7 +13,7 @@ import (
 	"go.yaml.in/yaml/v4"
 
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // ids are the machine IDs in the first column of a 'get machines' table.
@@ -48,14 +48,14 @@ func TestLabelsAndSelectors(t *testing.T) {
 		require.NoError(t, <-done)
 	})
 
-	inv := state.NewMachineInventory(m1)
-	*inv.TypedSpec() = state.MachineInventorySpec{
-		System:    state.SystemInventory{Manufacturer: "Dell Inc.", Product: "PowerEdge R650", Serial: "7XQ1234"},
-		CPUs:      []state.CPUInventory{{Model: "Xeon Gold 6338", Manufacturer: "Intel(R) Corporation", Cores: 32, Threads: 64}},
+	inv := resources.NewMachineInventory(m1)
+	*inv.TypedSpec() = resources.MachineInventorySpec{
+		System:    resources.SystemInventory{Manufacturer: "Dell Inc.", Product: "PowerEdge R650", Serial: "7XQ1234"},
+		CPUs:      []resources.CPUInventory{{Model: "Xeon Gold 6338", Manufacturer: "Intel(R) Corporation", Cores: 32, Threads: 64}},
 		MemoryMiB: 64 * 1024,
-		Disks:     []state.DiskInventory{{Name: "nvme0n1", Size: 960e9, Transport: "nvme"}},
-		NICs:      []state.NICInventory{{Name: "ens1f0", MAC: "b8:ca:3a:00:00:01", SpeedMbps: 25000}},
-		BMC:       &state.BMCInventory{Address: "10.5.1.10"},
+		Disks:     []resources.DiskInventory{{Name: "nvme0n1", Size: 960e9, Transport: "nvme"}},
+		NICs:      []resources.NICInventory{{Name: "ens1f0", MAC: "b8:ca:3a:00:00:01", SpeedMbps: 25000}},
+		BMC:       &resources.BMCInventory{Address: "10.5.1.10"},
 	}
 	require.NoError(t, st.Create(ctx, inv))
 

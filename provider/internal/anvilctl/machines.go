@@ -8,32 +8,32 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
-	cosistate "github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/state"
 
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // machineView is one machine with what was asked of it and what was observed.
 type machineView struct {
-	ID      string                   `yaml:"id"`
-	Labels  map[string]string        `yaml:"labels,omitempty"`
-	Machine state.MachineSpec        `yaml:"machine"`
-	Intent  state.MachineIntentSpec  `yaml:"intent"`
-	Status  *state.MachineStatusSpec `yaml:"status,omitempty"`
+	ID      string                       `yaml:"id"`
+	Labels  map[string]string            `yaml:"labels,omitempty"`
+	Machine resources.MachineSpec        `yaml:"machine"`
+	Intent  resources.MachineIntentSpec  `yaml:"intent"`
+	Status  *resources.MachineStatusSpec `yaml:"status,omitempty"`
 	// Inventory is what the machine's agent reported.
-	Inventory *state.MachineInventorySpec `yaml:"inventory,omitempty"`
+	Inventory *resources.MachineInventorySpec `yaml:"inventory,omitempty"`
 	// BMC is how its power is reached (never the password); Power what was seen of it.
-	BMC   *state.BMCConfigSpec   `yaml:"bmc,omitempty"`
-	Power *state.PowerStatusSpec `yaml:"power,omitempty"`
+	BMC   *resources.BMCConfigSpec   `yaml:"bmc,omitempty"`
+	Power *resources.PowerStatusSpec `yaml:"power,omitempty"`
 }
 
-func getMachines(ctx context.Context, st cosistate.State, p *printer, id string, opts getOptions) error {
-	var machines []*state.Machine
+func getMachines(ctx context.Context, st state.State, p *printer, id string, opts getOptions) error {
+	var machines []*resources.Machine
 
 	if id != "" {
-		m, err := safe.StateGetByID[*state.Machine](ctx, st, id)
+		m, err := safe.StateGetByID[*resources.Machine](ctx, st, id)
 		if err != nil {
-			if cosistate.IsNotFoundError(err) {
+			if state.IsNotFoundError(err) {
 				return fmt.Errorf("machine %q is not known", id)
 			}
 
@@ -42,7 +42,7 @@ func getMachines(ctx context.Context, st cosistate.State, p *printer, id string,
 
 		machines = append(machines, m)
 	} else {
-		list, err := safe.StateListAll[*state.Machine](ctx, st)
+		list, err := safe.StateListAll[*resources.Machine](ctx, st)
 		if err != nil {
 			return fmt.Errorf("error listing machines: %w", err)
 		}
@@ -51,67 +51,67 @@ func getMachines(ctx context.Context, st cosistate.State, p *printer, id string,
 	}
 
 	// The effective labels; with a selector, the provider's state picks the machines.
-	labels, err := safe.StateListAll[*state.MachineLabels](ctx, st, cosistate.WithLabelQuery(resource.RawLabelQuery(opts.query)))
+	labels, err := safe.StateListAll[*resources.MachineLabels](ctx, st, state.WithLabelQuery(resource.RawLabelQuery(opts.query)))
 	if err != nil {
 		return fmt.Errorf("error listing machine labels: %w", err)
 	}
 
-	labelsByID := make(map[string]*state.MachineLabels, labels.Len())
+	labelsByID := make(map[string]*resources.MachineLabels, labels.Len())
 	for ml := range labels.All() {
 		labelsByID[ml.Metadata().ID()] = ml
 	}
 
 	if len(opts.query.Terms) > 0 {
-		machines = slices.DeleteFunc(machines, func(m *state.Machine) bool { return labelsByID[m.Metadata().ID()] == nil })
+		machines = slices.DeleteFunc(machines, func(m *resources.Machine) bool { return labelsByID[m.Metadata().ID()] == nil })
 	}
 
 	// Lists rather than one Get per machine: a few calls whatever the number of machines.
-	intents, err := safe.StateListAll[*state.MachineIntent](ctx, st)
+	intents, err := safe.StateListAll[*resources.MachineIntent](ctx, st)
 	if err != nil {
 		return fmt.Errorf("error listing machine intents: %w", err)
 	}
 
-	statuses, err := safe.StateListAll[*state.MachineStatus](ctx, st)
+	statuses, err := safe.StateListAll[*resources.MachineStatus](ctx, st)
 	if err != nil {
 		return fmt.Errorf("error listing machine statuses: %w", err)
 	}
 
-	inventories, err := safe.StateListAll[*state.MachineInventory](ctx, st)
+	inventories, err := safe.StateListAll[*resources.MachineInventory](ctx, st)
 	if err != nil {
 		return fmt.Errorf("error listing machine inventories: %w", err)
 	}
 
-	bmcs, err := safe.StateListAll[*state.BMCConfig](ctx, st)
+	bmcs, err := safe.StateListAll[*resources.BMCConfig](ctx, st)
 	if err != nil {
 		return fmt.Errorf("error listing BMC configs: %w", err)
 	}
 
-	powers, err := safe.StateListAll[*state.PowerStatus](ctx, st)
+	powers, err := safe.StateListAll[*resources.PowerStatus](ctx, st)
 	if err != nil {
 		return fmt.Errorf("error listing power statuses: %w", err)
 	}
 
-	bmcByID := make(map[string]*state.BMCConfig, bmcs.Len())
+	bmcByID := make(map[string]*resources.BMCConfig, bmcs.Len())
 	for b := range bmcs.All() {
 		bmcByID[b.Metadata().ID()] = b
 	}
 
-	powerByID := make(map[string]*state.PowerStatus, powers.Len())
+	powerByID := make(map[string]*resources.PowerStatus, powers.Len())
 	for p := range powers.All() {
 		powerByID[p.Metadata().ID()] = p
 	}
 
-	inventoryByID := make(map[string]*state.MachineInventory, inventories.Len())
+	inventoryByID := make(map[string]*resources.MachineInventory, inventories.Len())
 	for inv := range inventories.All() {
 		inventoryByID[inv.Metadata().ID()] = inv
 	}
 
-	intentByID := make(map[string]*state.MachineIntent, intents.Len())
+	intentByID := make(map[string]*resources.MachineIntent, intents.Len())
 	for in := range intents.All() {
 		intentByID[in.Metadata().ID()] = in
 	}
 
-	statusByID := make(map[string]*state.MachineStatus, statuses.Len())
+	statusByID := make(map[string]*resources.MachineStatus, statuses.Len())
 	for s := range statuses.All() {
 		statusByID[s.Metadata().ID()] = s
 	}
@@ -119,7 +119,7 @@ func getMachines(ctx context.Context, st cosistate.State, p *printer, id string,
 	views := make([]machineView, 0, len(machines))
 
 	for _, m := range machines {
-		v := machineView{ID: m.Metadata().ID(), Machine: m.TypedSpec().DeepCopy(), Intent: *state.NewMachineIntent(m.Metadata().ID()).TypedSpec()}
+		v := machineView{ID: m.Metadata().ID(), Machine: m.TypedSpec().DeepCopy(), Intent: *resources.NewMachineIntent(m.Metadata().ID()).TypedSpec()}
 
 		// Effective labels once the provider has computed them, the static ones until then.
 		if ml, ok := labelsByID[v.ID]; ok {
@@ -218,12 +218,12 @@ func (v machineView) row(now time.Time) []string {
 // why the BMC could not be driven: "ipmi on", "api off (want on)", "redfish unknown
 // [unreachable]"; "manual" for a machine without a BMC.
 func (v machineView) powerColumn() string {
-	want := state.PowerState("")
+	want := resources.PowerState("")
 	if v.Power != nil {
 		want = v.Power.Desired
 	}
 
-	if v.Intent.Power == state.PowerOn || v.Intent.Power == state.PowerOff {
+	if v.Intent.Power == resources.PowerOn || v.Intent.Power == resources.PowerOff {
 		want = v.Intent.Power
 	}
 
@@ -235,7 +235,7 @@ func (v machineView) powerColumn() string {
 		return "manual"
 	}
 
-	observed := state.PowerUnknown
+	observed := resources.PowerUnknown
 	if v.Power != nil && v.Power.State != "" {
 		observed = v.Power.State
 	}

@@ -4,7 +4,7 @@
 // lifecycle"): the boot services read state, ask Decide, and render.
 package boot
 
-import "github.com/anvil-metal/anvil/provider/internal/state"
+import "github.com/anvil-metal/anvil/provider/internal/resources"
 
 // Kind is what a machine is served.
 type Kind string
@@ -18,9 +18,9 @@ const (
 
 // Inputs are the resources a decision reads. Nil means the resource does not exist.
 type Inputs struct {
-	Machine *state.MachineSpec
-	Intent  *state.MachineIntentSpec
-	Status  *state.MachineStatusSpec
+	Machine *resources.MachineSpec
+	Intent  *resources.MachineIntentSpec
+	Status  *resources.MachineStatusSpec
 	// BMCPending is true while an accepted machine still owes BMC provisioning.
 	BMCPending bool
 }
@@ -30,7 +30,7 @@ type Decision struct {
 	Kind   Kind
 	Reason string
 	// Allocation is set for KindTalos.
-	Allocation *state.Allocation
+	Allocation *resources.Allocation
 }
 
 // Decide returns what the machine boots.
@@ -41,18 +41,18 @@ func Decide(in Inputs) Decision {
 
 	intent := in.Intent
 	if intent == nil {
-		intent = &state.MachineIntentSpec{Acceptance: state.AcceptancePending}
+		intent = &resources.MachineIntentSpec{Acceptance: resources.AcceptancePending}
 	}
 
-	var status state.MachineStatusSpec
+	var status resources.MachineStatusSpec
 	if in.Status != nil {
 		status = *in.Status
 	}
 
 	switch intent.Acceptance {
-	case state.AcceptanceRejected:
+	case resources.AcceptanceRejected:
 		return Decision{Kind: KindDisk, Reason: "rejected"}
-	case state.AcceptanceAccepted:
+	case resources.AcceptanceAccepted:
 	default:
 		return Decision{Kind: KindAgent, Reason: "pending acceptance"}
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/anvil-metal/anvil/internal/bootparams"
 	"github.com/anvil-metal/anvil/internal/token"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // DiskMethod is how an iPXE client is sent to its own disk.
@@ -137,7 +137,7 @@ func (s *Scripts) agent(req Request, claims token.Claims) Script {
 	return Script{Status: http.StatusOK, Body: b.String(), AgentToken: claims}
 }
 
-func (s *Scripts) talos(req Request, alloc *state.Allocation) Script {
+func (s *Scripts) talos(req Request, alloc *resources.Allocation) Script {
 	tok := token.Sign(s.TokenKey, MetadataClaims(req.MachineID, alloc.ID))
 
 	return Script{Status: http.StatusOK, Body: "#!ipxe\n" +

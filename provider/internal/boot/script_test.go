@@ -13,7 +13,7 @@ import (
 
 	"github.com/anvil-metal/anvil/internal/token"
 	"github.com/anvil-metal/anvil/provider/internal/boot"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 func testScripts(t *testing.T, withAssets bool) *boot.Scripts {
@@ -99,7 +99,7 @@ func TestRenderTalos(t *testing.T) {
 	t.Parallel()
 
 	s := testScripts(t, true)
-	alloc := &state.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: "abc123"}
+	alloc := &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: "abc123"}
 
 	got := s.Render(testReq, boot.Decision{Kind: boot.KindTalos, Allocation: alloc}, token.Claims{})
 	require.Equal(t, http.StatusOK, got.Status)

@@ -12,14 +12,14 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
-	cosistate "github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/state"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
 	"github.com/anvil-metal/anvil/provider/internal/power"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // Reboot asks for a reboot of an accepted machine. Pending and rejected machines are
@@ -27,8 +27,8 @@ import (
 func (t *Transitions) Reboot(ctx context.Context, req *controlv1.RebootRequest) (*controlv1.RebootResponse, error) {
 	id := newID()
 
-	in, err := t.transition(ctx, "reboot", req.GetMachineId(), func(spec *state.MachineIntentSpec) error {
-		if spec.Acceptance != state.AcceptanceAccepted {
+	in, err := t.transition(ctx, "reboot", req.GetMachineId(), func(spec *resources.MachineIntentSpec) error {
+		if spec.Acceptance != resources.AcceptanceAccepted {
 			return failedPrecondition("machine %q is %s: only accepted machines are rebooted", req.GetMachineId(), spec.Acceptance)
 		}
 
@@ -76,7 +76,7 @@ func (t *Transitions) SetBMC(ctx context.Context, req *controlv1.SetBMCRequest) 
 
 	now := time.Now()
 
-	if _, err := safe.StateModifyWithResult(ctx, t.st, state.NewBMCSecret(id), func(s *state.BMCSecret) error {
+	if _, err := safe.StateModifyWithResult(ctx, t.st, resources.NewBMCSecret(id), func(s *resources.BMCSecret) error {
 		s.TypedSpec().Password = req.GetPassword()
 
 		return nil
@@ -84,10 +84,10 @@ func (t *Transitions) SetBMC(ctx context.Context, req *controlv1.SetBMCRequest) 
 		return nil, status.Errorf(codes.Internal, "error storing the BMC secret of machine %q: %v", id, err)
 	}
 
-	if _, err := safe.StateModifyWithResult(ctx, t.st, state.NewBMCConfig(id), func(c *state.BMCConfig) error {
-		*c.TypedSpec() = state.BMCConfigSpec{
+	if _, err := safe.StateModifyWithResult(ctx, t.st, resources.NewBMCConfig(id), func(c *resources.BMCConfig) error {
+		*c.TypedSpec() = resources.BMCConfigSpec{
 			Kind: string(ep.Kind), Address: ep.Address, Port: uint32(ep.Port), Username: ep.Username, //nolint:gosec // validated ≤ 65535
-			Insecure: ep.Insecure, SystemID: ep.SystemID, Source: state.BMCSourceUser, UpdatedAt: now,
+			Insecure: ep.Insecure, SystemID: ep.SystemID, Source: resources.BMCSourceUser, UpdatedAt: now,
 			HasPassword: req.GetPassword() != "",
 		}
 
@@ -103,8 +103,8 @@ func (t *Transitions) SetBMC(ctx context.Context, req *controlv1.SetBMCRequest) 
 }
 
 func (t *Transitions) destroyBMC(ctx context.Context, id string) error {
-	for _, ptr := range []resource.Pointer{state.NewBMCConfig(id).Metadata(), state.NewBMCSecret(id).Metadata()} {
-		if err := t.st.Destroy(ctx, ptr); err != nil && !cosistate.IsNotFoundError(err) {
+	for _, ptr := range []resource.Pointer{resources.NewBMCConfig(id).Metadata(), resources.NewBMCSecret(id).Metadata()} {
+		if err := t.st.Destroy(ctx, ptr); err != nil && !state.IsNotFoundError(err) {
 			return status.Errorf(codes.Internal, "error removing the BMC config of machine %q: %v", id, err)
 		}
 	}
@@ -172,7 +172,7 @@ type AgentBMC struct {
 // StoreAgentBMC records the credentials an agent provisioned in-band. A user's
 // credentials are never replaced (it reports false then); an address or port the user
 // gave is kept, the agent's fill in what is missing.
-func StoreAgentBMC(ctx context.Context, st cosistate.State, id string, bmc AgentBMC) (bool, error) {
+func StoreAgentBMC(ctx context.Context, st state.State, id string, bmc AgentBMC) (bool, error) {
 	if err := validateMachineID(id); err != nil {
 		return false, err
 	}
@@ -180,8 +180,8 @@ func StoreAgentBMC(ctx context.Context, st cosistate.State, id string, bmc Agent
 	bmcWrites.Lock()
 	defer bmcWrites.Unlock()
 
-	cur, err := safe.StateGetByID[*state.BMCConfig](ctx, st, id)
-	if err != nil && !cosistate.IsNotFoundError(err) {
+	cur, err := safe.StateGetByID[*resources.BMCConfig](ctx, st, id)
+	if err != nil && !state.IsNotFoundError(err) {
 		return false, fmt.Errorf("error reading the BMC config of machine %q: %w", id, err)
 	}
 
@@ -190,7 +190,7 @@ func StoreAgentBMC(ctx context.Context, st cosistate.State, id string, bmc Agent
 	}
 
 	// The secret first: a config that says it has a password must find it.
-	if _, err = safe.StateModifyWithResult(ctx, st, state.NewBMCSecret(id), func(s *state.BMCSecret) error {
+	if _, err = safe.StateModifyWithResult(ctx, st, resources.NewBMCSecret(id), func(s *resources.BMCSecret) error {
 		s.TypedSpec().Password = bmc.Password
 
 		return nil
@@ -198,7 +198,7 @@ func StoreAgentBMC(ctx context.Context, st cosistate.State, id string, bmc Agent
 		return false, fmt.Errorf("error storing the BMC secret of machine %q: %w", id, err)
 	}
 
-	if _, err = safe.StateModifyWithResult(ctx, st, state.NewBMCConfig(id), func(c *state.BMCConfig) error {
+	if _, err = safe.StateModifyWithResult(ctx, st, resources.NewBMCConfig(id), func(c *resources.BMCConfig) error {
 		spec := c.TypedSpec()
 		spec.Kind = string(power.KindIPMI)
 		if spec.Address == "" {
@@ -210,7 +210,7 @@ func StoreAgentBMC(ctx context.Context, st cosistate.State, id string, bmc Agent
 		}
 
 		spec.Username, spec.HasPassword = bmc.User, bmc.Password != ""
-		spec.Source, spec.UpdatedAt = state.BMCSourceAgent, time.Now()
+		spec.Source, spec.UpdatedAt = resources.BMCSourceAgent, time.Now()
 
 		return nil
 	}); err != nil {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
-	cosistate "github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -16,7 +16,7 @@ import (
 
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
 	"github.com/anvil-metal/anvil/provider/internal/control"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 func TestSetBMC(t *testing.T) {
@@ -63,21 +63,21 @@ func TestSetBMC(t *testing.T) {
 			if tc.code != codes.OK {
 				assert.NotContains(t, err.Error(), "s3cret")
 
-				_, err := safe.StateGetByID[*state.BMCConfig](ctx, st, tc.req.GetMachineId())
-				assert.True(t, cosistate.IsNotFoundError(err), "nothing stored")
+				_, err := safe.StateGetByID[*resources.BMCConfig](ctx, st, tc.req.GetMachineId())
+				assert.True(t, state.IsNotFoundError(err), "nothing stored")
 
 				return
 			}
 
 			assert.Equal(t, tc.want, resp.GetEndpoint())
 
-			cfg, err := safe.StateGetByID[*state.BMCConfig](ctx, st, tc.req.GetMachineId())
+			cfg, err := safe.StateGetByID[*resources.BMCConfig](ctx, st, tc.req.GetMachineId())
 			require.NoError(t, err)
 			assert.Equal(t, tc.req.GetKind(), cfg.TypedSpec().Kind)
-			assert.Equal(t, state.BMCSourceUser, cfg.TypedSpec().Source)
+			assert.Equal(t, resources.BMCSourceUser, cfg.TypedSpec().Source)
 			assert.Equal(t, tc.req.GetPassword() != "", cfg.TypedSpec().HasPassword)
 
-			secret, err := safe.StateGetByID[*state.BMCSecret](ctx, st, tc.req.GetMachineId())
+			secret, err := safe.StateGetByID[*resources.BMCSecret](ctx, st, tc.req.GetMachineId())
 			require.NoError(t, err)
 			assert.Equal(t, tc.req.GetPassword(), secret.TypedSpec().Password)
 
@@ -85,10 +85,10 @@ func TestSetBMC(t *testing.T) {
 			_, err = tr.SetBMC(ctx, &controlv1.SetBMCRequest{MachineId: tc.req.GetMachineId()})
 			require.NoError(t, err)
 
-			_, err = safe.StateGetByID[*state.BMCConfig](ctx, st, tc.req.GetMachineId())
-			assert.True(t, cosistate.IsNotFoundError(err))
-			_, err = safe.StateGetByID[*state.BMCSecret](ctx, st, tc.req.GetMachineId())
-			assert.True(t, cosistate.IsNotFoundError(err))
+			_, err = safe.StateGetByID[*resources.BMCConfig](ctx, st, tc.req.GetMachineId())
+			assert.True(t, state.IsNotFoundError(err))
+			_, err = safe.StateGetByID[*resources.BMCSecret](ctx, st, tc.req.GetMachineId())
+			assert.True(t, state.IsNotFoundError(err))
 		})
 	}
 }
@@ -102,14 +102,14 @@ func TestStoreAgentBMC(t *testing.T) {
 		name       string
 		user       *controlv1.SetBMCRequest // set first, by a user
 		stored     bool
-		want       state.BMCConfigSpec
+		want       resources.BMCConfigSpec
 		wantSecret string
 	}{
-		{"nothing given", nil, true, state.BMCConfigSpec{Kind: "ipmi", Address: "192.0.2.9", Port: 623, Username: "anvil", Source: state.BMCSourceAgent, HasPassword: true}, "agent-pw"},
+		{"nothing given", nil, true, resources.BMCConfigSpec{Kind: "ipmi", Address: "192.0.2.9", Port: 623, Username: "anvil", Source: resources.BMCSourceAgent, HasPassword: true}, "agent-pw"},
 		{"address given", &controlv1.SetBMCRequest{MachineId: machineID, Kind: "ipmi", Address: "10.77.0.1", Port: 62300}, true,
-			state.BMCConfigSpec{Kind: "ipmi", Address: "10.77.0.1", Port: 62300, Username: "anvil", Source: state.BMCSourceAgent, HasPassword: true}, "agent-pw"},
+			resources.BMCConfigSpec{Kind: "ipmi", Address: "10.77.0.1", Port: 62300, Username: "anvil", Source: resources.BMCSourceAgent, HasPassword: true}, "agent-pw"},
 		{"credentials given", &controlv1.SetBMCRequest{MachineId: machineID, Kind: "ipmi", Address: "10.77.0.1", Username: "admin", Password: "user-pw"}, false,
-			state.BMCConfigSpec{Kind: "ipmi", Address: "10.77.0.1", Username: "admin", Source: state.BMCSourceUser, HasPassword: true}, "user-pw"},
+			resources.BMCConfigSpec{Kind: "ipmi", Address: "10.77.0.1", Username: "admin", Source: resources.BMCSourceUser, HasPassword: true}, "user-pw"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -126,14 +126,14 @@ func TestStoreAgentBMC(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tc.stored, stored)
 
-			cfg, err := safe.StateGetByID[*state.BMCConfig](ctx, st, machineID)
+			cfg, err := safe.StateGetByID[*resources.BMCConfig](ctx, st, machineID)
 			require.NoError(t, err)
 
 			got := cfg.TypedSpec().DeepCopy()
 			got.UpdatedAt = time.Time{}
 			assert.Equal(t, tc.want, got)
 
-			secret, err := safe.StateGetByID[*state.BMCSecret](ctx, st, machineID)
+			secret, err := safe.StateGetByID[*resources.BMCSecret](ctx, st, machineID)
 			require.NoError(t, err)
 			assert.Equal(t, tc.wantSecret, secret.TypedSpec().Password)
 		})

@@ -4,29 +4,29 @@ import (
 	"time"
 
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
-var powerFromProto = map[controlv1.PowerState]state.PowerState{
-	controlv1.PowerState_POWER_STATE_DEFAULT: state.PowerDefault,
-	controlv1.PowerState_POWER_STATE_ON:      state.PowerOn,
-	controlv1.PowerState_POWER_STATE_OFF:     state.PowerOff,
+var powerFromProto = map[controlv1.PowerState]resources.PowerState{
+	controlv1.PowerState_POWER_STATE_DEFAULT: resources.PowerDefault,
+	controlv1.PowerState_POWER_STATE_ON:      resources.PowerOn,
+	controlv1.PowerState_POWER_STATE_OFF:     resources.PowerOff,
 }
 
-var powerToProto = map[state.PowerState]controlv1.PowerState{
-	state.PowerDefault: controlv1.PowerState_POWER_STATE_DEFAULT,
-	state.PowerOn:      controlv1.PowerState_POWER_STATE_ON,
-	state.PowerOff:     controlv1.PowerState_POWER_STATE_OFF,
+var powerToProto = map[resources.PowerState]controlv1.PowerState{
+	resources.PowerDefault: controlv1.PowerState_POWER_STATE_DEFAULT,
+	resources.PowerOn:      controlv1.PowerState_POWER_STATE_ON,
+	resources.PowerOff:     controlv1.PowerState_POWER_STATE_OFF,
 }
 
-var acceptanceToProto = map[state.Acceptance]controlv1.Acceptance{
-	state.AcceptancePending:  controlv1.Acceptance_ACCEPTANCE_PENDING,
-	state.AcceptanceAccepted: controlv1.Acceptance_ACCEPTANCE_ACCEPTED,
-	state.AcceptanceRejected: controlv1.Acceptance_ACCEPTANCE_REJECTED,
+var acceptanceToProto = map[resources.Acceptance]controlv1.Acceptance{
+	resources.AcceptancePending:  controlv1.Acceptance_ACCEPTANCE_PENDING,
+	resources.AcceptanceAccepted: controlv1.Acceptance_ACCEPTANCE_ACCEPTED,
+	resources.AcceptanceRejected: controlv1.Acceptance_ACCEPTANCE_REJECTED,
 }
 
 // intentToProto converts an intent for a reply; the machine config stays behind.
-func intentToProto(id string, spec *state.MachineIntentSpec) *controlv1.MachineIntent {
+func intentToProto(id string, spec *resources.MachineIntentSpec) *controlv1.MachineIntent {
 	out := &controlv1.MachineIntent{
 		MachineId:  id,
 		Acceptance: acceptanceToProto[spec.Acceptance],

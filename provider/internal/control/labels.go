@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // maxUserLabels bounds a machine's own labels, so one request cannot bloat its intent.
@@ -22,7 +22,7 @@ func (t *Transitions) SetLabels(ctx context.Context, req *controlv1.SetLabelsReq
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 
-	in, err := t.transition(ctx, "labels", req.GetMachineId(), func(spec *state.MachineIntentSpec) error {
+	in, err := t.transition(ctx, "labels", req.GetMachineId(), func(spec *resources.MachineIntentSpec) error {
 		labels := make(map[string]string, len(spec.Labels)+len(req.GetSet()))
 
 		for k, v := range spec.Labels {
@@ -62,13 +62,13 @@ func validateLabelChange(set map[string]string, remove []string) error {
 	}
 
 	for k, v := range set {
-		if err := state.ValidateUserLabel(k, v); err != nil {
+		if err := resources.ValidateUserLabel(k, v); err != nil {
 			return err
 		}
 	}
 
 	for _, k := range remove {
-		if err := state.ValidateUserLabel(k, ""); err != nil {
+		if err := resources.ValidateUserLabel(k, ""); err != nil {
 			return err
 		}
 

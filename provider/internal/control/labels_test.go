@@ -11,7 +11,7 @@ import (
 
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
 	"github.com/anvil-metal/anvil/provider/internal/control"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 func TestSetLabels(t *testing.T) {
@@ -43,7 +43,7 @@ func TestSetLabels(t *testing.T) {
 		resp, err := tr.SetLabels(t.Context(), &controlv1.SetLabelsRequest{MachineId: machineID, Set: step.set, Remove: step.remove})
 		require.Equal(t, step.code, status.Code(err), "%s: %v", step.name, err)
 
-		in, getErr := safe.StateGetByID[*state.MachineIntent](t.Context(), st, machineID)
+		in, getErr := safe.StateGetByID[*resources.MachineIntent](t.Context(), st, machineID)
 		require.NoError(t, getErr)
 
 		if step.code != codes.OK {
@@ -52,7 +52,7 @@ func TestSetLabels(t *testing.T) {
 
 		assert.Equal(t, step.want, in.TypedSpec().Labels, step.name)
 		assert.Equal(t, len(step.want), len(resp.GetIntent().GetLabels()), step.name)
-		assert.Equal(t, state.AcceptancePending, in.TypedSpec().Acceptance, "%s: labels leave acceptance alone", step.name)
+		assert.Equal(t, resources.AcceptancePending, in.TypedSpec().Acceptance, "%s: labels leave acceptance alone", step.name)
 	}
 
 	_, err := tr.SetLabels(t.Context(), &controlv1.SetLabelsRequest{MachineId: "nosuch", Set: map[string]string{"a": "b"}})
@@ -73,13 +73,13 @@ func TestAcceptPending(t *testing.T) {
 	for _, tc := range []struct {
 		from     []string
 		accepted bool
-		want     state.Acceptance
+		want     resources.Acceptance
 	}{
-		{from: nil, accepted: true, want: state.AcceptanceAccepted},
-		{from: []string{"cordon"}, accepted: true, want: state.AcceptanceAccepted},
-		{from: []string{"reject"}, want: state.AcceptanceRejected},
-		{from: []string{"accept"}, want: state.AcceptanceAccepted},
-		{from: []string{"accept", "deallocate"}, want: state.AcceptanceAccepted},
+		{from: nil, accepted: true, want: resources.AcceptanceAccepted},
+		{from: []string{"cordon"}, accepted: true, want: resources.AcceptanceAccepted},
+		{from: []string{"reject"}, want: resources.AcceptanceRejected},
+		{from: []string{"accept"}, want: resources.AcceptanceAccepted},
+		{from: []string{"accept", "deallocate"}, want: resources.AcceptanceAccepted},
 	} {
 		st := openState(t)
 		tr := control.NewTransitions(st, nil, nil, nil)
@@ -88,16 +88,16 @@ func TestAcceptPending(t *testing.T) {
 			_ = apply(t.Context(), tr, name) //nolint:errcheck // deallocate is refused, which is fine here
 		}
 
-		before, err := safe.StateGetByID[*state.MachineIntent](t.Context(), st, machineID)
+		before, err := safe.StateGetByID[*resources.MachineIntent](t.Context(), st, machineID)
 		if err != nil {
-			before = state.NewMachineIntent(machineID)
+			before = resources.NewMachineIntent(machineID)
 		}
 
 		accepted, err := tr.AcceptPending(t.Context(), machineID, "selector dc=nyc")
 		require.NoError(t, err, "%v", tc.from)
 		assert.Equal(t, tc.accepted, accepted, "%v", tc.from)
 
-		after, err := safe.StateGetByID[*state.MachineIntent](t.Context(), st, machineID)
+		after, err := safe.StateGetByID[*resources.MachineIntent](t.Context(), st, machineID)
 		require.NoError(t, err)
 		assert.Equal(t, tc.want, after.TypedSpec().Acceptance, "%v", tc.from)
 

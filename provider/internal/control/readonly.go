@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // ErrReadOnly is returned for every write through the state API. It carries the gRPC
@@ -78,7 +78,7 @@ func (readOnly) ModifyWithResult(context.Context, resource.Resource, func(resour
 }
 
 // secretTypes are never served: a BMC password is for the provider's own use.
-var secretTypes = map[resource.Type]bool{anvilstate.BMCSecretType: true}
+var secretTypes = map[resource.Type]bool{resources.BMCSecretType: true}
 
 func refuseSecret(kind resource.Kind) error {
 	if secretTypes[kind.Type()] {

@@ -5,14 +5,14 @@ import (
 	"testing"
 
 	"github.com/cosi-project/runtime/pkg/resource"
-	cosistate "github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/anvil-metal/anvil/provider/internal/control"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 func TestReadOnlyRefusesWrites(t *testing.T) {
@@ -21,12 +21,12 @@ func TestReadOnlyRefusesWrites(t *testing.T) {
 	ctx := t.Context()
 	st := openState(t)
 	ro := control.ReadOnly(st)
-	ptr := state.NewMachine(machineID).Metadata()
+	ptr := resources.NewMachine(machineID).Metadata()
 	noop := func(resource.Resource) error { return nil }
 
 	for name, write := range map[string]func(context.Context) error{
-		"create":  func(ctx context.Context) error { return ro.Create(ctx, state.NewMachineIntent(machineID)) },
-		"update":  func(ctx context.Context) error { return ro.Update(ctx, state.NewMachine(machineID)) },
+		"create":  func(ctx context.Context) error { return ro.Create(ctx, resources.NewMachineIntent(machineID)) },
+		"update":  func(ctx context.Context) error { return ro.Update(ctx, resources.NewMachine(machineID)) },
 		"destroy": func(ctx context.Context) error { return ro.Destroy(ctx, ptr) },
 		"teardown": func(ctx context.Context) error {
 			_, err := ro.Teardown(ctx, ptr)
@@ -36,7 +36,7 @@ func TestReadOnlyRefusesWrites(t *testing.T) {
 		"teardown and destroy": func(ctx context.Context) error { return ro.TeardownAndDestroy(ctx, ptr) },
 		"add finalizer":        func(ctx context.Context) error { return ro.AddFinalizer(ctx, ptr, "x") },
 		"remove finalizer":     func(ctx context.Context) error { return ro.RemoveFinalizer(ctx, ptr, "x") },
-		"modify":               func(ctx context.Context) error { return ro.Modify(ctx, state.NewMachine(machineID), noop) },
+		"modify":               func(ctx context.Context) error { return ro.Modify(ctx, resources.NewMachine(machineID), noop) },
 		"update with conflicts": func(ctx context.Context) error {
 			_, err := ro.UpdateWithConflicts(ctx, ptr, func(resource.Resource) error { return nil })
 
@@ -58,9 +58,9 @@ func TestReadOnlyRefusesWrites(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, list.Items, 1)
 
-	ch := make(chan cosistate.Event, 1)
-	require.NoError(t, ro.WatchKind(ctx, ptr, ch, cosistate.WithBootstrapContents(true)))
-	assert.Equal(t, cosistate.Created, (<-ch).Type)
+	ch := make(chan state.Event, 1)
+	require.NoError(t, ro.WatchKind(ctx, ptr, ch, state.WithBootstrapContents(true)))
+	assert.Equal(t, state.Created, (<-ch).Type)
 }
 
 // A BMC's password is never served, by any read.
@@ -70,13 +70,13 @@ func TestReadOnlyHidesSecrets(t *testing.T) {
 	ctx := t.Context()
 	st := openState(t)
 
-	secret := state.NewBMCSecret(machineID)
+	secret := resources.NewBMCSecret(machineID)
 	secret.TypedSpec().Password = "hunter2-bmc"
 	require.NoError(t, st.Create(ctx, secret))
 
 	ro := control.ReadOnly(st)
 	ptr := secret.Metadata()
-	ch, chs := make(chan cosistate.Event, 1), make(chan []cosistate.Event, 1)
+	ch, chs := make(chan state.Event, 1), make(chan []state.Event, 1)
 
 	for name, read := range map[string]func() error{
 		"get": func() error {

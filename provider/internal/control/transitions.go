@@ -12,14 +12,14 @@ import (
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
-	cosistate "github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/image-factory/pkg/schematic"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // InstalledByManual is the source MarkInstalled records.
@@ -35,10 +35,10 @@ type InstallRecorder interface {
 // SchematicFunc builds the Image Factory schematic an allocation boots. The provider
 // wiring supplies it to add what it needs (its own kernel args, detected extensions);
 // DefaultSchematic is the user's extensions and kernel args alone.
-type SchematicFunc func(ctx context.Context, machineID string, alloc state.Allocation) (schematic.Schematic, error)
+type SchematicFunc func(ctx context.Context, machineID string, alloc resources.Allocation) (schematic.Schematic, error)
 
 // DefaultSchematic is the schematic of the allocation's extensions and kernel args.
-func DefaultSchematic(_ context.Context, _ string, alloc state.Allocation) (schematic.Schematic, error) {
+func DefaultSchematic(_ context.Context, _ string, alloc resources.Allocation) (schematic.Schematic, error) {
 	return schematic.Schematic{
 		Customization: schematic.Customization{
 			SystemExtensions: schematic.SystemExtensions{OfficialExtensions: alloc.Extensions},
@@ -51,7 +51,7 @@ func DefaultSchematic(_ context.Context, _ string, alloc state.Allocation) (sche
 type Transitions struct {
 	controlv1.UnimplementedTransitionServiceServer
 
-	st           cosistate.State
+	st           state.State
 	recorder     InstallRecorder
 	schematicFor SchematicFunc
 	logger       *zap.Logger
@@ -64,7 +64,7 @@ type Transitions struct {
 
 // NewTransitions returns the transition service. recorder may be nil (MarkInstalled is
 // then unavailable); schematicFor nil means DefaultSchematic.
-func NewTransitions(st cosistate.State, recorder InstallRecorder, schematicFor SchematicFunc, logger *zap.Logger) *Transitions {
+func NewTransitions(st state.State, recorder InstallRecorder, schematicFor SchematicFunc, logger *zap.Logger) *Transitions {
 	if schematicFor == nil {
 		schematicFor = DefaultSchematic
 	}
@@ -80,7 +80,7 @@ func NewTransitions(st cosistate.State, recorder InstallRecorder, schematicFor S
 // unless the request says the machine holds nothing: whatever was on the disks is not
 // handed to the next user.
 func (t *Transitions) Accept(ctx context.Context, req *controlv1.AcceptRequest) (*controlv1.AcceptResponse, error) {
-	in, err := t.transition(ctx, "accept", req.GetMachineId(), func(spec *state.MachineIntentSpec) error {
+	in, err := t.transition(ctx, "accept", req.GetMachineId(), func(spec *resources.MachineIntentSpec) error {
 		accept(spec, req.GetSkipInitialWipe())
 
 		return nil
@@ -91,12 +91,12 @@ func (t *Transitions) Accept(ctx context.Context, req *controlv1.AcceptRequest) 
 
 // accept is the acceptance rule both Accept and AcceptPending apply: accepting an
 // accepted machine changes nothing, otherwise a wipe is owed unless skipped.
-func accept(spec *state.MachineIntentSpec, skipWipe bool) {
-	if spec.Acceptance == state.AcceptanceAccepted {
+func accept(spec *resources.MachineIntentSpec, skipWipe bool) {
+	if spec.Acceptance == resources.AcceptanceAccepted {
 		return
 	}
 
-	spec.Acceptance = state.AcceptanceAccepted
+	spec.Acceptance = resources.AcceptanceAccepted
 
 	if !skipWipe {
 		spec.WipeID = newID()
@@ -112,8 +112,8 @@ var errNotPending = errors.New("machine is not pending")
 // and that is checked under the transitions' lock, so a rejection made since the caller
 // looked wins. It reports whether the machine was accepted.
 func (t *Transitions) AcceptPending(ctx context.Context, id, reason string) (bool, error) {
-	_, err := t.transition(ctx, "auto-accept", id, func(spec *state.MachineIntentSpec) error {
-		if spec.Acceptance != state.AcceptancePending {
+	_, err := t.transition(ctx, "auto-accept", id, func(spec *resources.MachineIntentSpec) error {
+		if spec.Acceptance != resources.AcceptancePending {
 			return errNotPending
 		}
 
@@ -134,12 +134,12 @@ func (t *Transitions) AcceptPending(ctx context.Context, id, reason string) (boo
 
 // Reject keeps the provider off a machine; it stays listed as rejected.
 func (t *Transitions) Reject(ctx context.Context, req *controlv1.RejectRequest) (*controlv1.RejectResponse, error) {
-	in, err := t.transition(ctx, "reject", req.GetMachineId(), func(spec *state.MachineIntentSpec) error {
+	in, err := t.transition(ctx, "reject", req.GetMachineId(), func(spec *resources.MachineIntentSpec) error {
 		if spec.Allocation != nil {
 			return failedPrecondition("machine %q is allocated: deallocate it before rejecting it", req.GetMachineId())
 		}
 
-		spec.Acceptance = state.AcceptanceRejected
+		spec.Acceptance = resources.AcceptanceRejected
 
 		return nil
 	})
@@ -156,9 +156,9 @@ func (t *Transitions) Allocate(ctx context.Context, req *controlv1.AllocateReque
 		return nil, err
 	}
 
-	in, err := t.transition(ctx, "allocate", id, func(spec *state.MachineIntentSpec) error {
+	in, err := t.transition(ctx, "allocate", id, func(spec *resources.MachineIntentSpec) error {
 		switch {
-		case spec.Acceptance != state.AcceptanceAccepted:
+		case spec.Acceptance != resources.AcceptanceAccepted:
 			return failedPrecondition("machine %q is %s: accept it before allocating it", id, spec.Acceptance)
 		case spec.Allocation != nil:
 			return failedPrecondition("machine %q is already allocated (allocation %s): deallocate it first", id, spec.Allocation.ID)
@@ -175,7 +175,7 @@ func (t *Transitions) Allocate(ctx context.Context, req *controlv1.AllocateReque
 }
 
 // newAllocation validates the request and builds the allocation, schematic ID included.
-func (t *Transitions) newAllocation(ctx context.Context, req *controlv1.AllocateRequest) (*state.Allocation, error) {
+func (t *Transitions) newAllocation(ctx context.Context, req *controlv1.AllocateRequest) (*resources.Allocation, error) {
 	version, err := validateTalosVersion(req.GetTalosVersion())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -197,7 +197,7 @@ func (t *Transitions) newAllocation(ctx context.Context, req *controlv1.Allocate
 		}
 	}
 
-	alloc := &state.Allocation{
+	alloc := &resources.Allocation{
 		ID:           newID(),
 		TalosVersion: version,
 		Extensions:   exts,
@@ -222,7 +222,7 @@ func (t *Transitions) newAllocation(ctx context.Context, req *controlv1.Allocate
 // again; it also asks for a reboot, so that a machine running Talos goes back to the
 // agent through its BMC (PXE once, then a cycle) to be wiped.
 func (t *Transitions) Deallocate(ctx context.Context, req *controlv1.DeallocateRequest) (*controlv1.DeallocateResponse, error) {
-	in, err := t.transition(ctx, "deallocate", req.GetMachineId(), func(spec *state.MachineIntentSpec) error {
+	in, err := t.transition(ctx, "deallocate", req.GetMachineId(), func(spec *resources.MachineIntentSpec) error {
 		if spec.Allocation == nil {
 			return failedPrecondition("machine %q is not allocated", req.GetMachineId())
 		}
@@ -273,11 +273,11 @@ func (t *Transitions) MarkInstalled(ctx context.Context, req *controlv1.MarkInst
 // default. It applies to wipes ordered from now on.
 func (t *Transitions) SetWipeMode(ctx context.Context, req *controlv1.SetWipeModeRequest) (*controlv1.SetWipeModeResponse, error) {
 	mode := req.GetMode()
-	if mode != "" && !slices.Contains(state.WipeModes, mode) {
-		return nil, status.Errorf(codes.InvalidArgument, "wipe mode %q is not one of %s (or empty for the provider's default)", mode, strings.Join(state.WipeModes, ", "))
+	if mode != "" && !slices.Contains(resources.WipeModes, mode) {
+		return nil, status.Errorf(codes.InvalidArgument, "wipe mode %q is not one of %s (or empty for the provider's default)", mode, strings.Join(resources.WipeModes, ", "))
 	}
 
-	in, err := t.transition(ctx, "wipe-mode", req.GetMachineId(), func(spec *state.MachineIntentSpec) error {
+	in, err := t.transition(ctx, "wipe-mode", req.GetMachineId(), func(spec *resources.MachineIntentSpec) error {
 		spec.WipeMode = mode
 
 		return nil
@@ -288,7 +288,7 @@ func (t *Transitions) SetWipeMode(ctx context.Context, req *controlv1.SetWipeMod
 
 // Cordon keeps a machine from being handed out.
 func (t *Transitions) Cordon(ctx context.Context, req *controlv1.CordonRequest) (*controlv1.CordonResponse, error) {
-	in, err := t.transition(ctx, "cordon", req.GetMachineId(), func(spec *state.MachineIntentSpec) error {
+	in, err := t.transition(ctx, "cordon", req.GetMachineId(), func(spec *resources.MachineIntentSpec) error {
 		spec.Cordoned = true
 
 		return nil
@@ -299,7 +299,7 @@ func (t *Transitions) Cordon(ctx context.Context, req *controlv1.CordonRequest) 
 
 // Uncordon lifts a cordon.
 func (t *Transitions) Uncordon(ctx context.Context, req *controlv1.UncordonRequest) (*controlv1.UncordonResponse, error) {
-	in, err := t.transition(ctx, "uncordon", req.GetMachineId(), func(spec *state.MachineIntentSpec) error {
+	in, err := t.transition(ctx, "uncordon", req.GetMachineId(), func(spec *resources.MachineIntentSpec) error {
 		spec.Cordoned = false
 
 		return nil
@@ -315,7 +315,7 @@ func (t *Transitions) SetPower(ctx context.Context, req *controlv1.SetPowerReque
 		return nil, status.Error(codes.InvalidArgument, "power must be on, off or default")
 	}
 
-	in, err := t.transition(ctx, "power", req.GetMachineId(), func(spec *state.MachineIntentSpec) error {
+	in, err := t.transition(ctx, "power", req.GetMachineId(), func(spec *resources.MachineIntentSpec) error {
 		spec.Power = power
 
 		return nil
@@ -327,7 +327,7 @@ func (t *Transitions) SetPower(ctx context.Context, req *controlv1.SetPowerReque
 // transition checks that the machine is known, applies change to its intent (a pending
 // intent when it has none) and writes the result. change returns a gRPC status error
 // to refuse.
-func (t *Transitions) transition(ctx context.Context, name, id string, change func(*state.MachineIntentSpec) error, logFields ...zap.Field) (*controlv1.MachineIntent, error) {
+func (t *Transitions) transition(ctx context.Context, name, id string, change func(*resources.MachineIntentSpec) error, logFields ...zap.Field) (*controlv1.MachineIntent, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 
@@ -335,7 +335,7 @@ func (t *Transitions) transition(ctx context.Context, name, id string, change fu
 		return nil, err
 	}
 
-	intent, err := safe.StateModifyWithResult(ctx, t.st, state.NewMachineIntent(id), func(in *state.MachineIntent) error {
+	intent, err := safe.StateModifyWithResult(ctx, t.st, resources.NewMachineIntent(id), func(in *resources.MachineIntent) error {
 		return change(in.TypedSpec())
 	})
 	if err != nil {
@@ -359,26 +359,26 @@ func (t *Transitions) transition(ctx context.Context, name, id string, change fu
 
 // current returns the machine's intent spec (pending when it has none), or NotFound
 // when no Machine resource exists.
-func (t *Transitions) current(ctx context.Context, id string) (state.MachineIntentSpec, error) {
+func (t *Transitions) current(ctx context.Context, id string) (resources.MachineIntentSpec, error) {
 	if err := validateMachineID(id); err != nil {
-		return state.MachineIntentSpec{}, status.Error(codes.InvalidArgument, err.Error())
+		return resources.MachineIntentSpec{}, status.Error(codes.InvalidArgument, err.Error())
 	}
 
-	if _, err := safe.StateGetByID[*state.Machine](ctx, t.st, id); err != nil {
-		if cosistate.IsNotFoundError(err) {
-			return state.MachineIntentSpec{}, status.Errorf(codes.NotFound, "machine %q is not known", id)
+	if _, err := safe.StateGetByID[*resources.Machine](ctx, t.st, id); err != nil {
+		if state.IsNotFoundError(err) {
+			return resources.MachineIntentSpec{}, status.Errorf(codes.NotFound, "machine %q is not known", id)
 		}
 
-		return state.MachineIntentSpec{}, status.Errorf(codes.Internal, "error reading machine %q: %v", id, err)
+		return resources.MachineIntentSpec{}, status.Errorf(codes.Internal, "error reading machine %q: %v", id, err)
 	}
 
-	intent, err := safe.StateGetByID[*state.MachineIntent](ctx, t.st, id)
+	intent, err := safe.StateGetByID[*resources.MachineIntent](ctx, t.st, id)
 
 	switch {
-	case cosistate.IsNotFoundError(err):
-		return *state.NewMachineIntent(id).TypedSpec(), nil
+	case state.IsNotFoundError(err):
+		return *resources.NewMachineIntent(id).TypedSpec(), nil
 	case err != nil:
-		return state.MachineIntentSpec{}, status.Errorf(codes.Internal, "error reading the intent of machine %q: %v", id, err)
+		return resources.MachineIntentSpec{}, status.Errorf(codes.Internal, "error reading the intent of machine %q: %v", id, err)
 	}
 
 	return intent.TypedSpec().DeepCopy(), nil

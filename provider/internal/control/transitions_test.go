@@ -13,7 +13,7 @@ import (
 
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
 	"github.com/anvil-metal/anvil/provider/internal/control"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 const machineID = "4c4c4544-0000-1000-8000-000000000001"
@@ -28,15 +28,15 @@ func (f *fakeRecorder) RecordInstalled(_ context.Context, machine, allocation, s
 	return nil
 }
 
-func openState(t *testing.T) *state.Store {
+func openState(t *testing.T) *resources.Store {
 	t.Helper()
 
-	st, err := state.Open(t.Context(), t.TempDir())
+	st, err := resources.Open(t.Context(), t.TempDir())
 	require.NoError(t, err)
 
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
 
-	m := state.NewMachine(machineID)
+	m := resources.NewMachine(machineID)
 	m.TypedSpec().UUID = machineID
 	require.NoError(t, st.Create(t.Context(), m))
 
@@ -95,18 +95,18 @@ func TestTransitions(t *testing.T) {
 
 	type want struct {
 		code       codes.Code
-		acceptance state.Acceptance
+		acceptance resources.Acceptance
 		allocated  bool
 		cordoned   bool
 		newWipe    bool // a new wipe is owed
 	}
 
-	ok := func(a state.Acceptance, allocated, cordoned bool) want {
+	ok := func(a resources.Acceptance, allocated, cordoned bool) want {
 		return want{code: codes.OK, acceptance: a, allocated: allocated, cordoned: cordoned}
 	}
 	refused := want{code: codes.FailedPrecondition}
 
-	acc, rej, pen := state.AcceptanceAccepted, state.AcceptanceRejected, state.AcceptancePending
+	acc, rej, pen := resources.AcceptanceAccepted, resources.AcceptanceRejected, resources.AcceptancePending
 
 	for _, tc := range []struct {
 		from, transition string
@@ -196,7 +196,7 @@ func TestTransitions(t *testing.T) {
 				assert.NotEqual(t, before.RebootID, after.RebootID, "a new reboot request")
 				assert.NotEmpty(t, after.RebootID)
 			case "power-off":
-				assert.Equal(t, state.PowerOff, after.Power)
+				assert.Equal(t, resources.PowerOff, after.Power)
 			case "installed":
 				require.Len(t, rec.calls, 1)
 				assert.Equal(t, recorded{machineID, after.Allocation.ID, control.InstalledByManual}, rec.calls[0])
@@ -220,12 +220,12 @@ func TestTransitions(t *testing.T) {
 	}
 }
 
-func intentSpec(t *testing.T, st *state.Store) state.MachineIntentSpec {
+func intentSpec(t *testing.T, st *resources.Store) resources.MachineIntentSpec {
 	t.Helper()
 
-	in, err := safe.StateGetByID[*state.MachineIntent](t.Context(), st, machineID)
+	in, err := safe.StateGetByID[*resources.MachineIntent](t.Context(), st, machineID)
 	if err != nil {
-		return *state.NewMachineIntent(machineID).TypedSpec()
+		return *resources.NewMachineIntent(machineID).TypedSpec()
 	}
 
 	return in.TypedSpec().DeepCopy()
@@ -283,7 +283,7 @@ func TestAllocateMultiDocConfigAndSchematicHook(t *testing.T) {
 	t.Parallel()
 
 	st := openState(t)
-	hook := func(_ context.Context, id string, a state.Allocation) (schematic.Schematic, error) {
+	hook := func(_ context.Context, id string, a resources.Allocation) (schematic.Schematic, error) {
 		s, err := control.DefaultSchematic(t.Context(), id, a)
 		s.Customization.ExtraKernelArgs = append(s.Customization.ExtraKernelArgs, "anvil.machine="+id)
 
@@ -347,7 +347,7 @@ func TestAcceptOwesWipe(t *testing.T) {
 				require.NoError(t, err)
 			}
 
-			in, err := safe.StateGetByID[*state.MachineIntent](ctx, st, machineID)
+			in, err := safe.StateGetByID[*resources.MachineIntent](ctx, st, machineID)
 			require.NoError(t, err)
 			assert.Equal(t, tc.wantWipe, in.TypedSpec().WipeID != "")
 		})

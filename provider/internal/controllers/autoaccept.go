@@ -10,7 +10,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/safe"
 	"go.uber.org/zap"
 
-	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // Acceptor accepts a pending machine by the same rule a person's Accept follows (a wipe
@@ -38,8 +38,8 @@ func (ctrl *AutoAcceptController) Name() string { return "AutoAcceptController" 
 // Inputs implements controller.Controller.
 func (ctrl *AutoAcceptController) Inputs() []controller.Input {
 	return []controller.Input{
-		{Namespace: anvilstate.NamespaceName, Type: anvilstate.MachineLabelsType, Kind: controller.InputWeak},
-		{Namespace: anvilstate.NamespaceName, Type: anvilstate.MachineIntentType, Kind: controller.InputWeak},
+		{Namespace: resources.NamespaceName, Type: resources.MachineLabelsType, Kind: controller.InputWeak},
+		{Namespace: resources.NamespaceName, Type: resources.MachineIntentType, Kind: controller.InputWeak},
 	}
 }
 
@@ -64,17 +64,17 @@ func (ctrl *AutoAcceptController) Run(ctx context.Context, r controller.Runtime,
 // reconcile accepts every matching pending machine; a failure is returned after the
 // others had their turn, and the runtime restarts the controller to try again.
 func (ctrl *AutoAcceptController) reconcile(ctx context.Context, r controller.Runtime, logger *zap.Logger) error {
-	labels, err := safe.ReaderListAll[*anvilstate.MachineLabels](ctx, r)
+	labels, err := safe.ReaderListAll[*resources.MachineLabels](ctx, r)
 	if err != nil {
 		return fmt.Errorf("error listing machine labels: %w", err)
 	}
 
-	intents, err := safe.ReaderListAll[*anvilstate.MachineIntent](ctx, r)
+	intents, err := safe.ReaderListAll[*resources.MachineIntent](ctx, r)
 	if err != nil {
 		return fmt.Errorf("error listing machine intents: %w", err)
 	}
 
-	acceptance := make(map[string]anvilstate.Acceptance, intents.Len())
+	acceptance := make(map[string]resources.Acceptance, intents.Len())
 	for in := range intents.All() {
 		acceptance[in.Metadata().ID()] = in.TypedSpec().Acceptance
 	}
@@ -85,7 +85,7 @@ func (ctrl *AutoAcceptController) reconcile(ctx context.Context, r controller.Ru
 		id := ml.Metadata().ID()
 
 		// No intent is pending too.
-		if a, ok := acceptance[id]; ok && a != anvilstate.AcceptancePending {
+		if a, ok := acceptance[id]; ok && a != resources.AcceptancePending {
 			continue
 		}
 

@@ -7,14 +7,14 @@ import (
 	"testing"
 
 	"github.com/cosi-project/runtime/pkg/safe"
-	cosistate "github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
 	"github.com/anvil-metal/anvil/provider/internal/control"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 func TestAutoAcceptController(t *testing.T) {
@@ -32,7 +32,7 @@ func TestAutoAcceptController(t *testing.T) {
 		t.Run(tc.selector, func(t *testing.T) {
 			t.Parallel()
 
-			query, err := state.ParseSelector(tc.selector)
+			query, err := resources.ParseSelector(tc.selector)
 			require.NoError(t, err)
 
 			acceptor := &lateAcceptor{}
@@ -60,7 +60,7 @@ func TestAutoAcceptController(t *testing.T) {
 			wipes := map[string]string{}
 
 			for _, m := range machines {
-				mr := state.NewMachine(m.id)
+				mr := resources.NewMachine(m.id)
 				mr.TypedSpec().Arch = "amd64"
 				require.NoError(t, st.Create(ctx, mr))
 
@@ -76,7 +76,7 @@ func TestAutoAcceptController(t *testing.T) {
 				require.NoError(t, err)
 
 				if m.vendor != "" {
-					inv := state.NewMachineInventory(m.id)
+					inv := resources.NewMachineInventory(m.id)
 					inv.TypedSpec().System.Manufacturer = m.vendor
 					inv.TypedSpec().MemoryMiB = 64 * 1024
 					require.NoError(t, st.Create(ctx, inv))
@@ -85,30 +85,32 @@ func TestAutoAcceptController(t *testing.T) {
 
 			// The last machine's labels are derived from its inventory after all the
 			// others': once the controller has seen them, it has decided on every machine.
-			eventually(t, st, "last", func(ml *state.MachineLabels) bool { return ml.TypedSpec().FromInventory })
+			eventually(t, st, "last", func(ml *resources.MachineLabels) bool { return ml.TypedSpec().FromInventory })
 
 			if len(tc.accepted) > 0 {
-				eventually(t, st, "last", func(in *state.MachineIntent) bool { return in.TypedSpec().Acceptance == state.AcceptanceAccepted })
+				eventually(t, st, "last", func(in *resources.MachineIntent) bool {
+					return in.TypedSpec().Acceptance == resources.AcceptanceAccepted
+				})
 			}
 
 			for _, m := range machines {
-				in, err := safe.StateGetByID[*state.MachineIntent](ctx, st, m.id)
-				if cosistate.IsNotFoundError(err) {
-					in = state.NewMachineIntent(m.id)
+				in, err := safe.StateGetByID[*resources.MachineIntent](ctx, st, m.id)
+				if state.IsNotFoundError(err) {
+					in = resources.NewMachineIntent(m.id)
 				} else {
 					require.NoError(t, err)
 				}
 
 				switch {
 				case slices.Contains(tc.accepted, m.id):
-					assert.Equal(t, state.AcceptanceAccepted, in.TypedSpec().Acceptance, m.id)
+					assert.Equal(t, resources.AcceptanceAccepted, in.TypedSpec().Acceptance, m.id)
 					assert.NotEmpty(t, in.TypedSpec().WipeID, "%s: acceptance owes a wipe", m.id)
 				case m.transition == "reject":
-					assert.Equal(t, state.AcceptanceRejected, in.TypedSpec().Acceptance, "%s: never un-rejected", m.id)
+					assert.Equal(t, resources.AcceptanceRejected, in.TypedSpec().Acceptance, "%s: never un-rejected", m.id)
 				case m.transition == "accept":
 					assert.Equal(t, wipes[m.id], in.TypedSpec().WipeID, "%s: an accepted machine is left alone", m.id)
 				default:
-					assert.Equal(t, state.AcceptancePending, in.TypedSpec().Acceptance, m.id)
+					assert.Equal(t, resources.AcceptancePending, in.TypedSpec().Acceptance, m.id)
 				}
 			}
 		})

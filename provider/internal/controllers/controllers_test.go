@@ -11,23 +11,23 @@ import (
 	"github.com/cosi-project/runtime/pkg/controller/generic"
 	"github.com/cosi-project/runtime/pkg/controller/runtime"
 	"github.com/cosi-project/runtime/pkg/safe"
-	cosistate "github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/image-factory/pkg/schematic"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // run runs the controllers on a fresh state until the test ends.
 // run runs the controllers (controller.Controller or controller.QController) on a
 // state of their own.
-func run(t *testing.T, ctrls ...any) *state.Store {
+func run(t *testing.T, ctrls ...any) *resources.Store {
 	t.Helper()
 
-	st, err := state.Open(t.Context(), t.TempDir())
+	st, err := resources.Open(t.Context(), t.TempDir())
 	require.NoError(t, err)
 
 	rt, err := runtime.NewRuntime(st, zaptest.NewLogger(t))
@@ -58,7 +58,7 @@ func run(t *testing.T, ctrls ...any) *state.Store {
 	return st
 }
 
-func eventually[T generic.ResourceWithRD](t *testing.T, st cosistate.State, id string, check func(T) bool) T {
+func eventually[T generic.ResourceWithRD](t *testing.T, st state.State, id string, check func(T) bool) T {
 	t.Helper()
 
 	var last T
@@ -90,7 +90,7 @@ func TestMachineController(t *testing.T) {
 	}
 	obs <- first
 
-	m := eventually(t, st, "m1", func(m *state.Machine) bool { return m.TypedSpec().Arch == "amd64" })
+	m := eventually(t, st, "m1", func(m *resources.Machine) bool { return m.TypedSpec().Arch == "amd64" })
 	assert.Equal(t, []string{"52:54:00:00:00:01"}, m.TypedSpec().MACs)
 	assert.True(t, m.TypedSpec().FirstSeen.Equal(t0))
 	assert.True(t, m.TypedSpec().AgentBootIssued.Equal(t0))
@@ -110,7 +110,7 @@ func TestMachineController(t *testing.T) {
 	second.MAC, second.Firmware, second.At, second.AgentIssued = "52:54:00:00:00:02", "uefi", t0.Add(2*time.Second), t0.Add(2*time.Second)
 	obs <- second
 
-	m = eventually(t, st, "m1", func(m *state.Machine) bool { return m.TypedSpec().Firmware == "uefi" })
+	m = eventually(t, st, "m1", func(m *resources.Machine) bool { return m.TypedSpec().Firmware == "uefi" })
 	assert.Equal(t, []string{"52:54:00:00:00:02", "52:54:00:00:00:01"}, m.TypedSpec().MACs)
 	assert.True(t, m.TypedSpec().FirstSeen.Equal(t0))
 	assert.True(t, m.TypedSpec().AgentBootIssued.Equal(second.AgentIssued))
@@ -126,7 +126,7 @@ func TestMachineStatusController(t *testing.T) {
 	require.NoError(t, ctrl.RecordInstalled(t.Context(), "m1", "a1", "event-sink"))
 
 	// RecordInstalled returns once the status is stored.
-	s, err := safe.StateGetByID[*state.MachineStatus](t.Context(), st, "m1")
+	s, err := safe.StateGetByID[*resources.MachineStatus](t.Context(), st, "m1")
 	require.NoError(t, err)
 	assert.Equal(t, "a1", s.TypedSpec().InstalledAllocation)
 	assert.Equal(t, "event-sink", s.TypedSpec().InstalledBy)
@@ -179,12 +179,12 @@ func TestSchematicController(t *testing.T) {
 	id, err := sc.ID()
 	require.NoError(t, err)
 
-	in := state.NewMachineIntent("m1")
-	in.TypedSpec().Acceptance = state.AcceptanceAccepted
-	in.TypedSpec().Allocation = &state.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: id, Extensions: []string{"siderolabs/intel-ucode"}}
+	in := resources.NewMachineIntent("m1")
+	in.TypedSpec().Acceptance = resources.AcceptanceAccepted
+	in.TypedSpec().Allocation = &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: id, Extensions: []string{"siderolabs/intel-ucode"}}
 	require.NoError(t, st.Create(t.Context(), in))
 
-	s := eventually(t, st, id, func(s *state.Schematic) bool { return s.TypedSpec().LastError != "" })
+	s := eventually(t, st, id, func(s *resources.Schematic) bool { return s.TypedSpec().LastError != "" })
 	assert.False(t, s.TypedSpec().Registered)
 	assert.Contains(t, s.TypedSpec().LastError, "factory unreachable")
 
@@ -195,7 +195,7 @@ func TestSchematicController(t *testing.T) {
 
 	// The retry comes after the controller's backoff: 5 s, 10 s after two failures.
 	require.Eventually(t, func() bool {
-		got, err := safe.StateGetByID[*state.Schematic](t.Context(), st, id)
+		got, err := safe.StateGetByID[*resources.Schematic](t.Context(), st, id)
 		if err == nil && got.TypedSpec().Registered {
 			s = got
 
@@ -208,7 +208,7 @@ func TestSchematicController(t *testing.T) {
 	assert.Equal(t, []string{"talos.events.sink=10.0.0.1:50042"}, s.TypedSpec().KernelArgs)
 
 	// Deallocated: the schematic goes.
-	_, err = safe.StateUpdateWithConflicts(t.Context(), st, in.Metadata(), func(in *state.MachineIntent) error {
+	_, err = safe.StateUpdateWithConflicts(t.Context(), st, in.Metadata(), func(in *resources.MachineIntent) error {
 		in.TypedSpec().Allocation = nil
 
 		return nil
@@ -216,18 +216,18 @@ func TestSchematicController(t *testing.T) {
 	require.NoError(t, err)
 
 	require.Eventually(t, func() bool {
-		_, err := safe.StateGetByID[*state.Schematic](t.Context(), st, id)
+		_, err := safe.StateGetByID[*resources.Schematic](t.Context(), st, id)
 
-		return cosistate.IsNotFoundError(err)
+		return state.IsNotFoundError(err)
 	}, 10*time.Second, 10*time.Millisecond)
 
 	// An allocation whose stored ID no longer matches its content is an error, not a
 	// silent mismatch.
-	in2 := state.NewMachineIntent("m2")
-	in2.TypedSpec().Acceptance = state.AcceptanceAccepted
-	in2.TypedSpec().Allocation = &state.Allocation{ID: "a2", TalosVersion: "v1.9.0", SchematicID: "stale"}
+	in2 := resources.NewMachineIntent("m2")
+	in2.TypedSpec().Acceptance = resources.AcceptanceAccepted
+	in2.TypedSpec().Allocation = &resources.Allocation{ID: "a2", TalosVersion: "v1.9.0", SchematicID: "stale"}
 	require.NoError(t, st.Create(t.Context(), in2))
 
-	s = eventually(t, st, "stale", func(s *state.Schematic) bool { return s.TypedSpec().LastError != "" })
+	s = eventually(t, st, "stale", func(s *resources.Schematic) bool { return s.TypedSpec().LastError != "" })
 	assert.Contains(t, s.TypedSpec().LastError, "content changed since the allocation")
 }

@@ -6,20 +6,20 @@ import (
 	"strconv"
 	"strings"
 
-	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
-// Derived label keys, all under anvilstate.LabelPrefix. README lists them.
+// Derived label keys, all under resources.LabelPrefix. README lists them.
 const (
-	LabelArch        = anvilstate.LabelPrefix + "arch"
-	LabelVendor      = anvilstate.LabelPrefix + "vendor"
-	LabelModel       = anvilstate.LabelPrefix + "model"
-	LabelCPUVendor   = anvilstate.LabelPrefix + "cpu-vendor"
-	LabelCPUCores    = anvilstate.LabelPrefix + "cpu-cores"
-	LabelMemoryClass = anvilstate.LabelPrefix + "memory-class"
-	LabelDiskCount   = anvilstate.LabelPrefix + "disk-count"
-	LabelDiskType    = anvilstate.LabelPrefix + "disk-type"
-	LabelNICSpeed    = anvilstate.LabelPrefix + "nic-speed"
+	LabelArch        = resources.LabelPrefix + "arch"
+	LabelVendor      = resources.LabelPrefix + "vendor"
+	LabelModel       = resources.LabelPrefix + "model"
+	LabelCPUVendor   = resources.LabelPrefix + "cpu-vendor"
+	LabelCPUCores    = resources.LabelPrefix + "cpu-cores"
+	LabelMemoryClass = resources.LabelPrefix + "memory-class"
+	LabelDiskCount   = resources.LabelPrefix + "disk-count"
+	LabelDiskType    = resources.LabelPrefix + "disk-type"
+	LabelNICSpeed    = resources.LabelPrefix + "nic-speed"
 )
 
 // placeholders are what firmware writes where a vendor left a field empty: a label
@@ -41,11 +41,11 @@ var placeholders = map[string]bool{
 // DeriveLabels returns the labels a machine's hardware earns: arch from its PXE boot,
 // the rest from its agent's inventory (nil until one is reported). Values are lower
 // case and valid label values; a fact not known gives no label rather than a guess.
-func DeriveLabels(machine *anvilstate.MachineSpec, inv *anvilstate.MachineInventorySpec) map[string]string {
+func DeriveLabels(machine *resources.MachineSpec, inv *resources.MachineInventorySpec) map[string]string {
 	labels := map[string]string{}
 
 	set := func(key, value string) {
-		if v := anvilstate.SanitizeLabelValue(strings.ToLower(value)); v != "" {
+		if v := resources.SanitizeLabelValue(strings.ToLower(value)); v != "" {
 			labels[key] = v
 		}
 	}
@@ -135,7 +135,7 @@ func MemoryClass(mib uint64) string {
 // diskSummary counts the disks Talos could install to and names their kind: nvme, ssd
 // or hdd, mixed when they differ, "" without disks. CD-ROMs, read-only media and
 // device-mapper volumes are not disks of the machine.
-func diskSummary(disks []anvilstate.DiskInventory) (int, string) {
+func diskSummary(disks []resources.DiskInventory) (int, string) {
 	count, kind := 0, ""
 
 	for _, d := range disks {
@@ -167,7 +167,7 @@ func diskSummary(disks []anvilstate.DiskInventory) (int, string) {
 
 // nicSpeed is the fastest physical link's speed: "25g", "2.5g", "100m"; "" when no NIC
 // reports one (links down report none).
-func nicSpeed(nics []anvilstate.NICInventory) string {
+func nicSpeed(nics []resources.NICInventory) string {
 	var fastest int64
 
 	for _, n := range nics {

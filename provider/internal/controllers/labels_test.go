@@ -6,25 +6,25 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 func TestDeriveLabels(t *testing.T) {
 	t.Parallel()
 
-	dell := state.MachineInventorySpec{
-		System: state.SystemInventory{Manufacturer: "Dell Inc.", Product: "PowerEdge R650", Serial: "ABC1234"},
-		CPUs: []state.CPUInventory{
+	dell := resources.MachineInventorySpec{
+		System: resources.SystemInventory{Manufacturer: "Dell Inc.", Product: "PowerEdge R650", Serial: "ABC1234"},
+		CPUs: []resources.CPUInventory{
 			{Socket: "CPU1", Manufacturer: "Intel(R) Corporation", Model: "Intel(R) Xeon(R) Gold 6338", Cores: 32},
 			{Socket: "CPU2", Manufacturer: "Intel(R) Corporation", Model: "Intel(R) Xeon(R) Gold 6338", Cores: 32},
 		},
 		MemoryMiB: 96 * 1024,
-		Disks: []state.DiskInventory{
+		Disks: []resources.DiskInventory{
 			{Name: "nvme0n1", Size: 960e9, Transport: "nvme"},
 			{Name: "nvme1n1", Size: 960e9, Transport: "nvme"},
 			{Name: "sr0", Size: 0, CDROM: true, Transport: "sata"},
 		},
-		NICs: []state.NICInventory{
+		NICs: []resources.NICInventory{
 			{Name: "eno1", SpeedMbps: 1000, LinkUp: true},
 			{Name: "ens1f0", SpeedMbps: 25000, LinkUp: true},
 			{Name: "ens1f1", SpeedMbps: -1},
@@ -33,18 +33,18 @@ func TestDeriveLabels(t *testing.T) {
 
 	for _, tc := range []struct {
 		name    string
-		machine *state.MachineSpec
-		inv     *state.MachineInventorySpec
+		machine *resources.MachineSpec
+		inv     *resources.MachineInventorySpec
 		want    map[string]string
 	}{
 		{
 			name:    "boot only",
-			machine: &state.MachineSpec{Arch: "amd64"},
+			machine: &resources.MachineSpec{Arch: "amd64"},
 			want:    map[string]string{controllers.LabelArch: "amd64"},
 		},
 		{
 			name:    "a server",
-			machine: &state.MachineSpec{Arch: "amd64"},
+			machine: &resources.MachineSpec{Arch: "amd64"},
 			inv:     &dell,
 			want: map[string]string{
 				controllers.LabelArch: "amd64", controllers.LabelVendor: "dell-inc", controllers.LabelModel: "poweredge-r650",
@@ -54,13 +54,13 @@ func TestDeriveLabels(t *testing.T) {
 		},
 		{
 			name:    "a lab VM: placeholders, no speed, one virtio disk",
-			machine: &state.MachineSpec{Arch: "amd64"},
-			inv: &state.MachineInventorySpec{
-				System:    state.SystemInventory{Manufacturer: "QEMU", Product: "Standard PC (Q35 + ICH9, 2009)"},
-				CPUs:      []state.CPUInventory{{Manufacturer: "QEMU", Cores: 2}},
+			machine: &resources.MachineSpec{Arch: "amd64"},
+			inv: &resources.MachineInventorySpec{
+				System:    resources.SystemInventory{Manufacturer: "QEMU", Product: "Standard PC (Q35 + ICH9, 2009)"},
+				CPUs:      []resources.CPUInventory{{Manufacturer: "QEMU", Cores: 2}},
 				MemoryMiB: 2048,
-				Disks:     []state.DiskInventory{{Name: "vda", Size: 8 << 30, Transport: "virtio", Rotational: true}},
-				NICs:      []state.NICInventory{{Name: "eth0"}},
+				Disks:     []resources.DiskInventory{{Name: "vda", Size: 8 << 30, Transport: "virtio", Rotational: true}},
+				NICs:      []resources.NICInventory{{Name: "eth0"}},
 			},
 			want: map[string]string{
 				controllers.LabelArch: "amd64", controllers.LabelVendor: "qemu", controllers.LabelModel: "standard-pc-q35-ich9-2009",
@@ -70,17 +70,17 @@ func TestDeriveLabels(t *testing.T) {
 		},
 		{
 			name: "mixed disks, 2.5G, AMD, OEM placeholders, no disks counted twice",
-			inv: &state.MachineInventorySpec{
-				System:    state.SystemInventory{Manufacturer: "To Be Filled By O.E.M.", Product: "Default string"},
-				CPUs:      []state.CPUInventory{{Manufacturer: "Advanced Micro Devices, Inc.", Cores: 16}},
+			inv: &resources.MachineInventorySpec{
+				System:    resources.SystemInventory{Manufacturer: "To Be Filled By O.E.M.", Product: "Default string"},
+				CPUs:      []resources.CPUInventory{{Manufacturer: "Advanced Micro Devices, Inc.", Cores: 16}},
 				MemoryMiB: 1536 * 1024,
-				Disks: []state.DiskInventory{
+				Disks: []resources.DiskInventory{
 					{Name: "sda", Size: 4e12, Rotational: true, Transport: "sata"},
 					{Name: "sdb", Size: 480e9, Transport: "sata"},
 					{Name: "dm-0", Size: 480e9, Transport: "dm"},
 					{Name: "sdc", Size: 16e9, Transport: "usb", Readonly: true},
 				},
-				NICs: []state.NICInventory{{Name: "enp1s0", SpeedMbps: 2500}},
+				NICs: []resources.NICInventory{{Name: "enp1s0", SpeedMbps: 2500}},
 			},
 			want: map[string]string{
 				controllers.LabelCPUVendor: "amd", controllers.LabelCPUCores: "16", controllers.LabelMemoryClass: "1tib",
@@ -89,7 +89,7 @@ func TestDeriveLabels(t *testing.T) {
 		},
 		{
 			name: "nothing known but an empty inventory: no disks is a fact, the rest is not",
-			inv:  &state.MachineInventorySpec{NICs: []state.NICInventory{{Name: "eth0", SpeedMbps: 100}}},
+			inv:  &resources.MachineInventorySpec{NICs: []resources.NICInventory{{Name: "eth0", SpeedMbps: 100}}},
 			want: map[string]string{controllers.LabelDiskCount: "0", controllers.LabelNICSpeed: "100m"},
 		},
 	} {
@@ -100,9 +100,9 @@ func TestDeriveLabels(t *testing.T) {
 			assert.Equal(t, tc.want, got)
 
 			for k, v := range got {
-				assert.NoError(t, state.ValidateLabelKey(k))
-				assert.NoError(t, state.ValidateLabelValue(v))
-				assert.True(t, state.IsReservedLabelKey(k), k)
+				assert.NoError(t, resources.ValidateLabelKey(k))
+				assert.NoError(t, resources.ValidateLabelValue(v))
+				assert.True(t, resources.IsReservedLabelKey(k), k)
 			}
 		})
 	}

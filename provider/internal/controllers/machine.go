@@ -11,7 +11,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/state"
 	"go.uber.org/zap"
 
-	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // pxeStampInterval is how stale Machine.LastPXE may get before a boot rewrites it: a
@@ -55,7 +55,7 @@ func (ctrl *MachineController) Inputs() []controller.Input { return nil }
 
 // Outputs implements controller.Controller.
 func (ctrl *MachineController) Outputs() []controller.Output {
-	return []controller.Output{{Type: anvilstate.MachineType, Kind: controller.OutputExclusive}}
+	return []controller.Output{{Type: resources.MachineType, Kind: controller.OutputExclusive}}
 }
 
 // Run implements controller.Controller.
@@ -74,7 +74,7 @@ func (ctrl *MachineController) Run(ctx context.Context, r controller.Runtime, lo
 }
 
 func (ctrl *MachineController) record(ctx context.Context, r controller.Runtime, obs PXEObservation) error {
-	current, err := safe.ReaderGetByID[*anvilstate.Machine](ctx, r, obs.MachineID)
+	current, err := safe.ReaderGetByID[*resources.Machine](ctx, r, obs.MachineID)
 	if err != nil && !state.IsNotFoundError(err) {
 		return fmt.Errorf("error reading machine %s: %w", obs.MachineID, err)
 	}
@@ -83,7 +83,7 @@ func (ctrl *MachineController) record(ctx context.Context, r controller.Runtime,
 		return nil
 	}
 
-	if err = safe.WriterModify(ctx, r, anvilstate.NewMachine(obs.MachineID), func(m *anvilstate.Machine) error {
+	if err = safe.WriterModify(ctx, r, resources.NewMachine(obs.MachineID), func(m *resources.Machine) error {
 		apply(m.TypedSpec(), obs)
 
 		for k, v := range ctrl.Labels {
@@ -98,7 +98,7 @@ func (ctrl *MachineController) record(ctx context.Context, r controller.Runtime,
 	return nil
 }
 
-func (ctrl *MachineController) labelled(m *anvilstate.Machine) bool {
+func (ctrl *MachineController) labelled(m *resources.Machine) bool {
 	for k, v := range ctrl.Labels {
 		if got, ok := m.Metadata().Labels().Get(k); !ok || got != v {
 			return false
@@ -110,7 +110,7 @@ func (ctrl *MachineController) labelled(m *anvilstate.Machine) bool {
 
 // Changes reports whether the observation tells something the machine's record does not
 // say yet; boot services send only those.
-func (obs *PXEObservation) Changes(spec *anvilstate.MachineSpec) bool {
+func (obs *PXEObservation) Changes(spec *resources.MachineSpec) bool {
 	if spec == nil {
 		return true
 	}
@@ -122,7 +122,7 @@ func (obs *PXEObservation) Changes(spec *anvilstate.MachineSpec) bool {
 		obs.At.Sub(spec.LastPXE) >= pxeStampInterval
 }
 
-func apply(spec *anvilstate.MachineSpec, obs PXEObservation) {
+func apply(spec *resources.MachineSpec, obs PXEObservation) {
 	if spec.FirstSeen.IsZero() {
 		spec.FirstSeen = obs.At
 	}

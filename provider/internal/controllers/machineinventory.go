@@ -8,12 +8,12 @@ import (
 	"github.com/cosi-project/runtime/pkg/safe"
 	"go.uber.org/zap"
 
-	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 type inventoryReport struct {
 	machineID string
-	spec      anvilstate.MachineInventorySpec
+	spec      resources.MachineInventorySpec
 }
 
 // MachineInventoryController produces MachineInventory from what agents report.
@@ -27,7 +27,7 @@ func NewMachineInventoryController() *MachineInventoryController {
 }
 
 // RecordInventory stores the machine's inventory and returns once it is stored.
-func (ctrl *MachineInventoryController) RecordInventory(ctx context.Context, machineID string, spec anvilstate.MachineInventorySpec) error {
+func (ctrl *MachineInventoryController) RecordInventory(ctx context.Context, machineID string, spec resources.MachineInventorySpec) error {
 	return ctrl.reports.send(ctx, inventoryReport{machineID: machineID, spec: spec})
 }
 
@@ -39,7 +39,7 @@ func (ctrl *MachineInventoryController) Inputs() []controller.Input { return nil
 
 // Outputs implements controller.Controller.
 func (ctrl *MachineInventoryController) Outputs() []controller.Output {
-	return []controller.Output{{Type: anvilstate.MachineInventoryType, Kind: controller.OutputExclusive}}
+	return []controller.Output{{Type: resources.MachineInventoryType, Kind: controller.OutputExclusive}}
 }
 
 // Run implements controller.Controller.
@@ -52,7 +52,7 @@ func (ctrl *MachineInventoryController) Run(ctx context.Context, r controller.Ru
 		case in := <-ctrl.reports:
 			report := in.report
 
-			err := safe.WriterModify(ctx, r, anvilstate.NewMachineInventory(report.machineID), func(inv *anvilstate.MachineInventory) error {
+			err := safe.WriterModify(ctx, r, resources.NewMachineInventory(report.machineID), func(inv *resources.MachineInventory) error {
 				*inv.TypedSpec() = report.spec
 
 				return nil

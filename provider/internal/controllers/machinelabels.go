@@ -11,7 +11,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/state"
 	"go.uber.org/zap"
 
-	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // MachineLabelsController produces MachineLabels: each known machine's effective labels
@@ -35,18 +35,18 @@ func (ctrl *MachineLabelsController) Name() string { return "MachineLabelsContro
 func (ctrl *MachineLabelsController) Settings() controller.QSettings {
 	return controller.QSettings{
 		Inputs: []controller.Input{
-			{Namespace: anvilstate.NamespaceName, Type: anvilstate.MachineType, Kind: controller.InputQPrimary},
-			{Namespace: anvilstate.NamespaceName, Type: anvilstate.MachineInventoryType, Kind: controller.InputQMapped},
-			{Namespace: anvilstate.NamespaceName, Type: anvilstate.MachineIntentType, Kind: controller.InputQMapped},
+			{Namespace: resources.NamespaceName, Type: resources.MachineType, Kind: controller.InputQPrimary},
+			{Namespace: resources.NamespaceName, Type: resources.MachineInventoryType, Kind: controller.InputQMapped},
+			{Namespace: resources.NamespaceName, Type: resources.MachineIntentType, Kind: controller.InputQMapped},
 		},
-		Outputs: []controller.Output{{Type: anvilstate.MachineLabelsType, Kind: controller.OutputExclusive}},
+		Outputs: []controller.Output{{Type: resources.MachineLabelsType, Kind: controller.OutputExclusive}},
 	}
 }
 
 // MapInput implements controller.QController: an inventory or intent is the machine's of
 // the same ID.
 func (ctrl *MachineLabelsController) MapInput(_ context.Context, _ *zap.Logger, _ controller.QRuntime, ptr controller.ReducedResourceMetadata) ([]resource.Pointer, error) {
-	return []resource.Pointer{anvilstate.NewMachine(ptr.ID()).Metadata()}, nil
+	return []resource.Pointer{resources.NewMachine(ptr.ID()).Metadata()}, nil
 }
 
 // Reconcile implements controller.QController: the labels of the machine ptr names, or
@@ -54,31 +54,31 @@ func (ctrl *MachineLabelsController) MapInput(_ context.Context, _ *zap.Logger, 
 func (ctrl *MachineLabelsController) Reconcile(ctx context.Context, _ *zap.Logger, r controller.QRuntime, ptr resource.Pointer) error {
 	id := ptr.ID()
 
-	m, err := safe.ReaderGetByID[*anvilstate.Machine](ctx, r, id)
+	m, err := safe.ReaderGetByID[*resources.Machine](ctx, r, id)
 	if err != nil {
 		if !state.IsNotFoundError(err) {
 			return fmt.Errorf("error reading machine %s: %w", id, err)
 		}
 
-		if err = r.Destroy(ctx, anvilstate.NewMachineLabels(id).Metadata()); err != nil && !state.IsNotFoundError(err) {
+		if err = r.Destroy(ctx, resources.NewMachineLabels(id).Metadata()); err != nil && !state.IsNotFoundError(err) {
 			return fmt.Errorf("error removing the labels of machine %s: %w", id, err)
 		}
 
 		return nil
 	}
 
-	inv, err := safe.ReaderGetByID[*anvilstate.MachineInventory](ctx, r, id)
+	inv, err := safe.ReaderGetByID[*resources.MachineInventory](ctx, r, id)
 	if err != nil && !state.IsNotFoundError(err) {
 		return fmt.Errorf("error reading the inventory of machine %s: %w", id, err)
 	}
 
-	intent, err := safe.ReaderGetByID[*anvilstate.MachineIntent](ctx, r, id)
+	intent, err := safe.ReaderGetByID[*resources.MachineIntent](ctx, r, id)
 	if err != nil && !state.IsNotFoundError(err) {
 		return fmt.Errorf("error reading the intent of machine %s: %w", id, err)
 	}
 
 	var (
-		invSpec *anvilstate.MachineInventorySpec
+		invSpec *resources.MachineInventorySpec
 		user    map[string]string
 	)
 
@@ -90,7 +90,7 @@ func (ctrl *MachineLabelsController) Reconcile(ctx context.Context, _ *zap.Logge
 		user = intent.TypedSpec().Labels
 	}
 
-	spec := anvilstate.MachineLabelsSpec{
+	spec := resources.MachineLabelsSpec{
 		Static:        nonEmpty(ctrl.Static),
 		Derived:       nonEmpty(DeriveLabels(m.TypedSpec(), invSpec)),
 		User:          nonEmpty(user),
@@ -98,7 +98,7 @@ func (ctrl *MachineLabelsController) Reconcile(ctx context.Context, _ *zap.Logge
 	}
 
 	// An unchanged spec and labels leave the resource as it is (no write, no event).
-	if err = safe.WriterModify(ctx, r, anvilstate.NewMachineLabels(id), func(ml *anvilstate.MachineLabels) error {
+	if err = safe.WriterModify(ctx, r, resources.NewMachineLabels(id), func(ml *resources.MachineLabels) error {
 		*ml.TypedSpec() = spec.DeepCopy()
 
 		effective := spec.Effective()

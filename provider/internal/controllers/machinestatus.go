@@ -9,13 +9,13 @@ import (
 	"github.com/cosi-project/runtime/pkg/safe"
 	"go.uber.org/zap"
 
-	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // statusReport is a fact about a machine to record on its status.
 type statusReport struct {
 	machineID string
-	apply     func(*anvilstate.MachineStatusSpec)
+	apply     func(*resources.MachineStatusSpec)
 	logged    []zap.Field
 }
 
@@ -37,7 +37,7 @@ func (ctrl *MachineStatusController) RecordInstalled(ctx context.Context, machin
 
 	return ctrl.record(ctx, statusReport{
 		machineID: machineID,
-		apply: func(s *anvilstate.MachineStatusSpec) {
+		apply: func(s *resources.MachineStatusSpec) {
 			s.InstalledAllocation = allocationID
 			s.InstalledAt = now
 			s.InstalledBy = source
@@ -47,10 +47,10 @@ func (ctrl *MachineStatusController) RecordInstalled(ctx context.Context, machin
 }
 
 // RecordWiped records that the machine's wipe of that generation is done, with its report.
-func (ctrl *MachineStatusController) RecordWiped(ctx context.Context, machineID string, wipe anvilstate.WipeRecord) error {
+func (ctrl *MachineStatusController) RecordWiped(ctx context.Context, machineID string, wipe resources.WipeRecord) error {
 	return ctrl.record(ctx, statusReport{
 		machineID: machineID,
-		apply: func(s *anvilstate.MachineStatusSpec) {
+		apply: func(s *resources.MachineStatusSpec) {
 			s.WipedID = wipe.ID
 			s.LastWipe = &wipe
 		},
@@ -63,7 +63,7 @@ func (ctrl *MachineStatusController) RecordWiped(ctx context.Context, machineID 
 func (ctrl *MachineStatusController) RecordBMCOrder(ctx context.Context, machineID, order, failure string) error {
 	return ctrl.record(ctx, statusReport{
 		machineID: machineID,
-		apply: func(s *anvilstate.MachineStatusSpec) {
+		apply: func(s *resources.MachineStatusSpec) {
 			s.BMCOrder, s.BMCError = order, failure
 		},
 		logged: []zap.Field{zap.String("bmc_order", order), zap.String("bmc_error", failure)},
@@ -82,7 +82,7 @@ func (ctrl *MachineStatusController) Inputs() []controller.Input { return nil }
 
 // Outputs implements controller.Controller.
 func (ctrl *MachineStatusController) Outputs() []controller.Output {
-	return []controller.Output{{Type: anvilstate.MachineStatusType, Kind: controller.OutputExclusive}}
+	return []controller.Output{{Type: resources.MachineStatusType, Kind: controller.OutputExclusive}}
 }
 
 // Run implements controller.Controller.
@@ -95,7 +95,7 @@ func (ctrl *MachineStatusController) Run(ctx context.Context, r controller.Runti
 		case in := <-ctrl.reports:
 			report := in.report
 
-			err := safe.WriterModify(ctx, r, anvilstate.NewMachineStatus(report.machineID), func(s *anvilstate.MachineStatus) error {
+			err := safe.WriterModify(ctx, r, resources.NewMachineStatus(report.machineID), func(s *resources.MachineStatus) error {
 				report.apply(s.TypedSpec())
 
 				return nil

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/anvil-metal/anvil/provider/internal/power"
-	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // Power defaults.
@@ -43,7 +43,7 @@ const (
 type PowerController struct {
 	Dialers power.Dialers
 	// IdleDefault is the power of an accepted machine with nothing to do (off unless set).
-	IdleDefault anvilstate.PowerState
+	IdleDefault resources.PowerState
 	// PollInterval is how often each BMC is read.
 	PollInterval time.Duration
 	// MinActionInterval is the least time between two power actions on one machine.
@@ -63,27 +63,27 @@ func (ctrl *PowerController) Name() string { return "PowerController" }
 // Inputs implements controller.Controller.
 func (ctrl *PowerController) Inputs() []controller.Input {
 	return []controller.Input{
-		{Namespace: anvilstate.NamespaceName, Type: anvilstate.BMCConfigType, Kind: controller.InputWeak},
-		{Namespace: anvilstate.NamespaceName, Type: anvilstate.BMCSecretType, Kind: controller.InputWeak},
-		{Namespace: anvilstate.NamespaceName, Type: anvilstate.MachineIntentType, Kind: controller.InputWeak},
-		{Namespace: anvilstate.NamespaceName, Type: anvilstate.MachineStatusType, Kind: controller.InputWeak},
+		{Namespace: resources.NamespaceName, Type: resources.BMCConfigType, Kind: controller.InputWeak},
+		{Namespace: resources.NamespaceName, Type: resources.BMCSecretType, Kind: controller.InputWeak},
+		{Namespace: resources.NamespaceName, Type: resources.MachineIntentType, Kind: controller.InputWeak},
+		{Namespace: resources.NamespaceName, Type: resources.MachineStatusType, Kind: controller.InputWeak},
 	}
 }
 
 // Outputs implements controller.Controller.
 func (ctrl *PowerController) Outputs() []controller.Output {
-	return []controller.Output{{Type: anvilstate.PowerStatusType, Kind: controller.OutputExclusive}}
+	return []controller.Output{{Type: resources.PowerStatusType, Kind: controller.OutputExclusive}}
 }
 
 // DesiredPower is the power a machine's state wants: "" (hands off) unless it is
 // accepted; then the user's override, on while allocated or while a wipe is owed (its
 // agent must run to wipe), else idle.
-func DesiredPower(intent anvilstate.MachineIntentSpec, status *anvilstate.MachineStatusSpec, idle anvilstate.PowerState) anvilstate.PowerState {
-	if intent.Acceptance != anvilstate.AcceptanceAccepted {
+func DesiredPower(intent resources.MachineIntentSpec, status *resources.MachineStatusSpec, idle resources.PowerState) resources.PowerState {
+	if intent.Acceptance != resources.AcceptanceAccepted {
 		return ""
 	}
 
-	if intent.Power == anvilstate.PowerOn || intent.Power == anvilstate.PowerOff {
+	if intent.Power == resources.PowerOn || intent.Power == resources.PowerOff {
 		return intent.Power
 	}
 
@@ -93,19 +93,19 @@ func DesiredPower(intent anvilstate.MachineIntentSpec, status *anvilstate.Machin
 	}
 
 	if intent.Allocation != nil || (intent.WipeID != "" && intent.WipeID != wiped) {
-		return anvilstate.PowerOn
+		return resources.PowerOn
 	}
 
-	if idle == anvilstate.PowerOn {
-		return anvilstate.PowerOn
+	if idle == resources.PowerOn {
+		return resources.PowerOn
 	}
 
-	return anvilstate.PowerOff
+	return resources.PowerOff
 }
 
 // nextAction is what to do to a machine now, given what is wanted and seen; a reboot
 // request wins over the rest, and nothing happens within minInterval of the last action.
-func nextAction(desired, observed anvilstate.PowerState, rebootWanted bool, last, now time.Time, minInterval time.Duration) string {
+func nextAction(desired, observed resources.PowerState, rebootWanted bool, last, now time.Time, minInterval time.Duration) string {
 	if desired == "" || (!last.IsZero() && now.Sub(last) < minInterval) {
 		return actionNone
 	}
@@ -113,9 +113,9 @@ func nextAction(desired, observed anvilstate.PowerState, rebootWanted bool, last
 	switch {
 	case rebootWanted:
 		return actionReboot
-	case desired == anvilstate.PowerOn && observed == anvilstate.PowerOff:
+	case desired == resources.PowerOn && observed == resources.PowerOff:
 		return actionOn
-	case desired == anvilstate.PowerOff && observed == anvilstate.PowerOn:
+	case desired == resources.PowerOff && observed == resources.PowerOn:
 		return actionOff
 	}
 
@@ -145,9 +145,9 @@ func (ctrl *PowerController) Run(ctx context.Context, r controller.Runtime, logg
 type powerTarget struct {
 	id       string
 	endpoint power.Endpoint
-	desired  anvilstate.PowerState
+	desired  resources.PowerState
 	rebootID string // wanted
-	status   anvilstate.PowerStatusSpec
+	status   resources.PowerStatusSpec
 	due      bool // a read is due
 }
 
@@ -205,7 +205,7 @@ func (ctrl *PowerController) reconcile(ctx context.Context, r controller.Runtime
 
 	for _, t := range targets {
 		spec := t.status
-		if err := safe.WriterModify(ctx, r, anvilstate.NewPowerStatus(t.id), func(ps *anvilstate.PowerStatus) error {
+		if err := safe.WriterModify(ctx, r, resources.NewPowerStatus(t.id), func(ps *resources.PowerStatus) error {
 			*ps.TypedSpec() = spec
 
 			return nil
@@ -214,7 +214,7 @@ func (ctrl *PowerController) reconcile(ctx context.Context, r controller.Runtime
 		}
 	}
 
-	if err := r.CleanupOutputs(ctx, anvilstate.NewPowerStatus("").Metadata()); err != nil {
+	if err := r.CleanupOutputs(ctx, resources.NewPowerStatus("").Metadata()); err != nil {
 		return fmt.Errorf("error cleaning up power statuses: %w", err)
 	}
 
@@ -223,7 +223,7 @@ func (ctrl *PowerController) reconcile(ctx context.Context, r controller.Runtime
 
 // targets lists every machine with a BMC config, with what its state wants.
 func (ctrl *PowerController) targets(ctx context.Context, r controller.Runtime, now time.Time) ([]*powerTarget, error) {
-	bmcs, err := safe.ReaderListAll[*anvilstate.BMCConfig](ctx, r)
+	bmcs, err := safe.ReaderListAll[*resources.BMCConfig](ctx, r)
 	if err != nil {
 		return nil, fmt.Errorf("error listing BMC configs: %w", err)
 	}
@@ -234,9 +234,9 @@ func (ctrl *PowerController) targets(ctx context.Context, r controller.Runtime, 
 		id := bmc.Metadata().ID()
 		cfg := bmc.TypedSpec()
 
-		t := &powerTarget{id: id, status: anvilstate.PowerStatusSpec{State: anvilstate.PowerUnknown}}
+		t := &powerTarget{id: id, status: resources.PowerStatusSpec{State: resources.PowerUnknown}}
 
-		current, err := safe.ReaderGetByID[*anvilstate.PowerStatus](ctx, r, id)
+		current, err := safe.ReaderGetByID[*resources.PowerStatus](ctx, r, id)
 		if err != nil && !state.IsNotFoundError(err) {
 			return nil, fmt.Errorf("error reading the power status of machine %s: %w", id, err)
 		}
@@ -251,7 +251,7 @@ func (ctrl *PowerController) targets(ctx context.Context, r controller.Runtime, 
 		}
 		t.status.Backend, t.status.Endpoint = cfg.Kind, t.endpoint.String()
 
-		intent, err := safe.ReaderGetByID[*anvilstate.MachineIntent](ctx, r, id)
+		intent, err := safe.ReaderGetByID[*resources.MachineIntent](ctx, r, id)
 		if err != nil && !state.IsNotFoundError(err) {
 			return nil, fmt.Errorf("error reading the intent of machine %s: %w", id, err)
 		}
@@ -259,12 +259,12 @@ func (ctrl *PowerController) targets(ctx context.Context, r controller.Runtime, 
 		if intent == nil || t.endpoint.Kind == power.KindNone {
 			t.desired = ""
 		} else {
-			status, err := safe.ReaderGetByID[*anvilstate.MachineStatus](ctx, r, id)
+			status, err := safe.ReaderGetByID[*resources.MachineStatus](ctx, r, id)
 			if err != nil && !state.IsNotFoundError(err) {
 				return nil, fmt.Errorf("error reading the status of machine %s: %w", id, err)
 			}
 
-			var ss *anvilstate.MachineStatusSpec
+			var ss *resources.MachineStatusSpec
 			if status != nil {
 				ss = status.TypedSpec()
 			}
@@ -283,7 +283,7 @@ func (ctrl *PowerController) targets(ctx context.Context, r controller.Runtime, 
 			t.status.Condition, t.status.Error = "hands-off", ""
 		default:
 			if cfg.HasPassword {
-				secret, err := safe.ReaderGetByID[*anvilstate.BMCSecret](ctx, r, id)
+				secret, err := safe.ReaderGetByID[*resources.BMCSecret](ctx, r, id)
 				if err != nil && !state.IsNotFoundError(err) {
 					return nil, fmt.Errorf("error reading the BMC secret of machine %s: %w", id, err)
 				}
@@ -350,7 +350,7 @@ func (ctrl *PowerController) act(ctx context.Context, targets []*powerTarget, lo
 			ctrl.succeeded(t)
 
 			// Read again on the next round rather than guess.
-			t.status.State, t.status.ObservedAt = anvilstate.PowerUnknown, time.Time{}
+			t.status.State, t.status.ObservedAt = resources.PowerUnknown, time.Time{}
 			logger.Info("power action", zap.String("machine", t.id), zap.String("action", action), zap.Stringer("bmc", t.endpoint))
 		}()
 	}
@@ -388,7 +388,7 @@ func (ctrl *PowerController) do(ctx context.Context, ep power.Endpoint, action s
 func (ctrl *PowerController) failed(t *powerTarget, err error, now time.Time) {
 	t.status.Failures++
 	t.status.Error = err.Error()
-	t.status.State = anvilstate.PowerUnknown
+	t.status.State = resources.PowerUnknown
 
 	switch {
 	case errors.Is(err, power.ErrUnauthorized):
@@ -430,13 +430,13 @@ func (ctrl *PowerController) ready(id string, now time.Time) bool {
 	return !now.Before(ctrl.backoff[id])
 }
 
-func toPowerState(s power.State) anvilstate.PowerState {
+func toPowerState(s power.State) resources.PowerState {
 	switch s {
 	case power.StateOn:
-		return anvilstate.PowerOn
+		return resources.PowerOn
 	case power.StateOff:
-		return anvilstate.PowerOff
+		return resources.PowerOff
 	default:
-		return anvilstate.PowerUnknown
+		return resources.PowerUnknown
 	}
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/power"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // fakeBMCs are machines' BMCs in memory, keyed by machine UUID, with a log of calls.
@@ -91,22 +91,22 @@ func (b *fakeBMC) PowerCycle(context.Context) error {
 func (b *fakeBMC) SetPXEOnce(context.Context, power.BootMode) error { return b.call("pxe", nil) }
 func (b *fakeBMC) Close() error                                     { return nil }
 
-func setBMC(t *testing.T, st *state.Store, id, password string) {
+func setBMC(t *testing.T, st *resources.Store, id, password string) {
 	t.Helper()
 
-	cfg := state.NewBMCConfig(id)
-	*cfg.TypedSpec() = state.BMCConfigSpec{Kind: "fake", Address: "10.0.0." + id[len(id)-1:], Source: state.BMCSourceUser, HasPassword: true}
+	cfg := resources.NewBMCConfig(id)
+	*cfg.TypedSpec() = resources.BMCConfigSpec{Kind: "fake", Address: "10.0.0." + id[len(id)-1:], Source: resources.BMCSourceUser, HasPassword: true}
 	require.NoError(t, st.Create(t.Context(), cfg))
 
-	secret := state.NewBMCSecret(id)
+	secret := resources.NewBMCSecret(id)
 	secret.TypedSpec().Password = password
 	require.NoError(t, st.Create(t.Context(), secret))
 }
 
-func setIntent(t *testing.T, st *state.Store, id string, change func(*state.MachineIntentSpec)) {
+func setIntent(t *testing.T, st *resources.Store, id string, change func(*resources.MachineIntentSpec)) {
 	t.Helper()
 
-	_, err := safe.StateModifyWithResult(t.Context(), st, state.NewMachineIntent(id), func(in *state.MachineIntent) error {
+	_, err := safe.StateModifyWithResult(t.Context(), st, resources.NewMachineIntent(id), func(in *resources.MachineIntent) error {
 		change(in.TypedSpec())
 
 		return nil
@@ -140,37 +140,37 @@ func TestPowerController(t *testing.T) {
 
 	setBMC(t, st, badpass, "wrong")
 
-	setIntent(t, st, pending, func(s *state.MachineIntentSpec) { s.Acceptance = state.AcceptancePending })
-	setIntent(t, st, rejected, func(s *state.MachineIntentSpec) { s.Acceptance = state.AcceptanceRejected })
+	setIntent(t, st, pending, func(s *resources.MachineIntentSpec) { s.Acceptance = resources.AcceptancePending })
+	setIntent(t, st, rejected, func(s *resources.MachineIntentSpec) { s.Acceptance = resources.AcceptanceRejected })
 
 	for _, id := range []string{accepted, broken, badpass} {
-		setIntent(t, st, id, func(s *state.MachineIntentSpec) { s.Acceptance = state.AcceptanceAccepted })
+		setIntent(t, st, id, func(s *resources.MachineIntentSpec) { s.Acceptance = resources.AcceptanceAccepted })
 	}
 
 	// Accepted and idle: read, then powered off.
-	eventually(t, st, accepted, func(ps *state.PowerStatus) bool {
-		return ps.TypedSpec().LastAction == "off" && ps.TypedSpec().State == state.PowerOff
+	eventually(t, st, accepted, func(ps *resources.PowerStatus) bool {
+		return ps.TypedSpec().LastAction == "off" && ps.TypedSpec().State == resources.PowerOff
 	})
 
 	// A BMC that does not answer and one that refuses the password are statuses.
-	ps := eventually(t, st, broken, func(ps *state.PowerStatus) bool { return ps.TypedSpec().Condition == "unreachable" })
+	ps := eventually(t, st, broken, func(ps *resources.PowerStatus) bool { return ps.TypedSpec().Condition == "unreachable" })
 	assert.Contains(t, ps.TypedSpec().Error, "no answer")
-	eventually(t, st, badpass, func(ps *state.PowerStatus) bool { return ps.TypedSpec().Condition == "unauthorized" })
+	eventually(t, st, badpass, func(ps *resources.PowerStatus) bool { return ps.TypedSpec().Condition == "unauthorized" })
 
 	// Pending and rejected: listed as hands off.
-	eventually(t, st, pending, func(ps *state.PowerStatus) bool { return ps.TypedSpec().Condition == "hands-off" })
-	eventually(t, st, rejected, func(ps *state.PowerStatus) bool { return ps.TypedSpec().Condition == "hands-off" })
+	eventually(t, st, pending, func(ps *resources.PowerStatus) bool { return ps.TypedSpec().Condition == "hands-off" })
+	eventually(t, st, rejected, func(ps *resources.PowerStatus) bool { return ps.TypedSpec().Condition == "hands-off" })
 
 	// Allocated: PXE once, then on.
-	setIntent(t, st, accepted, func(s *state.MachineIntentSpec) { s.Allocation = &state.Allocation{ID: "a1"} })
-	eventually(t, st, accepted, func(ps *state.PowerStatus) bool {
-		return ps.TypedSpec().LastAction == "pxe+on" && ps.TypedSpec().State == state.PowerOn
+	setIntent(t, st, accepted, func(s *resources.MachineIntentSpec) { s.Allocation = &resources.Allocation{ID: "a1"} })
+	eventually(t, st, accepted, func(ps *resources.PowerStatus) bool {
+		return ps.TypedSpec().LastAction == "pxe+on" && ps.TypedSpec().State == resources.PowerOn
 	})
 
 	// A reboot request: PXE once, then a cycle, once.
-	setIntent(t, st, accepted, func(s *state.MachineIntentSpec) { s.RebootID = "r1" })
-	eventually(t, st, accepted, func(ps *state.PowerStatus) bool {
-		return ps.TypedSpec().RebootID == "r1" && ps.TypedSpec().State == state.PowerOn
+	setIntent(t, st, accepted, func(s *resources.MachineIntentSpec) { s.RebootID = "r1" })
+	eventually(t, st, accepted, func(ps *resources.PowerStatus) bool {
+		return ps.TypedSpec().RebootID == "r1" && ps.TypedSpec().State == resources.PowerOn
 	})
 
 	time.Sleep(3 * time.Second) // a few more rounds: nothing more is done

@@ -6,37 +6,37 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 func TestDesiredPower(t *testing.T) {
 	t.Parallel()
 
-	alloc := &anvilstate.Allocation{ID: "a1"}
-	on, off := anvilstate.PowerOn, anvilstate.PowerOff
+	alloc := &resources.Allocation{ID: "a1"}
+	on, off := resources.PowerOn, resources.PowerOff
 
 	for _, tc := range []struct {
 		name   string
-		intent anvilstate.MachineIntentSpec
+		intent resources.MachineIntentSpec
 		wiped  string
-		idle   anvilstate.PowerState
-		want   anvilstate.PowerState
+		idle   resources.PowerState
+		want   resources.PowerState
 	}{
-		{"pending: hands off", anvilstate.MachineIntentSpec{Acceptance: anvilstate.AcceptancePending, Power: on}, "", off, ""},
-		{"rejected: hands off", anvilstate.MachineIntentSpec{Acceptance: anvilstate.AcceptanceRejected, Allocation: alloc}, "", off, ""},
-		{"accepted, wipe owed", anvilstate.MachineIntentSpec{Acceptance: anvilstate.AcceptanceAccepted, WipeID: "w1"}, "", off, on},
-		{"accepted, wiped, idle off", anvilstate.MachineIntentSpec{Acceptance: anvilstate.AcceptanceAccepted, WipeID: "w1"}, "w1", off, off},
-		{"accepted, idle default unset", anvilstate.MachineIntentSpec{Acceptance: anvilstate.AcceptanceAccepted}, "", "", off},
-		{"accepted, idle on", anvilstate.MachineIntentSpec{Acceptance: anvilstate.AcceptanceAccepted}, "", on, on},
-		{"allocated", anvilstate.MachineIntentSpec{Acceptance: anvilstate.AcceptanceAccepted, Allocation: alloc, WipeID: "w1"}, "w1", off, on},
-		{"user says off, allocated", anvilstate.MachineIntentSpec{Acceptance: anvilstate.AcceptanceAccepted, Allocation: alloc, Power: off}, "", off, off},
-		{"user says on, idle", anvilstate.MachineIntentSpec{Acceptance: anvilstate.AcceptanceAccepted, Power: on}, "", off, on},
-		{"user says default", anvilstate.MachineIntentSpec{Acceptance: anvilstate.AcceptanceAccepted, Power: anvilstate.PowerDefault}, "", off, off},
+		{"pending: hands off", resources.MachineIntentSpec{Acceptance: resources.AcceptancePending, Power: on}, "", off, ""},
+		{"rejected: hands off", resources.MachineIntentSpec{Acceptance: resources.AcceptanceRejected, Allocation: alloc}, "", off, ""},
+		{"accepted, wipe owed", resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, WipeID: "w1"}, "", off, on},
+		{"accepted, wiped, idle off", resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, WipeID: "w1"}, "w1", off, off},
+		{"accepted, idle default unset", resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted}, "", "", off},
+		{"accepted, idle on", resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted}, "", on, on},
+		{"allocated", resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc, WipeID: "w1"}, "w1", off, on},
+		{"user says off, allocated", resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc, Power: off}, "", off, off},
+		{"user says on, idle", resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Power: on}, "", off, on},
+		{"user says default", resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Power: resources.PowerDefault}, "", off, off},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 
-			assert.Equal(t, tc.want, DesiredPower(tc.intent, &anvilstate.MachineStatusSpec{WipedID: tc.wiped}, tc.idle))
+			assert.Equal(t, tc.want, DesiredPower(tc.intent, &resources.MachineStatusSpec{WipedID: tc.wiped}, tc.idle))
 		})
 	}
 }
@@ -45,11 +45,11 @@ func TestNextAction(t *testing.T) {
 	t.Parallel()
 
 	now := time.Now()
-	on, off, unknown := anvilstate.PowerOn, anvilstate.PowerOff, anvilstate.PowerUnknown
+	on, off, unknown := resources.PowerOn, resources.PowerOff, resources.PowerUnknown
 
 	for _, tc := range []struct {
 		name              string
-		desired, observed anvilstate.PowerState
+		desired, observed resources.PowerState
 		reboot            bool
 		last              time.Time
 		want              string

@@ -12,7 +12,7 @@ import (
 	"github.com/siderolabs/image-factory/pkg/schematic"
 	"go.uber.org/zap"
 
-	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // SchematicRegistrar is the part of the Image Factory client the controller uses.
@@ -41,12 +41,12 @@ func (ctrl *SchematicController) Name() string { return "SchematicController" }
 
 // Inputs implements controller.Controller.
 func (ctrl *SchematicController) Inputs() []controller.Input {
-	return []controller.Input{{Namespace: anvilstate.NamespaceName, Type: anvilstate.MachineIntentType, Kind: controller.InputWeak}}
+	return []controller.Input{{Namespace: resources.NamespaceName, Type: resources.MachineIntentType, Kind: controller.InputWeak}}
 }
 
 // Outputs implements controller.Controller.
 func (ctrl *SchematicController) Outputs() []controller.Output {
-	return []controller.Output{{Type: anvilstate.SchematicType, Kind: controller.OutputExclusive}}
+	return []controller.Output{{Type: resources.SchematicType, Kind: controller.OutputExclusive}}
 }
 
 // Run implements controller.Controller.
@@ -82,12 +82,12 @@ func (ctrl *SchematicController) Run(ctx context.Context, r controller.Runtime, 
 
 // reconcile registers what is not registered yet and reports whether any failed.
 func (ctrl *SchematicController) reconcile(ctx context.Context, r controller.Runtime, logger *zap.Logger) (bool, error) {
-	intents, err := safe.ReaderListAll[*anvilstate.MachineIntent](ctx, r)
+	intents, err := safe.ReaderListAll[*resources.MachineIntent](ctx, r)
 	if err != nil {
 		return false, fmt.Errorf("error listing machine intents: %w", err)
 	}
 
-	wanted := map[resource.ID]*anvilstate.Allocation{}
+	wanted := map[resource.ID]*resources.Allocation{}
 
 	for in := range intents.All() {
 		if a := in.TypedSpec().Allocation; a != nil && a.SchematicID != "" {
@@ -100,13 +100,13 @@ func (ctrl *SchematicController) reconcile(ctx context.Context, r controller.Run
 	r.StartTrackingOutputs()
 
 	for id, alloc := range wanted {
-		current, err := safe.ReaderGetByID[*anvilstate.Schematic](ctx, r, id)
+		current, err := safe.ReaderGetByID[*resources.Schematic](ctx, r, id)
 		if err != nil && !state.IsNotFoundError(err) {
 			return false, fmt.Errorf("error reading schematic %s: %w", id, err)
 		}
 
 		sc := ctrl.SchematicFor(alloc.Extensions, alloc.KernelArgs)
-		spec := anvilstate.SchematicSpec{
+		spec := resources.SchematicSpec{
 			Extensions: sc.Customization.SystemExtensions.OfficialExtensions,
 			KernelArgs: sc.Customization.ExtraKernelArgs,
 		}
@@ -126,7 +126,7 @@ func (ctrl *SchematicController) reconcile(ctx context.Context, r controller.Run
 			}
 		}
 
-		if err = safe.WriterModify(ctx, r, anvilstate.NewSchematic(id), func(s *anvilstate.Schematic) error {
+		if err = safe.WriterModify(ctx, r, resources.NewSchematic(id), func(s *resources.Schematic) error {
 			*s.TypedSpec() = spec
 
 			return nil
@@ -136,7 +136,7 @@ func (ctrl *SchematicController) reconcile(ctx context.Context, r controller.Run
 	}
 
 	// Schematics no allocation boots any more go.
-	if err = r.CleanupOutputs(ctx, anvilstate.NewSchematic("").Metadata()); err != nil {
+	if err = r.CleanupOutputs(ctx, resources.NewSchematic("").Metadata()); err != nil {
 		return false, fmt.Errorf("error cleaning up schematics: %w", err)
 	}
 

@@ -8,7 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/anvil-metal/anvil/internal/token"
-	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // handleMetadata serves a machine's Talos configuration (talos.config=) to a request that
@@ -25,7 +25,7 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	intent, err := safe.StateGetByID[*anvilstate.MachineIntent](r.Context(), s.opts.State, id)
+	intent, err := safe.StateGetByID[*resources.MachineIntent](r.Context(), s.opts.State, id)
 	if err != nil && !state.IsNotFoundError(err) {
 		http.Error(w, "error reading machine state", http.StatusServiceUnavailable)
 

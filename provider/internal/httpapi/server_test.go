@@ -32,7 +32,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/httpapi"
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 const (
@@ -55,7 +55,7 @@ func (r *recorder) RecordInstalled(_ context.Context, machineID, allocationID, s
 }
 
 type fixture struct {
-	store   *state.Store
+	store   *resources.Store
 	server  *httpapi.Server
 	scripts *boot.Scripts
 	obs     chan controllers.PXEObservation
@@ -66,7 +66,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 
-	store, err := state.Open(t.Context(), t.TempDir())
+	store, err := resources.Open(t.Context(), t.TempDir())
 	require.NoError(t, err)
 	t.Cleanup(func() { store.Close() }) //nolint:errcheck
 
@@ -111,24 +111,24 @@ func newFixture(t *testing.T) *fixture {
 }
 
 // machine stores a machine as the controllers would have.
-func (f *fixture) machine(t *testing.T, id, address string, decision boot.Kind, intent *state.MachineIntentSpec, status *state.MachineStatusSpec) {
+func (f *fixture) machine(t *testing.T, id, address string, decision boot.Kind, intent *resources.MachineIntentSpec, status *resources.MachineStatusSpec) {
 	t.Helper()
 
 	ctx := t.Context()
-	m := state.NewMachine(id)
+	m := resources.NewMachine(id)
 	m.TypedSpec().UUID = id
 	m.TypedSpec().LastAddress = address
 	m.TypedSpec().LastDecision = string(decision)
 	require.NoError(t, f.store.Create(ctx, m))
 
 	if intent != nil {
-		in := state.NewMachineIntent(id)
+		in := resources.NewMachineIntent(id)
 		*in.TypedSpec() = *intent
 		require.NoError(t, f.store.Create(ctx, in))
 	}
 
 	if status != nil {
-		st := state.NewMachineStatus(id)
+		st := resources.NewMachineStatus(id)
 		*st.TypedSpec() = *status
 		require.NoError(t, f.store.Create(ctx, st))
 	}
@@ -158,9 +158,9 @@ func TestBootScripts(t *testing.T) {
 	t.Parallel()
 
 	f := newFixture(t)
-	alloc := &state.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: "s1"}
+	alloc := &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: "s1"}
 
-	f.machine(t, m2, "192.0.2.2", boot.KindAgent, &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, Allocation: alloc}, nil)
+	f.machine(t, m2, "192.0.2.2", boot.KindAgent, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc}, nil)
 
 	code, body := f.get(t, bootURL(m1))
 	require.Equal(t, http.StatusOK, code)
@@ -213,11 +213,11 @@ func TestMetadata(t *testing.T) {
 
 	f := newFixture(t)
 	key := f.scripts.TokenKey
-	alloc := &state.Allocation{ID: "a1", TalosVersion: "v1.9.0", Config: "version: v1alpha1\n"}
+	alloc := &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", Config: "version: v1alpha1\n"}
 
-	f.machine(t, m1, "192.0.2.1", boot.KindTalos, &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, Allocation: alloc}, nil)
-	f.machine(t, m2, "192.0.2.2", boot.KindTalos, &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted,
-		Allocation: &state.Allocation{ID: "a2", TalosVersion: "v1.9.0"}}, nil)
+	f.machine(t, m1, "192.0.2.1", boot.KindTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc}, nil)
+	f.machine(t, m2, "192.0.2.2", boot.KindTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted,
+		Allocation: &resources.Allocation{ID: "a2", TalosVersion: "v1.9.0"}}, nil)
 
 	for _, tc := range []struct {
 		name, target string
@@ -259,7 +259,7 @@ func TestEventSink(t *testing.T) {
 	t.Parallel()
 
 	f := newFixture(t)
-	alloc := &state.Allocation{ID: "a1", TalosVersion: "v1.9.0"}
+	alloc := &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0"}
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -284,7 +284,7 @@ func TestEventSink(t *testing.T) {
 	_, err = sink.Publish(ctx, sequenceEvent(t, "install", machine.SequenceEvent_STOP, false))
 	assert.Equal(t, codes.PermissionDenied, grpcstatus.Code(err))
 
-	f.machine(t, m1, "127.0.0.1", boot.KindTalos, &state.MachineIntentSpec{Acceptance: state.AcceptanceAccepted, Allocation: alloc}, nil)
+	f.machine(t, m1, "127.0.0.1", boot.KindTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc}, nil)
 
 	for _, ev := range []*events.EventRequest{
 		sequenceEvent(t, "install", machine.SequenceEvent_START, false),
@@ -320,7 +320,7 @@ func TestEventSink(t *testing.T) {
 func TestHealthWaitsForTheView(t *testing.T) {
 	t.Parallel()
 
-	store, err := state.Open(t.Context(), t.TempDir())
+	store, err := resources.Open(t.Context(), t.TempDir())
 	require.NoError(t, err)
 	t.Cleanup(func() { store.Close() }) //nolint:errcheck
 

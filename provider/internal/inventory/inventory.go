@@ -12,27 +12,27 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // Summarize builds the inventory from the reported resources.
-func Summarize(resources []resource.Resource) state.MachineInventorySpec {
+func Summarize(reported []resource.Resource) resources.MachineInventorySpec {
 	var (
-		spec      state.MachineInventorySpec
+		spec      resources.MachineInventorySpec
 		addresses = map[string][]string{}
 	)
 
-	for _, r := range resources {
+	for _, r := range reported {
 		switch r := r.(type) {
 		case *hardware.SystemInformation:
 			s := r.TypedSpec()
-			spec.System = state.SystemInventory{
+			spec.System = resources.SystemInventory{
 				Manufacturer: s.Manufacturer, Product: s.ProductName, Serial: s.SerialNumber,
 				UUID: s.UUID, SKU: s.SKUNumber, BIOSVersion: s.BIOSVersion,
 			}
 		case *hardware.Processor:
 			s := r.TypedSpec()
-			spec.CPUs = append(spec.CPUs, state.CPUInventory{
+			spec.CPUs = append(spec.CPUs, resources.CPUInventory{
 				Socket: s.Socket, Manufacturer: s.Manufacturer, Model: s.ProductName,
 				Cores: s.CoreCount, Threads: s.ThreadCount, MaxSpeedMHz: s.MaxSpeed,
 			})
@@ -42,19 +42,19 @@ func Summarize(resources []resource.Resource) state.MachineInventorySpec {
 				continue // an empty slot
 			}
 
-			spec.Memory = append(spec.Memory, state.MemoryInventory{
+			spec.Memory = append(spec.Memory, resources.MemoryInventory{
 				Locator: s.DeviceLocator, SizeMiB: s.Size, SpeedMTs: s.Speed, Manufacturer: s.Manufacturer,
 			})
 			spec.MemoryMiB += uint64(s.Size)
 		case *hardware.PCIDevice:
 			s := r.TypedSpec()
-			spec.PCIDevices = append(spec.PCIDevices, state.PCIInventory{
+			spec.PCIDevices = append(spec.PCIDevices, resources.PCIInventory{
 				ID: r.Metadata().ID(), Class: s.Class, Vendor: s.Vendor, Product: s.Product,
 				VendorID: s.VendorID, ProductID: s.ProductID, Driver: s.Driver,
 			})
 		case *block.Disk:
 			s := r.TypedSpec()
-			spec.Disks = append(spec.Disks, state.DiskInventory{
+			spec.Disks = append(spec.Disks, resources.DiskInventory{
 				Name: r.Metadata().ID(), Size: s.Size, Model: s.Model, Serial: s.Serial, WWID: s.WWID,
 				Transport: s.Transport, Rotational: s.Rotational, Readonly: s.Readonly, CDROM: s.CDROM, BusPath: s.BusPath,
 			})
@@ -64,7 +64,7 @@ func Summarize(resources []resource.Resource) state.MachineInventorySpec {
 				continue
 			}
 
-			spec.NICs = append(spec.NICs, state.NICInventory{
+			spec.NICs = append(spec.NICs, resources.NICInventory{
 				Name: r.Metadata().ID(), MAC: s.HardwareAddr.String(), Driver: s.Driver, SpeedMbps: int64(s.SpeedMegabits),
 				LinkUp: s.OperationalState == nethelpers.OperStateUp, Vendor: s.Vendor, Product: s.Product, PCIID: s.PCIID,
 			})
@@ -84,11 +84,11 @@ func Summarize(resources []resource.Resource) state.MachineInventorySpec {
 	}
 
 	// Resources arrive in whatever order the agent listed them; the summary is stable.
-	slices.SortFunc(spec.CPUs, func(a, b state.CPUInventory) int { return cmp.Compare(a.Socket, b.Socket) })
-	slices.SortFunc(spec.Memory, func(a, b state.MemoryInventory) int { return cmp.Compare(a.Locator, b.Locator) })
-	slices.SortFunc(spec.Disks, func(a, b state.DiskInventory) int { return cmp.Compare(a.Name, b.Name) })
-	slices.SortFunc(spec.NICs, func(a, b state.NICInventory) int { return cmp.Compare(a.Name, b.Name) })
-	slices.SortFunc(spec.PCIDevices, func(a, b state.PCIInventory) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(spec.CPUs, func(a, b resources.CPUInventory) int { return cmp.Compare(a.Socket, b.Socket) })
+	slices.SortFunc(spec.Memory, func(a, b resources.MemoryInventory) int { return cmp.Compare(a.Locator, b.Locator) })
+	slices.SortFunc(spec.Disks, func(a, b resources.DiskInventory) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(spec.NICs, func(a, b resources.NICInventory) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(spec.PCIDevices, func(a, b resources.PCIInventory) int { return cmp.Compare(a.ID, b.ID) })
 
 	return spec
 }

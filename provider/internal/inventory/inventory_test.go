@@ -15,7 +15,7 @@ import (
 
 	"github.com/anvil-metal/anvil/internal/resourcewire"
 	"github.com/anvil-metal/anvil/provider/internal/inventory"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 func reported() []resource.Resource {
@@ -77,7 +77,7 @@ func TestEncodeDecodeSummarize(t *testing.T) {
 
 	got := inventory.Summarize(decoded)
 
-	assert.Equal(t, state.SystemInventory{Manufacturer: "Dell Inc.", Product: "PowerEdge R630", Serial: "ABC123", UUID: "4c4c4544-0000-1000-8000-000000000001"}, got.System)
+	assert.Equal(t, resources.SystemInventory{Manufacturer: "Dell Inc.", Product: "PowerEdge R630", Serial: "ABC123", UUID: "4c4c4544-0000-1000-8000-000000000001"}, got.System)
 	require.Len(t, got.CPUs, 2)
 	assert.Equal(t, "CPU1", got.CPUs[0].Socket, "sorted by socket")
 	assert.Equal(t, uint32(20), got.CPUs[1].Threads)

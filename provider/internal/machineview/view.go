@@ -16,18 +16,18 @@ import (
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/state"
 
-	anvilstate "github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // Entry is what is known of one machine. Entries are immutable once published: a change
 // publishes a new one.
 type Entry struct {
 	ID      resource.ID
-	Machine *anvilstate.MachineSpec
-	Intent  *anvilstate.MachineIntentSpec
-	Status  *anvilstate.MachineStatusSpec
+	Machine *resources.MachineSpec
+	Intent  *resources.MachineIntentSpec
+	Status  *resources.MachineStatusSpec
 	// BMC is how the machine's BMC is reached, when anyone said (never the password).
-	BMC *anvilstate.BMCConfigSpec
+	BMC *resources.BMCConfigSpec
 }
 
 // View is the index.
@@ -125,7 +125,7 @@ func (v *View) AgentBootIssued(id resource.ID) time.Time {
 }
 
 // watched are the resource types the view follows.
-var watched = []resource.Type{anvilstate.MachineType, anvilstate.MachineIntentType, anvilstate.MachineStatusType, anvilstate.BMCConfigType}
+var watched = []resource.Type{resources.MachineType, resources.MachineIntentType, resources.MachineStatusType, resources.BMCConfigType}
 
 // Run follows the state until ctx is done.
 func (v *View) Run(ctx context.Context, st state.State) error {
@@ -133,7 +133,7 @@ func (v *View) Run(ctx context.Context, st state.State) error {
 	bootstrapped := 0
 
 	for _, typ := range watched {
-		md := resource.NewMetadata(anvilstate.NamespaceName, typ, "", resource.VersionUndefined)
+		md := resource.NewMetadata(resources.NamespaceName, typ, "", resource.VersionUndefined)
 		if err := st.WatchKind(ctx, md, events, state.WithBootstrapContents(true)); err != nil {
 			return fmt.Errorf("error watching %s: %w", typ, err)
 		}
@@ -184,7 +184,7 @@ func (v *View) apply(r resource.Resource, destroyed bool) {
 	}
 
 	switch res := r.(type) {
-	case *anvilstate.Machine:
+	case *resources.Machine:
 		v.unindexAddress(next.Machine, id)
 
 		next.Machine = nil
@@ -192,17 +192,17 @@ func (v *View) apply(r resource.Resource, destroyed bool) {
 			next.Machine = res.TypedSpec()
 			v.indexAddress(next.Machine, id)
 		}
-	case *anvilstate.MachineIntent:
+	case *resources.MachineIntent:
 		next.Intent = nil
 		if !destroyed {
 			next.Intent = res.TypedSpec()
 		}
-	case *anvilstate.MachineStatus:
+	case *resources.MachineStatus:
 		next.Status = nil
 		if !destroyed {
 			next.Status = res.TypedSpec()
 		}
-	case *anvilstate.BMCConfig:
+	case *resources.BMCConfig:
 		next.BMC = nil
 		if !destroyed {
 			next.BMC = res.TypedSpec()
@@ -220,7 +220,7 @@ func (v *View) apply(r resource.Resource, destroyed bool) {
 	v.byID[id] = &next
 }
 
-func (v *View) indexAddress(m *anvilstate.MachineSpec, id resource.ID) {
+func (v *View) indexAddress(m *resources.MachineSpec, id resource.ID) {
 	if m.LastAddress == "" {
 		return
 	}
@@ -234,7 +234,7 @@ func (v *View) indexAddress(m *anvilstate.MachineSpec, id resource.ID) {
 	ids[id] = struct{}{}
 }
 
-func (v *View) unindexAddress(m *anvilstate.MachineSpec, id resource.ID) {
+func (v *View) unindexAddress(m *resources.MachineSpec, id resource.ID) {
 	if m == nil {
 		return
 	}

@@ -10,13 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
-func openState(t *testing.T) *state.Store {
+func openState(t *testing.T) *resources.Store {
 	t.Helper()
 
-	st, err := state.Open(t.Context(), t.TempDir())
+	st, err := resources.Open(t.Context(), t.TempDir())
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() }) //nolint:errcheck
 
@@ -24,7 +24,7 @@ func openState(t *testing.T) *state.Store {
 }
 
 // startView runs a view over st until the test ends and waits until it is ready.
-func startView(t *testing.T, st *state.Store) *machineview.View {
+func startView(t *testing.T, st *resources.Store) *machineview.View {
 	t.Helper()
 
 	v := machineview.New()
@@ -55,7 +55,7 @@ func TestViewFollowsState(t *testing.T) {
 	st := openState(t)
 
 	// A machine stored before the view starts is there once it is ready.
-	m := state.NewMachine("m1")
+	m := resources.NewMachine("m1")
 	m.TypedSpec().LastAddress = "10.0.0.5"
 	require.NoError(t, st.Create(ctx, m))
 
@@ -67,18 +67,18 @@ func TestViewFollowsState(t *testing.T) {
 	assert.Nil(t, v.Get("nope"))
 	assert.Len(t, v.ByAddress("10.0.0.5"), 1)
 
-	in := state.NewMachineIntent("m1")
-	in.TypedSpec().Acceptance = state.AcceptanceAccepted
+	in := resources.NewMachineIntent("m1")
+	in.TypedSpec().Acceptance = resources.AcceptanceAccepted
 	require.NoError(t, st.Create(ctx, in))
 
 	require.Eventually(t, func() bool {
 		e := v.Get("m1")
 
-		return e.Intent != nil && e.Intent.Acceptance == state.AcceptanceAccepted && e.Machine != nil
+		return e.Intent != nil && e.Intent.Acceptance == resources.AcceptanceAccepted && e.Machine != nil
 	}, 5*time.Second, time.Millisecond)
 
 	// The machine moves to another address: the index follows.
-	_, err := safe.StateUpdateWithConflicts(ctx, st, m.Metadata(), func(m *state.Machine) error {
+	_, err := safe.StateUpdateWithConflicts(ctx, st, m.Metadata(), func(m *resources.Machine) error {
 		m.TypedSpec().LastAddress = "10.0.0.6"
 
 		return nil
@@ -117,7 +117,7 @@ func TestViewChanged(t *testing.T) {
 	default:
 	}
 
-	require.NoError(t, st.Create(ctx, state.NewMachine("m1")))
+	require.NoError(t, st.Create(ctx, resources.NewMachine("m1")))
 
 	select {
 	case <-changed:
@@ -138,7 +138,7 @@ func TestAgentBootIssued(t *testing.T) {
 
 	t0 := time.Unix(1700000000, 0)
 
-	m := state.NewMachine("m1")
+	m := resources.NewMachine("m1")
 	m.TypedSpec().AgentBootIssued = t0
 	require.NoError(t, st.Create(ctx, m))
 

@@ -8,9 +8,9 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
-	cosistate "github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/state"
 
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // Lease is an address handed to a MAC address in full DHCP mode.
@@ -31,22 +31,22 @@ type LeaseStore interface {
 	Delete(ctx context.Context, mac string) error
 }
 
-// StateLeases is a LeaseStore over the provider's COSI state (state.DHCPLease resources
+// StateLeases is a LeaseStore over the provider's COSI state (resources.DHCPLease resources
 // in the persistent namespace, whose writes are committed to BoltDB before they return).
 type StateLeases struct {
-	st cosistate.State
+	st state.State
 }
 
 // NewStateLeases returns a LeaseStore over st.
-func NewStateLeases(st cosistate.State) *StateLeases {
+func NewStateLeases(st state.State) *StateLeases {
 	return &StateLeases{st: st}
 }
 
 func leasePointer(mac string) resource.Pointer {
-	return resource.NewMetadata(state.NamespaceName, state.DHCPLeaseType, mac, resource.VersionUndefined)
+	return resource.NewMetadata(resources.NamespaceName, resources.DHCPLeaseType, mac, resource.VersionUndefined)
 }
 
-func leaseFromResource(r *state.DHCPLease) (Lease, error) {
+func leaseFromResource(r *resources.DHCPLease) (Lease, error) {
 	spec := r.TypedSpec()
 
 	addr, err := netip.ParseAddr(spec.Address)
@@ -59,9 +59,9 @@ func leaseFromResource(r *state.DHCPLease) (Lease, error) {
 
 // Lookup implements LeaseStore.
 func (s *StateLeases) Lookup(ctx context.Context, mac string) (Lease, bool, error) {
-	r, err := safe.StateGet[*state.DHCPLease](ctx, s.st, leasePointer(mac))
+	r, err := safe.StateGet[*resources.DHCPLease](ctx, s.st, leasePointer(mac))
 	if err != nil {
-		if cosistate.IsNotFoundError(err) {
+		if state.IsNotFoundError(err) {
 			return Lease{}, false, nil
 		}
 
@@ -75,7 +75,7 @@ func (s *StateLeases) Lookup(ctx context.Context, mac string) (Lease, bool, erro
 
 // List implements LeaseStore.
 func (s *StateLeases) List(ctx context.Context) ([]Lease, error) {
-	list, err := safe.StateListAll[*state.DHCPLease](ctx, s.st)
+	list, err := safe.StateListAll[*resources.DHCPLease](ctx, s.st)
 	if err != nil {
 		return nil, fmt.Errorf("error listing leases: %w", err)
 	}
@@ -96,7 +96,7 @@ func (s *StateLeases) List(ctx context.Context) ([]Lease, error) {
 
 // Put implements LeaseStore.
 func (s *StateLeases) Put(ctx context.Context, l Lease) error {
-	err := safe.StateModify(ctx, s.st, state.NewDHCPLease(l.MAC), func(r *state.DHCPLease) error {
+	err := safe.StateModify(ctx, s.st, resources.NewDHCPLease(l.MAC), func(r *resources.DHCPLease) error {
 		spec := r.TypedSpec()
 		spec.MAC = l.MAC
 		spec.Address = l.Address.String()
@@ -114,7 +114,7 @@ func (s *StateLeases) Put(ctx context.Context, l Lease) error {
 
 // Delete implements LeaseStore. Deleting a missing lease is not an error.
 func (s *StateLeases) Delete(ctx context.Context, mac string) error {
-	if err := s.st.Destroy(ctx, leasePointer(mac)); err != nil && !cosistate.IsNotFoundError(err) {
+	if err := s.st.Destroy(ctx, leasePointer(mac)); err != nil && !state.IsNotFoundError(err) {
 		return fmt.Errorf("error deleting lease %s: %w", mac, err)
 	}
 

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 func testPoolConfig() Config {
@@ -35,7 +35,7 @@ func testPoolConfig() Config {
 func runDHCPServer(t *testing.T, n *testNet, dir string) (stop func(), leases *StateLeases) {
 	t.Helper()
 
-	st, err := state.Open(t.Context(), dir)
+	st, err := resources.Open(t.Context(), dir)
 	require.NoError(t, err)
 
 	leases = NewStateLeases(st)

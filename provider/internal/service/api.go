@@ -6,7 +6,7 @@ import (
 	"net"
 	"strconv"
 
-	cosistate "github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/state"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
@@ -17,7 +17,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/httpapi"
 	"github.com/anvil-metal/anvil/provider/internal/portmux"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // apiServices builds what machines reach on the API port: plaintext HTTP (iPXE scripts,
@@ -96,7 +96,7 @@ func (env *environment) apiServices() ([]runner, error) {
 type agentRecorder struct {
 	status    *controllers.MachineStatusController
 	inventory *controllers.MachineInventoryController
-	st        cosistate.State
+	st        state.State
 	// password is the one the provider had the agent set (agents do not echo it).
 	password func(machineID string) string
 	logger   *zap.Logger
@@ -123,10 +123,10 @@ func (r agentRecorder) RecordBMC(ctx context.Context, machineID string, report a
 	return r.status.RecordBMCOrder(ctx, machineID, report.Order, report.Failure)
 }
 
-func (r agentRecorder) RecordWiped(ctx context.Context, machineID string, wipe state.WipeRecord) error {
+func (r agentRecorder) RecordWiped(ctx context.Context, machineID string, wipe resources.WipeRecord) error {
 	return r.status.RecordWiped(ctx, machineID, wipe)
 }
 
-func (r agentRecorder) RecordInventory(ctx context.Context, machineID string, spec state.MachineInventorySpec) error {
+func (r agentRecorder) RecordInventory(ctx context.Context, machineID string, spec resources.MachineInventorySpec) error {
 	return r.inventory.RecordInventory(ctx, machineID, spec)
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/anvil-metal/anvil/provider/internal/control"
 	"github.com/anvil-metal/anvil/provider/internal/pki"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // controlAPI builds the control API: the state API (read-only) and the transitions, on
@@ -20,7 +20,7 @@ func (env *environment) controlAPI() ([]runner, error) {
 		SocketPath:      env.controlSocket(),
 		InstallRecorder: env.status,
 		// The same schematic the SchematicController registers with the factory.
-		SchematicFor: func(_ context.Context, _ string, alloc state.Allocation) (schematic.Schematic, error) {
+		SchematicFor: func(_ context.Context, _ string, alloc resources.Allocation) (schematic.Schematic, error) {
 			return env.scripts.Schematic(alloc.Extensions, alloc.KernelArgs), nil
 		},
 		Logger: env.logger.Named("control"),

@@ -16,7 +16,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/agentapi"
 	"github.com/anvil-metal/anvil/provider/internal/boot"
 	"github.com/anvil-metal/anvil/provider/internal/pxe"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // Options configure the provider. Flag names follow the established provider where the
@@ -155,7 +155,7 @@ func parseLabels(pairs []string) (map[string]string, error) {
 			return nil, fmt.Errorf("invalid machine label %q: want key=value", pair)
 		}
 
-		if err := state.ValidateUserLabel(k, v); err != nil {
+		if err := resources.ValidateUserLabel(k, v); err != nil {
 			return nil, fmt.Errorf("invalid machine label %q: %w", pair, err)
 		}
 
@@ -180,7 +180,7 @@ func parseAutoAccept(s string) (bool, resource.LabelQuery, error) {
 		return true, resource.LabelQuery{}, nil
 	}
 
-	query, err := state.ParseSelector(s)
+	query, err := resources.ParseSelector(s)
 	if err != nil {
 		return false, resource.LabelQuery{}, fmt.Errorf("invalid --auto-accept: %w", err)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/power/api"
 	"github.com/anvil-metal/anvil/provider/internal/power/ipmi"
 	"github.com/anvil-metal/anvil/provider/internal/power/redfish"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // powerDialers are the backends a BMC config may name; with --redfish-use-always or
@@ -34,13 +34,13 @@ func powerDialers(opts Options) power.Dialers {
 
 // newPowerController checks the power flags and returns the controller they configure.
 func newPowerController(opts Options) (*controllers.PowerController, error) {
-	var idle state.PowerState
+	var idle resources.PowerState
 
 	switch opts.PowerIdleDefault {
 	case "off":
-		idle = state.PowerOff
+		idle = resources.PowerOff
 	case "on":
-		idle = state.PowerOn
+		idle = resources.PowerOn
 	default:
 		return nil, fmt.Errorf("unknown --power-idle-default %q (want off or on)", opts.PowerIdleDefault)
 	}

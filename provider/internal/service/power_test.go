@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/provider/internal/power"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 func TestNewPowerController(t *testing.T) {
@@ -16,7 +16,7 @@ func TestNewPowerController(t *testing.T) {
 
 	ctrl, err := newPowerController(DefaultOptions)
 	require.NoError(t, err)
-	assert.Equal(t, state.PowerOff, ctrl.IdleDefault)
+	assert.Equal(t, resources.PowerOff, ctrl.IdleDefault)
 	assert.Equal(t, power.BootModeAuto, ctrl.BootMode)
 	assert.Equal(t, 30*time.Second, ctrl.PollInterval)
 	assert.Equal(t, time.Minute, ctrl.MinActionInterval)

@@ -23,7 +23,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
 	"github.com/anvil-metal/anvil/provider/internal/pki"
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // observationBuffer is how many PXE observations may wait for the machine controller: a
@@ -72,7 +72,7 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		return fmt.Errorf("invalid --image-factory-base-url: %w", err)
 	}
 
-	store, err := state.Open(ctx, opts.StateDir)
+	store, err := resources.Open(ctx, opts.StateDir)
 	if err != nil {
 		return err
 	}
@@ -202,7 +202,7 @@ type runner struct {
 type environment struct {
 	opts         Options
 	advertise    netip.Addr
-	store        *state.Store
+	store        *resources.Store
 	ca           *pki.Authority
 	policy       agentapi.Policy
 	view         *machineview.View

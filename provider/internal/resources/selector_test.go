@@ -1,4 +1,4 @@
-package state_test
+package resources_test
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 func TestParseSelector(t *testing.T) {
@@ -61,7 +61,7 @@ func TestParseSelector(t *testing.T) {
 		t.Run(tc.selector, func(t *testing.T) {
 			t.Parallel()
 
-			q, err := state.ParseSelector(tc.selector)
+			q, err := resources.ParseSelector(tc.selector)
 			if tc.err != "" {
 				require.Error(t, err)
 				assert.Contains(t, err.Error(), tc.err)

@@ -1,10 +1,10 @@
-// Package state holds the provider's resource types and the store they live in.
+// Package resources holds the provider's resource types and the store they live in.
 //
 // Resources follow the Talos model: a typed spec (a plain struct with protobuf tags),
 // a resource definition that names the type, its aliases and the columns a CLI prints,
 // and one writer per resource. The store is COSI's in-memory state backed by BoltDB for
 // the persistent namespace, with every stored resource encrypted at rest.
-package state
+package resources
 
 import "github.com/cosi-project/runtime/pkg/resource"
 

@@ -1,4 +1,4 @@
-package state_test
+package resources_test
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/stretchr/testify/require"
 
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 func TestStorePersistsAcrossReopen(t *testing.T) {
@@ -17,32 +17,32 @@ func TestStorePersistsAcrossReopen(t *testing.T) {
 	ctx := t.Context()
 	now := time.Now().UTC().Truncate(time.Second)
 
-	st, err := state.Open(ctx, dir)
+	st, err := resources.Open(ctx, dir)
 	require.NoError(t, err)
 
-	m := state.NewMachine("4c4c4544-0000-1000-8000-000000000001")
+	m := resources.NewMachine("4c4c4544-0000-1000-8000-000000000001")
 	m.TypedSpec().UUID = m.Metadata().ID()
 	m.TypedSpec().MACs = []string{"52:54:00:00:00:01"}
 	m.TypedSpec().Arch = "amd64"
 	m.TypedSpec().FirstSeen = now
 	require.NoError(t, st.Create(ctx, m))
 
-	in := state.NewMachineIntent(m.Metadata().ID())
-	in.TypedSpec().Acceptance = state.AcceptanceAccepted
-	in.TypedSpec().Allocation = &state.Allocation{ID: "a1", TalosVersion: "v1.9.0", Extensions: []string{"siderolabs/intel-ucode"}, AllocatedAt: now}
+	in := resources.NewMachineIntent(m.Metadata().ID())
+	in.TypedSpec().Acceptance = resources.AcceptanceAccepted
+	in.TypedSpec().Allocation = &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", Extensions: []string{"siderolabs/intel-ucode"}, AllocatedAt: now}
 	require.NoError(t, st.Create(ctx, in))
 	require.NoError(t, st.Close())
 
-	st, err = state.Open(ctx, dir)
+	st, err = resources.Open(ctx, dir)
 	require.NoError(t, err)
 
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
 
-	got, err := safe.StateGetByID[*state.Machine](ctx, st, m.Metadata().ID())
+	got, err := safe.StateGetByID[*resources.Machine](ctx, st, m.Metadata().ID())
 	require.NoError(t, err)
 	require.Equal(t, m.TypedSpec(), got.TypedSpec())
 
-	gotIntent, err := safe.StateGetByID[*state.MachineIntent](ctx, st, m.Metadata().ID())
+	gotIntent, err := safe.StateGetByID[*resources.MachineIntent](ctx, st, m.Metadata().ID())
 	require.NoError(t, err)
 	require.Equal(t, in.TypedSpec(), gotIntent.TypedSpec())
 }
@@ -52,12 +52,12 @@ func TestStoreRefusesSecondOpener(t *testing.T) {
 
 	dir := t.TempDir()
 
-	st, err := state.Open(t.Context(), dir)
+	st, err := resources.Open(t.Context(), dir)
 	require.NoError(t, err)
 
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
 
-	_, err = state.Open(t.Context(), dir)
+	_, err = resources.Open(t.Context(), dir)
 	require.ErrorContains(t, err, "locked by another process")
 }
 
@@ -66,10 +66,10 @@ func TestKeysAreStable(t *testing.T) {
 
 	dir := t.TempDir()
 
-	a, err := state.LoadKeys(dir)
+	a, err := resources.LoadKeys(dir)
 	require.NoError(t, err)
 
-	b, err := state.LoadKeys(dir)
+	b, err := resources.LoadKeys(dir)
 	require.NoError(t, err)
 	require.Equal(t, a.TokenKey(), b.TokenKey())
 }
@@ -81,13 +81,13 @@ func TestBMCPassword(t *testing.T) {
 
 	dir := t.TempDir()
 
-	a, err := state.LoadKeys(dir)
+	a, err := resources.LoadKeys(dir)
 	require.NoError(t, err)
 
-	b, err := state.LoadKeys(dir)
+	b, err := resources.LoadKeys(dir)
 	require.NoError(t, err)
 
-	other, err := state.LoadKeys(t.TempDir())
+	other, err := resources.LoadKeys(t.TempDir())
 	require.NoError(t, err)
 
 	const m1, m2 = "4c4c4544-0000-1000-8000-000000000001", "4c4c4544-0000-1000-8000-000000000002"

@@ -1,4 +1,4 @@
-package state_test
+package resources_test
 
 import (
 	"strings"
@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/anvil-metal/anvil/provider/internal/state"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 func TestLabelRules(t *testing.T) {
@@ -26,9 +26,9 @@ func TestLabelRules(t *testing.T) {
 		// Cut to 63, then trimmed back to a letter or digit.
 		{strings.Repeat("a", 62) + "-bc", strings.Repeat("a", 62)},
 	} {
-		got := state.SanitizeLabelValue(tc.in)
+		got := resources.SanitizeLabelValue(tc.in)
 		assert.Equal(t, tc.want, got, "%q", tc.in)
-		assert.NoError(t, state.ValidateLabelValue(got), "%q", got)
+		assert.NoError(t, resources.ValidateLabelValue(got), "%q", got)
 	}
 
 	for _, tc := range []struct {
@@ -48,7 +48,7 @@ func TestLabelRules(t *testing.T) {
 		{"x/", "y", false},
 		{"a/b/c", "y", false},
 	} {
-		err := state.ValidateUserLabel(tc.key, tc.value)
+		err := resources.ValidateUserLabel(tc.key, tc.value)
 		assert.Equal(t, tc.ok, err == nil, "%q=%q: %v", tc.key, tc.value, err)
 	}
 }
@@ -60,14 +60,14 @@ func TestLabelsPersist(t *testing.T) {
 	dir := t.TempDir()
 	ctx := t.Context()
 
-	st, err := state.Open(ctx, dir)
+	st, err := resources.Open(ctx, dir)
 	require.NoError(t, err)
 
-	in := state.NewMachineIntent("m1")
+	in := resources.NewMachineIntent("m1")
 	in.TypedSpec().Labels = map[string]string{"team": "storage", "empty": ""}
 	require.NoError(t, st.Create(ctx, in))
 
-	ml := state.NewMachineLabels("m1")
+	ml := resources.NewMachineLabels("m1")
 	ml.TypedSpec().Static = map[string]string{"dc": "nyc"}
 	ml.TypedSpec().Derived = map[string]string{"anvil.dev/arch": "amd64"}
 	ml.TypedSpec().User = map[string]string{"dc": "sfo"}
@@ -75,16 +75,16 @@ func TestLabelsPersist(t *testing.T) {
 	require.NoError(t, st.Create(ctx, ml))
 	require.NoError(t, st.Close())
 
-	st, err = state.Open(ctx, dir)
+	st, err = resources.Open(ctx, dir)
 	require.NoError(t, err)
 
 	t.Cleanup(func() { require.NoError(t, st.Close()) })
 
-	gotIntent, err := safe.StateGetByID[*state.MachineIntent](ctx, st, "m1")
+	gotIntent, err := safe.StateGetByID[*resources.MachineIntent](ctx, st, "m1")
 	require.NoError(t, err)
 	assert.Equal(t, in.TypedSpec().Labels, gotIntent.TypedSpec().Labels)
 
-	gotLabels, err := safe.StateGetByID[*state.MachineLabels](ctx, st, "m1")
+	gotLabels, err := safe.StateGetByID[*resources.MachineLabels](ctx, st, "m1")
 	require.NoError(t, err)
 	assert.Equal(t, ml.TypedSpec(), gotLabels.TypedSpec())
 	assert.Equal(t, map[string]string{"dc": "sfo", "anvil.dev/arch": "amd64"}, gotLabels.TypedSpec().Effective(), "a user label overrides a static one")
