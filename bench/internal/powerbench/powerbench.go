@@ -17,7 +17,7 @@ import (
 	"time"
 )
 
-// defaultConcurrency mirrors power.DefaultSweepConcurrency (ipmi-sweep applies it to 0).
+// defaultConcurrency mirrors power.DefaultConcurrency (ipmi-sweep applies it to 0).
 const defaultConcurrency = 64
 
 // Config of a run.
@@ -25,8 +25,8 @@ type Config struct {
 	SweepBin    string        // ipmi-sweep binary
 	BMCs        int           // simulated BMCs (each its own loopback UDP port)
 	Serial      int           // BMCs the serial sweep polls (<= BMCs); its time is extrapolated to BMCs
-	Concurrency int           // the concurrent sweep's limit (0: power.DefaultSweepConcurrency)
-	Timeout     time.Duration // per BMC (0: power.DefaultSweepTimeout)
+	Concurrency int           // the concurrent sweep's limit (0: power.DefaultConcurrency)
+	Timeout     time.Duration // per BMC (0: power.DefaultTimeout)
 	Limit       time.Duration // the whole run
 	Log         func(format string, args ...any)
 }

@@ -56,6 +56,8 @@ func newRootCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.BoolVar(&debug, "debug", false, "log at debug level, in a human-readable format")
 	f.StringVar(&opts.StateDir, "state-dir", opts.StateDir, "directory of the provider's state (database, keys, control socket)")
+	f.IntVar(&opts.StateHistory, "state-history", opts.StateHistory,
+		"events of each resource type the state keeps for its watchers (more: longer bursts absorbed, more memory)")
 	f.StringVar(&opts.APIListenAddress, "api-listen-address", opts.APIListenAddress, "IP address the HTTP/gRPC API listens on (all when empty)")
 	f.StringVar(&opts.APIAdvertiseAddress, "api-advertise-address", opts.APIAdvertiseAddress,
 		"IP address machines reach the provider at (the host's single routable address when empty)")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/anvil-metal/anvil/internal/testprovider"
 )
@@ -70,9 +71,11 @@ func TestAnvilctlAgainstRunningProvider(t *testing.T) {
 
 	p.MustAnvilctl("machine", "deallocate", uuid)
 
-	// A second machine, accepted as holding nothing, is ready at once.
+	// A second machine, accepted as holding nothing, with manual power (no BMC
+	// credentials to provision), is ready at once.
 	p.BootScript(uuid2, mac)
 	p.WaitMachine(uuid2)
+	p.MustAnvilctl("machine", "bmc", "set", uuid2, "--kind", "none")
 	p.MustAnvilctl("machine", "accept", uuid2, "--skip-wipe")
 	restart(p)
 
@@ -159,4 +162,67 @@ func TestControlOverTCP(t *testing.T) {
 
 	out, err = tcp()
 	require.Error(t, err, "no client certificate: %s", out)
+}
+
+// TestBurstOfNewMachines: a burst of new machines booting at once, far more than the
+// state keeps of events for its watchers (--state-history 8), does not take the
+// provider down: it goes on serving, and what it serves follows the state.
+func TestBurstOfNewMachines(t *testing.T) {
+	t.Parallel()
+
+	p := testprovider.New(t, true, "--state-history", "8")
+	p.Start()
+
+	const machines = 400
+
+	id := func(i int) string { return fmt.Sprintf("4c4c4544-0000-1000-8000-%012d", 1000+i) }
+
+	var eg errgroup.Group
+
+	eg.SetLimit(8) // as many in flight as the benchmark's seeding
+
+	for i := range machines {
+		eg.Go(func() error {
+			resp, err := http.Get(p.HTTPURL + "/ipxe/boot.ipxe?uuid=" + id(i) + "&mac=52-54-00-00-10-00&arch=x86_64&platform=efi")
+			if err != nil {
+				return err
+			}
+
+			defer resp.Body.Close() //nolint:errcheck // read to the end below
+
+			if _, err = io.Copy(io.Discard, resp.Body); err != nil {
+				return err
+			}
+
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("machine %d: %s", i, resp.Status)
+			}
+
+			return nil
+		})
+	}
+
+	require.NoError(t, eg.Wait())
+
+	require.Eventually(t, func() bool {
+		out, err := p.Anvilctl("get", "machines")
+
+		return err == nil && strings.Count(out, "4c4c4544-0000-1000-8000-") == machines
+	}, 60*time.Second, 200*time.Millisecond, "every machine is recorded")
+
+	// What is served follows the state: a machine rejected now boots from its disk.
+	p.MustAnvilctl("machine", "reject", id(machines-1))
+	require.Eventually(t, func() bool {
+		_, script := p.BootScript(id(machines-1), "52:54:00:00:10:00")
+
+		return strings.Contains(script, "booting from disk")
+	}, 30*time.Second, 100*time.Millisecond)
+
+	resp, err := http.Get(p.HTTPURL + "/healthz")
+	require.NoError(t, err)
+	resp.Body.Close() //nolint:errcheck // only the status matters
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+
+	t.Logf("watch restarts: machine view %d, controllers %d",
+		strings.Count(p.Log(), "machine view fell behind"), strings.Count(p.Log(), "controller runtime stopped"))
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/anvil-metal/anvil/internal/token"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/inventory"
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
@@ -56,8 +57,12 @@ type BMCReport struct {
 type Options struct {
 	View     *machineview.View
 	TokenKey []byte
-	Policy   Policy
-	Recorder Recorder
+	// Policy is what the operator chose of every machine (the lifecycle's rules read it).
+	Policy lifecycle.Policy
+	// BMCPassword gives the password a machine's agent sets on its BMC when it provisions
+	// the provider's user (Policy.ProvisionBMC).
+	BMCPassword func(machineID string) string
+	Recorder    Recorder
 	// Observations receives agent registrations, so a machine whose PXE boot was not
 	// recorded becomes known when its agent says hello.
 	Observations chan<- controllers.PXEObservation
@@ -159,14 +164,19 @@ func (s *Server) Session(stream agentv1.AgentService_SessionServer) error {
 	for {
 		changed := s.opts.View.Changed()
 
-		order := s.opts.Policy.Next(s.opts.View.Get(id))
-		if order.GetId() != sentID {
-			if err = stream.Send(&agentv1.ProviderMessage{Message: &agentv1.ProviderMessage_Order{Order: order}}); err != nil {
+		m := lifecycle.Machine{ID: id}
+		if e := s.opts.View.Get(id); e != nil {
+			m = *e
+		}
+
+		next := order(m, s.opts.Policy, s.opts.BMCPassword)
+		if next.GetId() != sentID {
+			if err = stream.Send(&agentv1.ProviderMessage{Message: &agentv1.ProviderMessage_Order{Order: next}}); err != nil {
 				return err
 			}
 
-			sentID = order.GetId()
-			s.orders.WithLabelValues(orderKind(order)).Inc()
+			sentID = next.GetId()
+			s.orders.WithLabelValues(orderKind(next)).Inc()
 			logger.Info("order sent", zap.String("order", sentID))
 		}
 
@@ -291,7 +301,7 @@ func (s *Server) message(ctx context.Context, id string, msg *agentv1.AgentMessa
 func (s *Server) result(ctx context.Context, id string, r *agentv1.OrderResult, logger *zap.Logger) error {
 	logger.Info("order result", zap.String("order", r.GetOrderId()), zap.Stringer("status", r.GetStatus()), zap.String("message", r.GetMessage()))
 
-	if r.GetOrderId() == bmcOrderID && (r.GetStatus() == agentv1.OrderResult_STATUS_DONE || r.GetStatus() == agentv1.OrderResult_STATUS_FAILED) {
+	if r.GetOrderId() == lifecycle.BMCOrderID && (r.GetStatus() == agentv1.OrderResult_STATUS_DONE || r.GetStatus() == agentv1.OrderResult_STATUS_FAILED) {
 		report := BMCReport{Order: r.GetOrderId()}
 
 		if r.GetStatus() == agentv1.OrderResult_STATUS_FAILED {

@@ -21,6 +21,7 @@ import (
 	"github.com/anvil-metal/anvil/internal/token"
 	"github.com/anvil-metal/anvil/provider/internal/agentapi"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
 	"github.com/anvil-metal/anvil/provider/internal/pki"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
@@ -97,7 +98,7 @@ func newFixture(t *testing.T) *fixture {
 
 	srv := agentapi.New(agentapi.Options{
 		View: view, TokenKey: f.key, Recorder: f.rec,
-		Policy:       agentapi.Policy{RejectedThen: agentv1.Release_THEN_REBOOT},
+		Policy:       lifecycle.Policy{RejectedThen: lifecycle.RejectedReboot},
 		Observations: make(chan controllers.PXEObservation, 16),
 		Logger:       zaptest.NewLogger(t),
 	}).GRPCServer(grpc.Creds(credentials.NewTLS(srvTLS)))
@@ -286,100 +287,4 @@ func TestSessionRefusals(t *testing.T) {
 
 	_, err = stream.Recv()
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
-}
-
-func TestPolicy(t *testing.T) {
-	t.Parallel()
-
-	p := agentapi.Policy{RejectedThen: agentv1.Release_THEN_POWER_OFF, WipeMode: agentv1.Wipe_MODE_ZEROES}
-	alloc := &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0"}
-
-	for _, tc := range []struct {
-		name  string
-		entry *machineview.Entry
-		want  string
-	}{
-		{"unknown", nil, "hold-pending"},
-		{"pending", &machineview.Entry{Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptancePending}}, "hold-pending"},
-		{"rejected", &machineview.Entry{Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceRejected, WipeID: "w1"}}, "release-rejected"},
-		{"accepted, wipe owed", &machineview.Entry{Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, WipeID: "w1", Allocation: alloc}}, "wipe-w1"},
-		{"accepted, wiped", &machineview.Entry{Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, WipeID: "w1"}, Status: &resources.MachineStatusSpec{WipedID: "w1"}}, "hold-ready"},
-		{"allocated", &machineview.Entry{Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc}}, "boot-allocation-a1"},
-		{"allocated, installed", &machineview.Entry{Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc}, Status: &resources.MachineStatusSpec{InstalledAllocation: "a1"}}, "hold-ready"},
-		{"installed: never wiped", &machineview.Entry{Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc, WipeID: "w2"}, Status: &resources.MachineStatusSpec{InstalledAllocation: "a1", WipedID: "w1"}}, "hold-ready"},
-	} {
-		o := p.Next(tc.entry)
-		assert.Equal(t, tc.want, o.GetId(), tc.name)
-	}
-
-	// With BMC provisioning on: accepted machines whose BMC has no credentials get them
-	// first, once; pending and rejected never; a user's credentials are never replaced.
-	p.BMCPassword = func(id string) string { return "pw-" + id }
-	accepted := resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, WipeID: "w1"}
-
-	for _, tc := range []struct {
-		name  string
-		entry *machineview.Entry
-		want  string
-	}{
-		{"pending", &machineview.Entry{ID: "m1", Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptancePending}}, "hold-pending"},
-		{"rejected", &machineview.Entry{ID: "m1", Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceRejected}}, "release-rejected"},
-		{"accepted, no BMC config", &machineview.Entry{ID: "m1", Intent: &accepted}, "bmc-provision"},
-		{"accepted, address only", &machineview.Entry{ID: "m1", Intent: &accepted, BMC: &resources.BMCConfigSpec{Kind: "ipmi", Address: "10.0.0.5"}}, "bmc-provision"},
-		{"accepted, user credentials", &machineview.Entry{ID: "m1", Intent: &accepted, BMC: &resources.BMCConfigSpec{Kind: "ipmi", Address: "10.0.0.5", Username: "admin"}}, "wipe-w1"},
-		{"accepted, redfish", &machineview.Entry{ID: "m1", Intent: &accepted, BMC: &resources.BMCConfigSpec{Kind: "redfish", Address: "10.0.0.5"}}, "wipe-w1"},
-		{"accepted, power API", &machineview.Entry{ID: "m1", Intent: &accepted, BMC: &resources.BMCConfigSpec{Kind: "api", Address: "http://x"}}, "wipe-w1"},
-		{"accepted, answered", &machineview.Entry{ID: "m1", Intent: &accepted, Status: &resources.MachineStatusSpec{BMCOrder: "bmc-provision", BMCError: "no /dev/ipmi0"}}, "wipe-w1"},
-	} {
-		o := p.Next(tc.entry)
-		assert.Equal(t, tc.want, o.GetId(), tc.name)
-
-		if set := o.GetSetBmc(); set != nil {
-			assert.Equal(t, agentapi.BMCUser, set.GetUser(), tc.name)
-			assert.Equal(t, "pw-m1", set.GetPassword(), tc.name)
-		}
-	}
-
-	for _, tc := range []struct {
-		name  string
-		entry *machineview.Entry
-		want  string
-	}{
-		{"zeroes", &machineview.Entry{Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, WipeID: "w1"}}, "wipe-w1"},
-		{"release", &machineview.Entry{Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceRejected}}, "release-rejected"},
-	} {
-		p.BMCPassword = nil
-		o := p.Next(tc.entry)
-		assert.Equal(t, tc.want, o.GetId(), tc.name)
-
-		switch a := o.GetAction().(type) {
-		case *agentv1.Order_Release:
-			assert.Equal(t, agentv1.Release_THEN_POWER_OFF, a.Release.GetThen())
-		case *agentv1.Order_Wipe:
-			assert.Equal(t, agentv1.Wipe_MODE_ZEROES, a.Wipe.GetMode())
-		}
-	}
-}
-
-// A machine's own wipe mode wins over the provider's; removable media follow the flag.
-func TestPolicyWipeMode(t *testing.T) {
-	t.Parallel()
-
-	for _, tc := range []struct {
-		machine   string
-		want      agentv1.Wipe_Mode
-		removable bool
-	}{
-		{"", agentv1.Wipe_MODE_FAST, false},
-		{resources.WipeModeZeroes, agentv1.Wipe_MODE_ZEROES, true},
-		{resources.WipeModeSecureErase, agentv1.Wipe_MODE_SECURE_ERASE, false},
-		{"bogus", agentv1.Wipe_MODE_FAST, false}, // the transition refuses it; the policy does not trip on it
-	} {
-		p := agentapi.Policy{WipeMode: agentv1.Wipe_MODE_FAST, WipeRemovable: tc.removable}
-		o := p.Next(&machineview.Entry{Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, WipeID: "w1", WipeMode: tc.machine}})
-
-		require.NotNil(t, o.GetWipe(), tc.machine)
-		assert.Equal(t, tc.want, o.GetWipe().GetMode(), tc.machine)
-		assert.Equal(t, tc.removable, o.GetWipe().GetIncludeRemovable(), tc.machine)
-	}
 }

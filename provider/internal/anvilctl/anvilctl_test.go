@@ -17,6 +17,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/anvilctl"
 	"github.com/anvil-metal/anvil/provider/internal/control"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
+	"github.com/anvil-metal/anvil/provider/internal/transitions"
 )
 
 const (
@@ -74,7 +75,7 @@ func startServerState(t *testing.T) (string, *resources.Store) {
 	require.NoError(t, err)
 
 	socket := filepath.Join(dir, "run", "control.sock")
-	srv := control.New(st, control.Options{SocketPath: socket, InstallRecorder: recorder{st}})
+	srv := control.New(st, transitions.New(st, transitions.Options{Recorder: recorder{st}}), control.Options{SocketPath: socket})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -207,7 +208,7 @@ func TestLifecycle(t *testing.T) {
 	assert.Equal(t, "accepted", view.Intent.Acceptance)
 	assert.Equal(t, []string{"console=ttyS0,115200n8", "net.ifnames=0"}, view.Intent.Allocation.KernelArgs)
 	assert.Contains(t, view.Intent.Allocation.Config, "redacted")
-	assert.Equal(t, control.InstalledByManual, view.Status.InstalledBy)
+	assert.Equal(t, transitions.InstalledByManual, view.Status.InstalledBy)
 
 	assert.Contains(t, mustRun(t, ep, "get", "machine", m1, "-o", "yaml", "--show-config"), "s3cret")
 

@@ -10,6 +10,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
 
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
@@ -199,7 +200,7 @@ func (v machineView) row(now time.Time) []string {
 		allocation = a.TalosVersion
 		installed = "no"
 
-		if v.Status != nil && v.Status.InstalledAllocation == a.ID {
+		if (lifecycle.Machine{ID: v.ID, Intent: &v.Intent, Status: v.Status}).Installed() {
 			installed = "yes"
 		}
 	}

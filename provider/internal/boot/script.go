@@ -9,6 +9,7 @@ import (
 
 	"github.com/anvil-metal/anvil/internal/bootparams"
 	"github.com/anvil-metal/anvil/internal/token"
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
@@ -90,11 +91,11 @@ func (s *Scripts) StartScript() string {
 }
 
 // Render returns the script for the decision; claims.Issued stamps an agent token.
-func (s *Scripts) Render(req Request, d Decision, claims token.Claims) Script {
-	switch d.Kind {
-	case KindTalos:
+func (s *Scripts) Render(req Request, d lifecycle.BootDecision, claims token.Claims) Script {
+	switch d.Boot {
+	case lifecycle.BootTalos:
 		return s.talos(req, d.Allocation)
-	case KindDisk:
+	case lifecycle.BootDisk:
 		return s.disk()
 	default:
 		return s.agent(req, claims)

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
+	"github.com/anvil-metal/anvil/provider/internal/transitions"
 )
 
 // DefaultSocketPath is where the provider serves the control API unless told otherwise.
@@ -43,11 +44,7 @@ type Options struct {
 	// it. Who may connect is the TLS config's business (client certificates).
 	TCPAddress string
 	TLSConfig  *tls.Config
-	// InstallRecorder records manual installs; nil disables MarkInstalled.
-	InstallRecorder InstallRecorder
-	// SchematicFor builds an allocation's schematic; nil means DefaultSchematic.
-	SchematicFor SchematicFunc
-	Logger       *zap.Logger
+	Logger     *zap.Logger
 }
 
 // Server serves the control API.
@@ -59,8 +56,8 @@ type Server struct {
 }
 
 // New builds the control server over the provider's state: the state API on a read-only
-// view, and the transition service as the only writer of MachineIntent.
-func New(st state.State, opts Options) *Server {
+// view, and the transition service over svc.
+func New(st state.State, svc *transitions.Service, opts Options) *Server {
 	if opts.SocketPath == "" {
 		opts.SocketPath = DefaultSocketPath
 	}
@@ -72,18 +69,13 @@ func New(st state.State, opts Options) *Server {
 	return &Server{
 		opts:        opts,
 		state:       ReadOnly(st),
-		transitions: NewTransitions(st, opts.InstallRecorder, opts.SchematicFor, opts.Logger),
+		transitions: NewTransitions(svc),
 		logger:      opts.Logger,
 	}
 }
 
-// Transitions returns the transition service, for the provider's own transitions
-// (auto-accept): they then share its lock with what people do.
-func (s *Server) Transitions() *Transitions { return s.transitions }
-
 // newGRPC returns a gRPC server with both services. The Unix socket and TCP get one each
-// because TLS credentials apply to a whole server; the transitions are shared, so they
-// stay serialized across both.
+// because TLS credentials apply to a whole server.
 func (s *Server) newGRPC(extra ...grpc.ServerOption) *grpc.Server {
 	srv := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/provider/internal/control"
+	"github.com/anvil-metal/anvil/provider/internal/transitions"
 )
 
 func TestServerSocket(t *testing.T) {
@@ -35,7 +36,9 @@ func TestServerSocket(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 
-	go func() { done <- control.New(st, control.Options{SocketPath: socket}).Run(ctx) }()
+	go func() {
+		done <- control.New(st, transitions.New(st, transitions.Options{}), control.Options{SocketPath: socket}).Run(ctx)
+	}()
 
 	require.Eventually(t, func() bool {
 		conn, err := net.Dial("unix", socket)
@@ -51,7 +54,7 @@ func TestServerSocket(t *testing.T) {
 	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
 
 	// A live socket is not taken over.
-	err = control.New(st, control.Options{SocketPath: socket}).Run(t.Context())
+	err = control.New(st, transitions.New(st, transitions.Options{}), control.Options{SocketPath: socket}).Run(t.Context())
 	require.ErrorContains(t, err, "is in use")
 
 	cancel()
@@ -60,6 +63,6 @@ func TestServerSocket(t *testing.T) {
 
 	// Nor is a file that is not a socket.
 	require.NoError(t, os.WriteFile(socket, nil, 0o600))
-	err = control.New(st, control.Options{SocketPath: socket}).Run(t.Context())
+	err = control.New(st, transitions.New(st, transitions.Options{}), control.Options{SocketPath: socket}).Run(t.Context())
 	require.ErrorContains(t, err, "is not a socket")
 }

@@ -2,19 +2,20 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
 	"go.uber.org/zap"
 
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // Acceptor accepts a pending machine by the same rule a person's Accept follows (a wipe
-// owed), and never one that is not pending any more; control.Transitions implements it.
+// owed), and never one that is not pending any more; transitions.Service implements it.
 type Acceptor interface {
 	AcceptPending(ctx context.Context, id, reason string) (bool, error)
 }
@@ -24,6 +25,9 @@ type Acceptor interface {
 // labels are decided on the hardware and not on its absence. It produces nothing
 // itself: MachineIntent is written only through the transitions, which serialize it
 // with what people do and re-check that the machine is still pending.
+//
+// A queue controller: one machine per reconcile, when its labels or intent change, so
+// a burst of new machines costs one look at each rather than a look at all per event.
 type AutoAcceptController struct {
 	Acceptor Acceptor
 	// Selector picks the machines; one without terms matches every machine ("all").
@@ -32,79 +36,66 @@ type AutoAcceptController struct {
 	Description string
 }
 
-// Name implements controller.Controller.
+// Name implements controller.QController.
 func (ctrl *AutoAcceptController) Name() string { return "AutoAcceptController" }
 
-// Inputs implements controller.Controller.
-func (ctrl *AutoAcceptController) Inputs() []controller.Input {
-	return []controller.Input{
-		{Namespace: resources.NamespaceName, Type: resources.MachineLabelsType, Kind: controller.InputWeak},
-		{Namespace: resources.NamespaceName, Type: resources.MachineIntentType, Kind: controller.InputWeak},
+// Settings implements controller.QController.
+func (ctrl *AutoAcceptController) Settings() controller.QSettings {
+	return controller.QSettings{
+		Inputs: []controller.Input{
+			{Namespace: resources.NamespaceName, Type: resources.MachineLabelsType, Kind: controller.InputQPrimary},
+			{Namespace: resources.NamespaceName, Type: resources.MachineIntentType, Kind: controller.InputQMapped},
+		},
 	}
 }
 
-// Outputs implements controller.Controller: none, see the type's comment.
-func (ctrl *AutoAcceptController) Outputs() []controller.Output { return nil }
-
-// Run implements controller.Controller.
-func (ctrl *AutoAcceptController) Run(ctx context.Context, r controller.Runtime, logger *zap.Logger) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.EventCh():
-		}
-
-		if err := ctrl.reconcile(ctx, r, logger); err != nil {
-			return err
-		}
-	}
+// MapInput implements controller.QController: an intent maps to its machine's labels.
+func (ctrl *AutoAcceptController) MapInput(_ context.Context, _ *zap.Logger, _ controller.QRuntime, ptr controller.ReducedResourceMetadata) ([]resource.Pointer, error) {
+	return []resource.Pointer{resources.NewMachineLabels(ptr.ID()).Metadata()}, nil
 }
 
-// reconcile accepts every matching pending machine; a failure is returned after the
-// others had their turn, and the runtime restarts the controller to try again.
-func (ctrl *AutoAcceptController) reconcile(ctx context.Context, r controller.Runtime, logger *zap.Logger) error {
-	labels, err := safe.ReaderListAll[*resources.MachineLabels](ctx, r)
+// Reconcile implements controller.QController: the machine is accepted if it is pending,
+// its inventory is in and its labels match.
+func (ctrl *AutoAcceptController) Reconcile(ctx context.Context, logger *zap.Logger, r controller.QRuntime, ptr resource.Pointer) error {
+	id := ptr.ID()
+
+	ml, err := safe.ReaderGetByID[*resources.MachineLabels](ctx, r, id)
+
+	switch {
+	case state.IsNotFoundError(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("error reading the labels of machine %s: %w", id, err)
+	}
+
+	if !ml.TypedSpec().FromInventory || !ctrl.Selector.Matches(*ml.Metadata().Labels()) {
+		return nil
+	}
+
+	intent, err := safe.ReaderGetByID[*resources.MachineIntent](ctx, r, id)
+	if err != nil && !state.IsNotFoundError(err) {
+		return fmt.Errorf("error reading the intent of machine %s: %w", id, err)
+	}
+
+	// The transition checks again under its lock.
+	m := lifecycle.Machine{ID: id}
+	if intent != nil {
+		m.Intent = intent.TypedSpec()
+	}
+
+	if m.Acceptance() != resources.AcceptancePending {
+		return nil
+	}
+
+	accepted, err := ctrl.Acceptor.AcceptPending(ctx, id, "auto-accept "+ctrl.Description)
 	if err != nil {
-		return fmt.Errorf("error listing machine labels: %w", err)
+		return fmt.Errorf("error auto-accepting machine %s: %w", id, err)
 	}
 
-	intents, err := safe.ReaderListAll[*resources.MachineIntent](ctx, r)
-	if err != nil {
-		return fmt.Errorf("error listing machine intents: %w", err)
+	if accepted {
+		logger.Info("auto-accepted machine", zap.String("machine", id), zap.String("auto_accept", ctrl.Description),
+			zap.Any("labels", ml.Metadata().Labels().Raw()))
 	}
 
-	acceptance := make(map[string]resources.Acceptance, intents.Len())
-	for in := range intents.All() {
-		acceptance[in.Metadata().ID()] = in.TypedSpec().Acceptance
-	}
-
-	var errs []error
-
-	for ml := range labels.All() {
-		id := ml.Metadata().ID()
-
-		// No intent is pending too.
-		if a, ok := acceptance[id]; ok && a != resources.AcceptancePending {
-			continue
-		}
-
-		if !ml.TypedSpec().FromInventory || !ctrl.Selector.Matches(*ml.Metadata().Labels()) {
-			continue
-		}
-
-		accepted, err := ctrl.Acceptor.AcceptPending(ctx, id, "auto-accept "+ctrl.Description)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("error auto-accepting machine %s: %w", id, err))
-
-			continue
-		}
-
-		if accepted {
-			logger.Info("auto-accepted machine", zap.String("machine", id), zap.String("auto_accept", ctrl.Description),
-				zap.Any("labels", ml.Metadata().Labels().Raw()))
-		}
-	}
-
-	return errors.Join(errs...)
+	return nil
 }

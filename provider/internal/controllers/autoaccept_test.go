@@ -11,10 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
-	"github.com/anvil-metal/anvil/provider/internal/control"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
+	"github.com/anvil-metal/anvil/provider/internal/transitions"
 )
 
 func TestAutoAcceptController(t *testing.T) {
@@ -24,10 +23,12 @@ func TestAutoAcceptController(t *testing.T) {
 		selector string
 		// accepted are the machines auto-accepted; every other keeps its acceptance.
 		accepted []string
+		// sentinelVendor makes a machine the selector matches.
+		sentinelVendor string
 	}{
-		{selector: "", accepted: []string{"dell", "supermicro", "last"}},
-		{selector: "rack=r1,anvil.dev/vendor in (dell-inc),anvil.dev/memory-class=64gib", accepted: []string{"dell", "last"}},
-		{selector: "!anvil.dev/vendor", accepted: nil},
+		{selector: "", accepted: []string{"dell", "supermicro", "last"}, sentinelVendor: "Dell Inc."},
+		{selector: "rack=r1,anvil.dev/vendor in (dell-inc),anvil.dev/memory-class=64gib", accepted: []string{"dell", "last"}, sentinelVendor: "Dell Inc."},
+		{selector: "!anvil.dev/vendor", accepted: nil, sentinelVendor: ""},
 	} {
 		t.Run(tc.selector, func(t *testing.T) {
 			t.Parallel()
@@ -40,7 +41,7 @@ func TestAutoAcceptController(t *testing.T) {
 				&controllers.MachineLabelsController{Static: map[string]string{"rack": "r1"}},
 				&controllers.AutoAcceptController{Acceptor: acceptor, Selector: query, Description: tc.selector},
 			)
-			tr := control.NewTransitions(st, nil, nil, nil)
+			tr := transitions.New(st, transitions.Options{})
 			acceptor.tr.Store(tr)
 			ctx := t.Context()
 
@@ -53,7 +54,6 @@ func TestAutoAcceptController(t *testing.T) {
 				{"no-inventory", "", ""},
 				{"rejected", "Dell Inc.", "reject"},
 				{"accepted", "Dell Inc.", "accept"},
-				// Last, so that once it is decided, so are the others.
 				{"last", "Dell Inc.", ""},
 			}
 
@@ -66,11 +66,11 @@ func TestAutoAcceptController(t *testing.T) {
 
 				switch m.transition {
 				case "reject":
-					_, err = tr.Reject(ctx, &controlv1.RejectRequest{MachineId: m.id})
+					_, err = tr.Reject(ctx, m.id)
 				case "accept":
-					var resp *controlv1.AcceptResponse
-					resp, err = tr.Accept(ctx, &controlv1.AcceptRequest{MachineId: m.id})
-					wipes[m.id] = resp.GetIntent().GetWipeId()
+					var spec *resources.MachineIntentSpec
+					spec, err = tr.Accept(ctx, m.id, false)
+					wipes[m.id] = spec.WipeID
 				}
 
 				require.NoError(t, err)
@@ -83,15 +83,31 @@ func TestAutoAcceptController(t *testing.T) {
 				}
 			}
 
-			// The last machine's labels are derived from its inventory after all the
-			// others': once the controller has seen them, it has decided on every machine.
-			eventually(t, st, "last", func(ml *resources.MachineLabels) bool { return ml.TypedSpec().FromInventory })
+			for _, m := range machines {
+				if m.vendor != "" {
+					eventually(t, st, m.id, func(ml *resources.MachineLabels) bool { return ml.TypedSpec().FromInventory })
+				}
+			}
 
-			if len(tc.accepted) > 0 {
-				eventually(t, st, "last", func(in *resources.MachineIntent) bool {
+			for _, id := range tc.accepted {
+				eventually(t, st, id, func(in *resources.MachineIntent) bool {
 					return in.TypedSpec().Acceptance == resources.AcceptanceAccepted
 				})
 			}
+
+			// A machine the selector matches, whose inventory comes after every other's:
+			// once it is accepted, the controller has decided on every machine before it.
+			sentinel := resources.NewMachine("sentinel")
+			require.NoError(t, st.Create(ctx, sentinel))
+
+			inv := resources.NewMachineInventory("sentinel")
+			inv.TypedSpec().System.Manufacturer = tc.sentinelVendor
+			inv.TypedSpec().MemoryMiB = 64 * 1024
+			require.NoError(t, st.Create(ctx, inv))
+
+			eventually(t, st, "sentinel", func(in *resources.MachineIntent) bool {
+				return in.TypedSpec().Acceptance == resources.AcceptanceAccepted
+			})
 
 			for _, m := range machines {
 				in, err := safe.StateGetByID[*resources.MachineIntent](ctx, st, m.id)
@@ -119,7 +135,7 @@ func TestAutoAcceptController(t *testing.T) {
 
 // lateAcceptor is the transitions over the state run() opens, set once it is open.
 type lateAcceptor struct {
-	tr atomic.Pointer[control.Transitions]
+	tr atomic.Pointer[transitions.Service]
 }
 
 func (a *lateAcceptor) AcceptPending(ctx context.Context, id, reason string) (bool, error) {

@@ -1,24 +1,34 @@
 package controllers
 
-import "context"
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/cosi-project/runtime/pkg/controller"
+)
 
 // inbox hands reports to the controller that stores them and waits for it to have
 // stored them, so that a report acknowledged to whoever made it is never lost.
-type inbox[T any] chan acked[T]
+type inbox[T any] struct {
+	ch chan acked[T]
+	// held is a report taken but not stored when the controller runtime stopped: the
+	// next run stores it first, its sender still waiting.
+	held atomic.Pointer[acked[T]]
+}
 
 type acked[T any] struct {
 	report T
 	done   chan error
 }
 
-func newInbox[T any]() inbox[T] { return make(inbox[T]) }
+func newInbox[T any]() *inbox[T] { return &inbox[T]{ch: make(chan acked[T])} }
 
 // send delivers the report and returns what storing it returned.
-func (in inbox[T]) send(ctx context.Context, report T) error {
+func (in *inbox[T]) send(ctx context.Context, report T) error {
 	a := acked[T]{report: report, done: make(chan error, 1)}
 
 	select {
-	case in <- a:
+	case in.ch <- a:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -28,5 +38,34 @@ func (in inbox[T]) send(ctx context.Context, report T) error {
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// serve stores reports with store until ctx is done; runtime events are drained. A
+// report whose storing ctx cut short is held for the next serve: a restart of the
+// controller runtime loses none.
+func (in *inbox[T]) serve(ctx context.Context, events <-chan controller.ReconcileEvent, store func(T) error) {
+	for {
+		a := in.held.Swap(nil)
+
+		if a == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-events:
+				continue
+			case next := <-in.ch:
+				a = &next
+			}
+		}
+
+		err := store(a.report)
+		if err != nil && ctx.Err() != nil {
+			in.held.Store(a)
+
+			return
+		}
+
+		a.done <- err
 	}
 }

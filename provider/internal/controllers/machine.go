@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/controller"
@@ -44,6 +45,10 @@ type MachineController struct {
 	Observations <-chan PXEObservation
 	// Labels are set on every machine (--machine-labels).
 	Labels map[string]string
+
+	// held is an observation taken but not recorded when the controller runtime
+	// stopped: the next run records it first.
+	held atomic.Pointer[PXEObservation]
 }
 
 // Name implements controller.Controller.
@@ -59,16 +64,29 @@ func (ctrl *MachineController) Outputs() []controller.Output {
 }
 
 // Run implements controller.Controller.
-func (ctrl *MachineController) Run(ctx context.Context, r controller.Runtime, logger *zap.Logger) error {
+func (ctrl *MachineController) Run(ctx context.Context, r controller.Runtime, _ *zap.Logger) error {
 	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.EventCh():
-		case obs := <-ctrl.Observations:
-			if err := ctrl.record(ctx, r, obs); err != nil {
-				return err
+		obs := ctrl.held.Swap(nil)
+
+		if obs == nil {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-r.EventCh():
+				continue
+			case next := <-ctrl.Observations:
+				obs = &next
 			}
+		}
+
+		if err := ctrl.record(ctx, r, *obs); err != nil {
+			if ctx.Err() != nil {
+				ctrl.held.Store(obs)
+
+				return nil
+			}
+
+			return err
 		}
 	}
 }

@@ -18,7 +18,7 @@ type inventoryReport struct {
 
 // MachineInventoryController produces MachineInventory from what agents report.
 type MachineInventoryController struct {
-	reports inbox[inventoryReport]
+	reports *inbox[inventoryReport]
 }
 
 // NewMachineInventoryController returns the controller.
@@ -44,29 +44,23 @@ func (ctrl *MachineInventoryController) Outputs() []controller.Output {
 
 // Run implements controller.Controller.
 func (ctrl *MachineInventoryController) Run(ctx context.Context, r controller.Runtime, logger *zap.Logger) error {
-	for {
-		select {
-		case <-ctx.Done():
+	ctrl.reports.serve(ctx, r.EventCh(), func(report inventoryReport) error {
+		err := safe.WriterModify(ctx, r, resources.NewMachineInventory(report.machineID), func(inv *resources.MachineInventory) error {
+			*inv.TypedSpec() = report.spec
+
 			return nil
-		case <-r.EventCh():
-		case in := <-ctrl.reports:
-			report := in.report
-
-			err := safe.WriterModify(ctx, r, resources.NewMachineInventory(report.machineID), func(inv *resources.MachineInventory) error {
-				*inv.TypedSpec() = report.spec
-
-				return nil
-			})
-			if err != nil {
-				err = fmt.Errorf("error recording the inventory of machine %s: %w", report.machineID, err)
-			} else {
-				logger.Info("machine inventory", zap.String("machine", report.machineID),
-					zap.String("manufacturer", report.spec.System.Manufacturer), zap.String("product", report.spec.System.Product),
-					zap.Int("cpus", len(report.spec.CPUs)), zap.Uint64("memory_mib", report.spec.MemoryMiB),
-					zap.Int("disks", len(report.spec.Disks)), zap.Int("nics", len(report.spec.NICs)))
-			}
-
-			in.done <- err
+		})
+		if err != nil {
+			return fmt.Errorf("error recording the inventory of machine %s: %w", report.machineID, err)
 		}
-	}
+
+		logger.Info("machine inventory", zap.String("machine", report.machineID),
+			zap.String("manufacturer", report.spec.System.Manufacturer), zap.String("product", report.spec.System.Product),
+			zap.Int("cpus", len(report.spec.CPUs)), zap.Uint64("memory_mib", report.spec.MemoryMiB),
+			zap.Int("disks", len(report.spec.Disks)), zap.Int("nics", len(report.spec.NICs)))
+
+		return nil
+	})
+
+	return nil
 }

@@ -21,7 +21,7 @@ type statusReport struct {
 
 // MachineStatusController produces MachineStatus from what machines report.
 type MachineStatusController struct {
-	reports inbox[statusReport]
+	reports *inbox[statusReport]
 }
 
 // NewMachineStatusController returns the controller.
@@ -87,26 +87,19 @@ func (ctrl *MachineStatusController) Outputs() []controller.Output {
 
 // Run implements controller.Controller.
 func (ctrl *MachineStatusController) Run(ctx context.Context, r controller.Runtime, logger *zap.Logger) error {
-	for {
-		select {
-		case <-ctx.Done():
+	ctrl.reports.serve(ctx, r.EventCh(), func(report statusReport) error {
+		if err := safe.WriterModify(ctx, r, resources.NewMachineStatus(report.machineID), func(s *resources.MachineStatus) error {
+			report.apply(s.TypedSpec())
+
 			return nil
-		case <-r.EventCh():
-		case in := <-ctrl.reports:
-			report := in.report
-
-			err := safe.WriterModify(ctx, r, resources.NewMachineStatus(report.machineID), func(s *resources.MachineStatus) error {
-				report.apply(s.TypedSpec())
-
-				return nil
-			})
-			if err != nil {
-				err = fmt.Errorf("error recording the status of machine %s: %w", report.machineID, err)
-			} else {
-				logger.Info("machine status", append([]zap.Field{zap.String("machine", report.machineID)}, report.logged...)...)
-			}
-
-			in.done <- err
+		}); err != nil {
+			return fmt.Errorf("error recording the status of machine %s: %w", report.machineID, err)
 		}
-	}
+
+		logger.Info("machine status", append([]zap.Field{zap.String("machine", report.machineID)}, report.logged...)...)
+
+		return nil
+	})
+
+	return nil
 }

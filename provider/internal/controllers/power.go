@@ -4,30 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/controller"
+	"github.com/cosi-project/runtime/pkg/controller/generic"
+	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/siderolabs/gen/optional"
 	"go.uber.org/zap"
 
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/power"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
-// Power defaults.
-const (
-	DefaultPowerPollInterval      = 30 * time.Second
-	DefaultPowerMinActionInterval = 2 * time.Minute
-	// powerTick is how often due work is looked for between events: polls and actions
-	// held back by the rate limit.
-	powerTick = 2 * time.Second
-	// powerBackoffMax caps the wait before a failing BMC is tried again.
-	powerBackoffMax = 5 * time.Minute
-)
-
-// Power actions.
+// Power actions, as PowerStatus records them.
 const (
 	actionNone   = ""
 	actionOn     = "pxe+on"    // boot once from the network, then power on
@@ -35,72 +27,252 @@ const (
 	actionReboot = "pxe+cycle" // boot once from the network, then power cycle
 )
 
-// PowerController produces PowerStatus: it reads the power of every accepted machine that
-// has a BMC, and drives it to what the machine's state wants (DesiredPower), carrying out
+// Power conditions, as PowerStatus records them.
+const (
+	conditionOK           = "ok"
+	conditionManual       = "manual"
+	conditionHandsOff     = "hands-off"
+	conditionUnreachable  = "unreachable"
+	conditionUnauthorized = "unauthorized"
+	conditionUnsupported  = "unsupported"
+	conditionError        = "error"
+)
+
+// Retry timing of a failing BMC, and the pause before reading the power again after an
+// action (a BMC may report the old state for a moment).
+const (
+	backoffBase = 2 * time.Second
+	backoffMax  = 5 * time.Minute
+	settleAfter = 2 * time.Second
+)
+
+// PowerController produces PowerStatus: for each machine with a BMC config it reads the
+// BMC's power and drives it to what the lifecycle wants (DesiredPower), carrying out
 // reboot requests (PXE once, then a cycle). Pending and rejected machines are never
 // touched — not even read. A BMC that fails becomes the machine's status, tried again
 // with backoff.
+//
+// It is a queue controller: one machine per reconcile, at most Concurrency at once (the
+// one bounded pool of BMC calls), each requeued for its next poll, retry or held-back
+// action; an event on any of a machine's resources brings it forward.
 type PowerController struct {
 	Dialers power.Dialers
-	// IdleDefault is the power of an accepted machine with nothing to do (off unless set).
-	IdleDefault resources.PowerState
-	// PollInterval is how often each BMC is read.
+	// Policy is the operator's choice of idle power and in-band BMC provisioning.
+	Policy lifecycle.Policy
+	// PollInterval is how often each BMC is read (0: power.DefaultPollInterval).
 	PollInterval time.Duration
 	// MinActionInterval is the least time between two power actions on one machine.
 	MinActionInterval time.Duration
 	// BootMode is the firmware flavour of the PXE-once override.
 	BootMode power.BootMode
-	// Sweep bounds the reads and actions (concurrency, per-BMC timeout).
-	Sweep power.SweepOptions
-
-	mu      sync.Mutex
-	backoff map[string]time.Time // machine → not before
+	// Concurrency is the most BMCs talked to at once (0: power.DefaultConcurrency).
+	Concurrency int
+	// Timeout bounds each BMC call (0: power.DefaultTimeout).
+	Timeout time.Duration
+	// Clock tells the time; the real one when nil.
+	Clock Clock
 }
 
-// Name implements controller.Controller.
+// Clock is the time as the controller sees it: now, and how long until a moment (the
+// wait before a machine's next reconcile).
+type Clock interface {
+	Now() time.Time
+	Until(t time.Time) time.Duration
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                  { return time.Now() }
+func (realClock) Until(t time.Time) time.Duration { return time.Until(t) }
+
+// Name implements controller.QController.
 func (ctrl *PowerController) Name() string { return "PowerController" }
 
-// Inputs implements controller.Controller.
-func (ctrl *PowerController) Inputs() []controller.Input {
-	return []controller.Input{
-		{Namespace: resources.NamespaceName, Type: resources.BMCConfigType, Kind: controller.InputWeak},
-		{Namespace: resources.NamespaceName, Type: resources.BMCSecretType, Kind: controller.InputWeak},
-		{Namespace: resources.NamespaceName, Type: resources.MachineIntentType, Kind: controller.InputWeak},
-		{Namespace: resources.NamespaceName, Type: resources.MachineStatusType, Kind: controller.InputWeak},
+// Settings implements controller.QController.
+func (ctrl *PowerController) Settings() controller.QSettings {
+	concurrency := ctrl.Concurrency
+	if concurrency <= 0 {
+		concurrency = power.DefaultConcurrency
+	}
+
+	return controller.QSettings{
+		Inputs: []controller.Input{
+			{Namespace: resources.NamespaceName, Type: resources.BMCConfigType, Kind: controller.InputQPrimary},
+			{Namespace: resources.NamespaceName, Type: resources.BMCSecretType, Kind: controller.InputQMapped},
+			{Namespace: resources.NamespaceName, Type: resources.MachineIntentType, Kind: controller.InputQMapped},
+			{Namespace: resources.NamespaceName, Type: resources.MachineStatusType, Kind: controller.InputQMapped},
+		},
+		Outputs:     []controller.Output{{Type: resources.PowerStatusType, Kind: controller.OutputExclusive}},
+		Concurrency: optional.Some(uint(concurrency)), //nolint:gosec // positive
+		RunHook:     ctrl.dropOrphans,
 	}
 }
 
-// Outputs implements controller.Controller.
-func (ctrl *PowerController) Outputs() []controller.Output {
-	return []controller.Output{{Type: resources.PowerStatusType, Kind: controller.OutputExclusive}}
+// MapInput implements controller.QController: every input is keyed by the machine's ID.
+func (ctrl *PowerController) MapInput(_ context.Context, _ *zap.Logger, _ controller.QRuntime, ptr controller.ReducedResourceMetadata) ([]resource.Pointer, error) {
+	return []resource.Pointer{resources.NewBMCConfig(ptr.ID()).Metadata()}, nil
 }
 
-// DesiredPower is the power a machine's state wants: "" (hands off) unless it is
-// accepted; then the user's override, on while allocated or while a wipe is owed (its
-// agent must run to wipe), else idle.
-func DesiredPower(intent resources.MachineIntentSpec, status *resources.MachineStatusSpec, idle resources.PowerState) resources.PowerState {
-	if intent.Acceptance != resources.AcceptanceAccepted {
-		return ""
+// dropOrphans removes, once at start, the statuses of machines whose BMC config went
+// while the provider was not running to see it.
+func (ctrl *PowerController) dropOrphans(ctx context.Context, _ *zap.Logger, r controller.QRuntime) error {
+	statuses, err := safe.ReaderListAll[*resources.PowerStatus](ctx, r)
+	if err != nil {
+		return fmt.Errorf("error listing power statuses: %w", err)
 	}
 
-	if intent.Power == resources.PowerOn || intent.Power == resources.PowerOff {
-		return intent.Power
+	for ps := range statuses.All() {
+		cfg, err := safe.ReaderGetByID[*resources.BMCConfig](ctx, r, ps.Metadata().ID())
+		if err != nil && !state.IsNotFoundError(err) {
+			return fmt.Errorf("error reading the BMC config of machine %s: %w", ps.Metadata().ID(), err)
+		}
+
+		if cfg == nil {
+			if err = r.Destroy(ctx, ps.Metadata()); err != nil && !state.IsNotFoundError(err) {
+				return fmt.Errorf("error removing the power status of machine %s: %w", ps.Metadata().ID(), err)
+			}
+		}
 	}
 
-	wiped := ""
-	if status != nil {
-		wiped = status.WipedID
+	return nil
+}
+
+// Reconcile implements controller.QController.
+func (ctrl *PowerController) Reconcile(ctx context.Context, logger *zap.Logger, r controller.QRuntime, ptr resource.Pointer) error {
+	id := ptr.ID()
+
+	cfg, err := safe.ReaderGetByID[*resources.BMCConfig](ctx, r, id)
+	if err != nil && !state.IsNotFoundError(err) {
+		return fmt.Errorf("error reading the BMC config of machine %s: %w", id, err)
 	}
 
-	if intent.Allocation != nil || (intent.WipeID != "" && intent.WipeID != wiped) {
-		return resources.PowerOn
+	if cfg == nil || cfg.Metadata().Phase() == resource.PhaseTearingDown {
+		if err = r.Destroy(ctx, resources.NewPowerStatus(id).Metadata()); err != nil && !state.IsNotFoundError(err) {
+			return fmt.Errorf("error removing the power status of machine %s: %w", id, err)
+		}
+
+		return nil
 	}
 
-	if idle == resources.PowerOn {
-		return resources.PowerOn
+	// What the lifecycle reads for power: the machine's intent and status (its Machine,
+	// which changes with every boot, is not an input).
+	m := lifecycle.Machine{ID: id, BMC: cfg.TypedSpec()}
+
+	if m.Intent, err = optionalSpec[resources.MachineIntentSpec, *resources.MachineIntent](ctx, r, id); err != nil {
+		return err
 	}
 
-	return resources.PowerOff
+	if m.Status, err = optionalSpec[resources.MachineStatusSpec, *resources.MachineStatus](ctx, r, id); err != nil {
+		return err
+	}
+
+	status := resources.PowerStatusSpec{State: resources.PowerUnknown}
+
+	cur, err := safe.ReaderGetByID[*resources.PowerStatus](ctx, r, id)
+	if err != nil && !state.IsNotFoundError(err) {
+		return fmt.Errorf("error reading the power status of machine %s: %w", id, err)
+	}
+
+	if cur != nil {
+		status = cur.TypedSpec().DeepCopy()
+	}
+
+	ep := endpoint(id, cfg.TypedSpec())
+	status.Backend, status.Endpoint = cfg.TypedSpec().Kind, ep.String()
+	status.Desired = m.DesiredPower(ctrl.Policy)
+
+	if ep.Kind != power.KindNone && status.Desired != "" && cfg.TypedSpec().HasPassword {
+		if ep.Password, err = ctrl.password(ctx, r, id); err != nil {
+			return err
+		}
+	}
+
+	wake := ctrl.drive(ctx, logger, m, ep, &status)
+
+	if err = safe.WriterModify(ctx, r, resources.NewPowerStatus(id), func(ps *resources.PowerStatus) error {
+		*ps.TypedSpec() = status
+
+		return nil
+	}); err != nil {
+		return fmt.Errorf("error writing the power status of machine %s: %w", id, err)
+	}
+
+	if wake.IsZero() {
+		return nil
+	}
+
+	return controller.NewRequeueInterval(max(ctrl.clock().Until(wake), time.Millisecond))
+}
+
+// drive reads the machine's BMC and acts on it as its state wants, recording both on
+// status; it returns when the machine wants looking at again (zero: only on an event).
+func (ctrl *PowerController) drive(ctx context.Context, logger *zap.Logger, m lifecycle.Machine, ep power.Endpoint, status *resources.PowerStatusSpec) time.Time {
+	switch {
+	case ep.Kind == power.KindNone:
+		status.Condition, status.Error = conditionManual, ""
+
+		return time.Time{}
+	case status.Desired == "":
+		// Pending or rejected: hands off, and say so.
+		status.Condition, status.Error = conditionHandsOff, ""
+
+		return time.Time{}
+	}
+
+	now := ctrl.clock().Now()
+	reboot := m.RebootWanted(status.RebootID)
+
+	if retry := retryAt(*status); now.Before(retry) {
+		return retry
+	}
+
+	if readDue(*status, reboot, now, ctrl.pollInterval()) {
+		state, err := ctrl.read(ctx, ep)
+		status.ObservedAt = now
+
+		if err != nil {
+			failed(status, err)
+			logger.Warn("error reading the power state", zap.Stringer("bmc", ep), zap.Error(err))
+
+			return retryAt(*status)
+		}
+
+		succeeded(status)
+		status.State = state
+	}
+
+	action := nextAction(status.Desired, status.State, reboot, status.LastActionAt, now, ctrl.MinActionInterval)
+	if action == actionNone {
+		return ctrl.nextWake(*status, reboot, now)
+	}
+
+	err := ctrl.act(ctx, ep, action)
+	status.LastAction, status.LastActionAt = action, now
+
+	if action == actionReboot {
+		status.RebootID = m.Intent.RebootID
+	}
+
+	if err != nil {
+		failed(status, err)
+		logger.Warn("power action failed", zap.String("action", action), zap.Stringer("bmc", ep), zap.Error(err))
+
+		return retryAt(*status)
+	}
+
+	succeeded(status)
+	logger.Info("power action", zap.String("action", action), zap.Stringer("bmc", ep))
+
+	// Read again shortly rather than guess.
+	status.State, status.ObservedAt = resources.PowerUnknown, time.Time{}
+
+	return now.Add(min(settleAfter, ctrl.pollInterval()))
+}
+
+// readDue says whether the BMC should be read now: never read, read too long ago, or
+// not (yet) where the machine's state wants it.
+func readDue(s resources.PowerStatusSpec, reboot bool, now time.Time, poll time.Duration) bool {
+	return s.ObservedAt.IsZero() || now.Sub(s.ObservedAt) >= poll || s.State != s.Desired || reboot
 }
 
 // nextAction is what to do to a machine now, given what is wanted and seen; a reboot
@@ -122,248 +294,97 @@ func nextAction(desired, observed resources.PowerState, rebootWanted bool, last,
 	return actionNone
 }
 
-// Run implements controller.Controller.
-func (ctrl *PowerController) Run(ctx context.Context, r controller.Runtime, logger *zap.Logger) error {
-	tick := time.NewTicker(powerTick)
-	defer tick.Stop()
+// nextWake is when a machine with nothing to do now wants looking at again: its next
+// poll, or sooner the end of the rate limit that holds back an action it wants.
+func (ctrl *PowerController) nextWake(s resources.PowerStatusSpec, reboot bool, now time.Time) time.Time {
+	wake := s.ObservedAt.Add(ctrl.pollInterval())
 
-	for {
-		if err := ctrl.reconcile(ctx, r, logger, time.Now()); err != nil {
-			return err
-		}
+	held := !s.LastActionAt.IsZero() && now.Sub(s.LastActionAt) < ctrl.MinActionInterval
+	wants := reboot || (s.State != s.Desired && s.State != resources.PowerUnknown)
 
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.EventCh():
-		case <-tick.C:
+	if held && wants {
+		if end := s.LastActionAt.Add(ctrl.MinActionInterval); end.Before(wake) {
+			wake = end
 		}
+	}
+
+	return wake
+}
+
+// retryAt is when a failing BMC may be tried again: the last attempt, plus a wait that
+// doubles with each failure in a row. Zero when it is not failing.
+func retryAt(s resources.PowerStatusSpec) time.Time {
+	if s.Failures == 0 {
+		return time.Time{}
+	}
+
+	last := s.ObservedAt
+	if s.LastActionAt.After(last) {
+		last = s.LastActionAt
+	}
+
+	return last.Add(min(backoffBase<<min(s.Failures, 10), backoffMax))
+}
+
+// failed records a BMC failure on the status.
+func failed(s *resources.PowerStatusSpec, err error) {
+	s.Failures++
+	s.Error = err.Error()
+	s.State = resources.PowerUnknown
+
+	switch {
+	case errors.Is(err, power.ErrUnauthorized):
+		s.Condition = conditionUnauthorized
+	case errors.Is(err, power.ErrUnreachable):
+		s.Condition = conditionUnreachable
+	case errors.Is(err, power.ErrUnsupported):
+		s.Condition = conditionUnsupported
+	default:
+		s.Condition = conditionError
 	}
 }
 
-// powerTarget is one machine with a BMC, and what was last recorded of it.
-type powerTarget struct {
-	id       string
-	endpoint power.Endpoint
-	desired  resources.PowerState
-	rebootID string // wanted
-	status   resources.PowerStatusSpec
-	due      bool // a read is due
+func succeeded(s *resources.PowerStatusSpec) {
+	s.Failures, s.Error, s.Condition = 0, "", conditionOK
 }
 
-func (ctrl *PowerController) reconcile(ctx context.Context, r controller.Runtime, logger *zap.Logger, now time.Time) error {
-	targets, err := ctrl.targets(ctx, r, now)
+// read reads the BMC's power state within the per-call timeout.
+func (ctrl *PowerController) read(ctx context.Context, ep power.Endpoint) (resources.PowerState, error) {
+	ctx, cancel := context.WithTimeout(ctx, ctrl.timeout())
+	defer cancel()
+
+	c, err := ctrl.Dialers.Dial(ctx, ep)
 	if err != nil {
-		return err
+		return resources.PowerUnknown, err
 	}
+	defer c.Close() //nolint:errcheck // a session that fails to close changes nothing read
 
-	r.StartTrackingOutputs()
-
-	// Read the BMCs that are due, all at once within the sweep's bounds.
-	var (
-		reads []power.Target
-		index = map[string]*powerTarget{}
-	)
-
-	for _, t := range targets {
-		index[t.id] = t
-
-		if t.desired != "" && t.due && ctrl.ready(t.id, now) {
-			reads = append(reads, power.Target{ID: t.id, Endpoint: t.endpoint})
-		}
-	}
-
-	for _, obs := range power.Sweep(ctx, reads, ctrl.Dialers, ctrl.Sweep) {
-		t := index[obs.ID]
-		t.status.ObservedAt = now
-
-		if obs.Err != nil {
-			ctrl.failed(t, obs.Err, now)
-			logger.Warn("error reading the power state", zap.String("machine", t.id), zap.Stringer("bmc", t.endpoint), zap.Error(obs.Err))
-
-			continue
-		}
-
-		ctrl.succeeded(t)
-		t.status.State = toPowerState(obs.State)
-	}
-
-	// Act where the state wants it, bounded like the reads.
-	var acts []*powerTarget
-
-	for _, t := range targets {
-		if t.desired == "" || t.status.Condition != "ok" || !ctrl.ready(t.id, now) {
-			continue
-		}
-
-		if nextAction(t.desired, t.status.State, t.rebootID != "" && t.rebootID != t.status.RebootID, t.status.LastActionAt, now, ctrl.MinActionInterval) != actionNone {
-			acts = append(acts, t)
-		}
-	}
-
-	ctrl.act(ctx, acts, logger, now)
-
-	for _, t := range targets {
-		spec := t.status
-		if err := safe.WriterModify(ctx, r, resources.NewPowerStatus(t.id), func(ps *resources.PowerStatus) error {
-			*ps.TypedSpec() = spec
-
-			return nil
-		}); err != nil {
-			return fmt.Errorf("error writing the power status of machine %s: %w", t.id, err)
-		}
-	}
-
-	if err := r.CleanupOutputs(ctx, resources.NewPowerStatus("").Metadata()); err != nil {
-		return fmt.Errorf("error cleaning up power statuses: %w", err)
-	}
-
-	return nil
-}
-
-// targets lists every machine with a BMC config, with what its state wants.
-func (ctrl *PowerController) targets(ctx context.Context, r controller.Runtime, now time.Time) ([]*powerTarget, error) {
-	bmcs, err := safe.ReaderListAll[*resources.BMCConfig](ctx, r)
+	st, err := c.PowerState(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("error listing BMC configs: %w", err)
+		return resources.PowerUnknown, fmt.Errorf("error reading the power state: %w", err)
 	}
 
-	var out []*powerTarget
-
-	for bmc := range bmcs.All() {
-		id := bmc.Metadata().ID()
-		cfg := bmc.TypedSpec()
-
-		t := &powerTarget{id: id, status: resources.PowerStatusSpec{State: resources.PowerUnknown}}
-
-		current, err := safe.ReaderGetByID[*resources.PowerStatus](ctx, r, id)
-		if err != nil && !state.IsNotFoundError(err) {
-			return nil, fmt.Errorf("error reading the power status of machine %s: %w", id, err)
-		}
-
-		if current != nil {
-			t.status = current.TypedSpec().DeepCopy()
-		}
-
-		t.endpoint = power.Endpoint{
-			Kind: power.Kind(cfg.Kind), Address: cfg.Address, Port: int(cfg.Port), Username: cfg.Username,
-			Insecure: cfg.Insecure, SystemID: cfg.SystemID, MachineUUID: id,
-		}
-		t.status.Backend, t.status.Endpoint = cfg.Kind, t.endpoint.String()
-
-		intent, err := safe.ReaderGetByID[*resources.MachineIntent](ctx, r, id)
-		if err != nil && !state.IsNotFoundError(err) {
-			return nil, fmt.Errorf("error reading the intent of machine %s: %w", id, err)
-		}
-
-		if intent == nil || t.endpoint.Kind == power.KindNone {
-			t.desired = ""
-		} else {
-			status, err := safe.ReaderGetByID[*resources.MachineStatus](ctx, r, id)
-			if err != nil && !state.IsNotFoundError(err) {
-				return nil, fmt.Errorf("error reading the status of machine %s: %w", id, err)
-			}
-
-			var ss *resources.MachineStatusSpec
-			if status != nil {
-				ss = status.TypedSpec()
-			}
-
-			t.desired = DesiredPower(*intent.TypedSpec(), ss, ctrl.IdleDefault)
-			t.rebootID = intent.TypedSpec().RebootID
-		}
-
-		t.status.Desired = t.desired
-
-		switch {
-		case t.endpoint.Kind == power.KindNone:
-			t.status.Condition, t.status.Error = "manual", ""
-		case t.desired == "":
-			// Pending or rejected: hands off, and say so.
-			t.status.Condition, t.status.Error = "hands-off", ""
-		default:
-			if cfg.HasPassword {
-				secret, err := safe.ReaderGetByID[*resources.BMCSecret](ctx, r, id)
-				if err != nil && !state.IsNotFoundError(err) {
-					return nil, fmt.Errorf("error reading the BMC secret of machine %s: %w", id, err)
-				}
-
-				if secret != nil {
-					t.endpoint.Password = secret.TypedSpec().Password
-				}
-			}
-
-			t.due = t.status.ObservedAt.IsZero() || now.Sub(t.status.ObservedAt) >= ctrl.PollInterval ||
-				t.status.State != t.desired || (t.rebootID != "" && t.rebootID != t.status.RebootID)
-		}
-
-		out = append(out, t)
+	switch st {
+	case power.StateOn:
+		return resources.PowerOn, nil
+	case power.StateOff:
+		return resources.PowerOff, nil
+	default:
+		return resources.PowerUnknown, nil
 	}
-
-	return out, nil
 }
 
-// act carries out each target's next action, bounded like a sweep.
-func (ctrl *PowerController) act(ctx context.Context, targets []*powerTarget, logger *zap.Logger, now time.Time) {
-	limit := ctrl.Sweep.Concurrency
-	if limit <= 0 {
-		limit = power.DefaultSweepConcurrency
-	}
+// act carries out the action; each BMC call gets the per-call timeout (a PXE override and
+// a power-on are two calls).
+func (ctrl *PowerController) act(ctx context.Context, ep power.Endpoint, action string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*ctrl.timeout())
+	defer cancel()
 
-	timeout := ctrl.Sweep.Timeout
-	if timeout <= 0 {
-		timeout = power.DefaultSweepTimeout
-	}
-
-	sem := make(chan struct{}, limit)
-
-	var wg sync.WaitGroup
-
-	for _, t := range targets {
-		wg.Add(1)
-
-		sem <- struct{}{}
-
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-
-			action := nextAction(t.desired, t.status.State, t.rebootID != "" && t.rebootID != t.status.RebootID, t.status.LastActionAt, now, ctrl.MinActionInterval)
-
-			// Each step gets the per-BMC timeout: a PXE override and a power-on are two calls.
-			actx, cancel := context.WithTimeout(ctx, 2*timeout)
-			defer cancel()
-
-			err := ctrl.do(actx, t.endpoint, action)
-
-			t.status.LastAction, t.status.LastActionAt = action, now
-			if action == actionReboot {
-				t.status.RebootID = t.rebootID
-			}
-
-			if err != nil {
-				ctrl.failed(t, err, now)
-				logger.Warn("power action failed", zap.String("machine", t.id), zap.String("action", action), zap.Stringer("bmc", t.endpoint), zap.Error(err))
-
-				return
-			}
-
-			ctrl.succeeded(t)
-
-			// Read again on the next round rather than guess.
-			t.status.State, t.status.ObservedAt = resources.PowerUnknown, time.Time{}
-			logger.Info("power action", zap.String("machine", t.id), zap.String("action", action), zap.Stringer("bmc", t.endpoint))
-		}()
-	}
-
-	wg.Wait()
-}
-
-func (ctrl *PowerController) do(ctx context.Context, ep power.Endpoint, action string) error {
 	c, err := ctrl.Dialers.Dial(ctx, ep)
 	if err != nil {
 		return err
 	}
-	defer c.Close() //nolint:errcheck
+	defer c.Close() //nolint:errcheck // the action is done or failed already
 
 	switch action {
 	case actionOff:
@@ -384,59 +405,71 @@ func (ctrl *PowerController) do(ctx context.Context, ep power.Endpoint, action s
 	return nil
 }
 
-// failed records a BMC failure on the target and backs off before the next try.
-func (ctrl *PowerController) failed(t *powerTarget, err error, now time.Time) {
-	t.status.Failures++
-	t.status.Error = err.Error()
-	t.status.State = resources.PowerUnknown
+func (ctrl *PowerController) password(ctx context.Context, r controller.Reader, id string) (string, error) {
+	secret, err := safe.ReaderGetByID[*resources.BMCSecret](ctx, r, id)
 
 	switch {
-	case errors.Is(err, power.ErrUnauthorized):
-		t.status.Condition = "unauthorized"
-	case errors.Is(err, power.ErrUnreachable):
-		t.status.Condition = "unreachable"
-	case errors.Is(err, power.ErrUnsupported):
-		t.status.Condition = "unsupported"
-	default:
-		t.status.Condition = "error"
+	case state.IsNotFoundError(err):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("error reading the BMC secret of machine %s: %w", id, err)
 	}
 
-	wait := min(powerTick<<min(t.status.Failures, 10), powerBackoffMax)
+	return secret.TypedSpec().Password, nil
+}
 
-	ctrl.mu.Lock()
-	defer ctrl.mu.Unlock()
-
-	if ctrl.backoff == nil {
-		ctrl.backoff = map[string]time.Time{}
+// endpoint is how the machine's BMC is reached, without its password.
+func endpoint(id string, cfg *resources.BMCConfigSpec) power.Endpoint {
+	kind := power.Kind(cfg.Kind)
+	if kind == "" {
+		kind = power.KindNone
 	}
 
-	ctrl.backoff[t.id] = now.Add(wait)
-}
-
-func (ctrl *PowerController) succeeded(t *powerTarget) {
-	t.status.Failures, t.status.Error, t.status.Condition = 0, "", "ok"
-
-	ctrl.mu.Lock()
-	defer ctrl.mu.Unlock()
-
-	delete(ctrl.backoff, t.id)
-}
-
-// ready says whether the machine's BMC may be tried now (no backoff pending).
-func (ctrl *PowerController) ready(id string, now time.Time) bool {
-	ctrl.mu.Lock()
-	defer ctrl.mu.Unlock()
-
-	return !now.Before(ctrl.backoff[id])
-}
-
-func toPowerState(s power.State) resources.PowerState {
-	switch s {
-	case power.StateOn:
-		return resources.PowerOn
-	case power.StateOff:
-		return resources.PowerOff
-	default:
-		return resources.PowerUnknown
+	return power.Endpoint{
+		Kind: kind, Address: cfg.Address, Port: int(cfg.Port), Username: cfg.Username,
+		Insecure: cfg.Insecure, SystemID: cfg.SystemID, MachineUUID: id,
 	}
+}
+
+func (ctrl *PowerController) clock() Clock {
+	if ctrl.Clock == nil {
+		return realClock{}
+	}
+
+	return ctrl.Clock
+}
+
+func (ctrl *PowerController) pollInterval() time.Duration {
+	if ctrl.PollInterval <= 0 {
+		return power.DefaultPollInterval
+	}
+
+	return ctrl.PollInterval
+}
+
+func (ctrl *PowerController) timeout() time.Duration {
+	if ctrl.Timeout <= 0 {
+		return power.DefaultTimeout
+	}
+
+	return ctrl.Timeout
+}
+
+// optionalSpec reads the spec of the machine's resource of type R, nil when there is none.
+func optionalSpec[S any, R interface {
+	generic.ResourceWithRD
+	TypedSpec() *S
+}](ctx context.Context, r controller.Reader, id string) (*S, error) {
+	res, err := safe.ReaderGetByID[R](ctx, r, id)
+
+	switch {
+	case state.IsNotFoundError(err):
+		return nil, nil //nolint:nilnil // absent is an answer
+	case err != nil:
+		var zero R
+
+		return nil, fmt.Errorf("error reading %s of machine %s: %w", zero.ResourceDefinition().Type, id, err)
+	}
+
+	return res.TypedSpec(), nil
 }

@@ -6,14 +6,17 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/power"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
@@ -34,6 +37,21 @@ type fakeBMC struct {
 
 func (f *fakeBMCs) dial(_ context.Context, ep power.Endpoint) (power.Client, error) {
 	return &fakeBMC{f: f, id: ep.MachineUUID, pw: ep.Password}, nil
+}
+
+func (f *fakeBMCs) count(call string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	n := 0
+
+	for _, c := range f.calls {
+		if c == call {
+			n++
+		}
+	}
+
+	return n
 }
 
 func (f *fakeBMCs) log() []string {
@@ -114,8 +132,46 @@ func setIntent(t *testing.T, st *resources.Store, id string, change func(*resour
 	require.NoError(t, err)
 }
 
-// The controller reads and drives accepted machines only, carries out reboots once,
-// and turns BMC failures into status.
+// fakeClock is the power controller's time, moved by the test. Every wait it is asked
+// for is a few real milliseconds, so the controller looks again and again while the
+// test holds time still, and acts the moment the test moves it past a deadline.
+type fakeClock struct {
+	mu    sync.Mutex
+	now   time.Time
+	waits atomic.Int64
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	return c.now
+}
+
+func (c *fakeClock) Until(time.Time) time.Duration {
+	c.waits.Add(1)
+
+	return 5 * time.Millisecond
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	c.now = c.now.Add(d)
+}
+
+// rounds waits until the controller has looked at its machines n more times.
+func (c *fakeClock) rounds(t *testing.T, n int64) {
+	t.Helper()
+
+	target := c.waits.Load() + n
+	require.Eventually(t, func() bool { return c.waits.Load() >= target }, 10*time.Second, time.Millisecond)
+}
+
+// The controller reads and drives accepted machines only, holds actions to the rate
+// limit and failing BMCs to their backoff, carries out reboots once, polls on time,
+// and turns BMC failures into status — on a clock the test moves.
 func TestPowerController(t *testing.T) {
 	t.Parallel()
 
@@ -127,11 +183,13 @@ func TestPowerController(t *testing.T) {
 		badpass  = "00000000-0000-0000-0000-000000000005"
 	)
 
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	bmcs := &fakeBMCs{on: map[string]bool{accepted: true, pending: true, rejected: true, broken: true}, down: map[string]bool{broken: true}}
 	st := run(t, &controllers.PowerController{
 		Dialers:      power.Dialers{"fake": bmcs.dial},
-		PollInterval: time.Hour, MinActionInterval: 0,
-		Sweep: power.SweepOptions{Timeout: time.Second},
+		Policy:       lifecycle.Policy{IdlePower: resources.PowerOff},
+		PollInterval: 30 * time.Second, MinActionInterval: time.Minute,
+		Timeout: time.Second, Clock: clock,
 	})
 
 	for _, id := range []string{accepted, pending, rejected, broken} {
@@ -161,25 +219,58 @@ func TestPowerController(t *testing.T) {
 	eventually(t, st, pending, func(ps *resources.PowerStatus) bool { return ps.TypedSpec().Condition == "hands-off" })
 	eventually(t, st, rejected, func(ps *resources.PowerStatus) bool { return ps.TypedSpec().Condition == "hands-off" })
 
-	// Allocated: PXE once, then on.
+	// A failing BMC is not tried again before its backoff ends, then it is.
+	tries := bmcs.count("4:state")
+	clock.rounds(t, 50)
+	assert.Equal(t, tries, bmcs.count("4:state"), "no retry within the backoff")
+	clock.advance(5 * time.Minute)
+	require.Eventually(t, func() bool { return bmcs.count("4:state") > tries }, 10*time.Second, time.Millisecond, "retried after the backoff")
+
+	// Allocated: on is wanted, but the last action (off) was less than a minute ago.
+	clock.advance(-5 * time.Minute) // back to where the off happened, for the rate limit below
 	setIntent(t, st, accepted, func(s *resources.MachineIntentSpec) { s.Allocation = &resources.Allocation{ID: "a1"} })
+	eventually(t, st, accepted, func(ps *resources.PowerStatus) bool { return ps.TypedSpec().Desired == resources.PowerOn })
+	clock.rounds(t, 50)
+	assert.NotContains(t, strings.Join(bmcs.log(), " "), "1:on", "held back by the rate limit")
+
+	// Once the minute is over: PXE once, then on.
+	clock.advance(61 * time.Second)
 	eventually(t, st, accepted, func(ps *resources.PowerStatus) bool {
 		return ps.TypedSpec().LastAction == "pxe+on" && ps.TypedSpec().State == resources.PowerOn
 	})
 
-	// A reboot request: PXE once, then a cycle, once.
+	// A reboot request: PXE once, then a cycle, once, after the rate limit.
 	setIntent(t, st, accepted, func(s *resources.MachineIntentSpec) { s.RebootID = "r1" })
+	clock.rounds(t, 20)
+	assert.NotContains(t, strings.Join(bmcs.log(), " "), "1:cycle", "held back by the rate limit")
+	clock.advance(61 * time.Second)
 	eventually(t, st, accepted, func(ps *resources.PowerStatus) bool {
 		return ps.TypedSpec().RebootID == "r1" && ps.TypedSpec().State == resources.PowerOn
 	})
 
-	time.Sleep(3 * time.Second) // a few more rounds: nothing more is done
+	// Steady: nothing more is done, and the BMC is read again once a poll interval passed.
+	clock.rounds(t, 50)
+	reads := bmcs.count("1:state")
+	clock.rounds(t, 50)
+	assert.Equal(t, reads, bmcs.count("1:state"), "no read before the poll interval")
+	clock.advance(31 * time.Second)
+	require.Eventually(t, func() bool { return bmcs.count("1:state") > reads }, 10*time.Second, time.Millisecond, "read again after the poll interval")
+	clock.rounds(t, 50)
 
 	log := strings.Join(bmcs.log(), " ")
 	assert.NotContains(t, log, "2:", "a pending machine's BMC is never called")
 	assert.NotContains(t, log, "3:", "a rejected machine's BMC is never called")
 	assert.Equal(t, 1, strings.Count(log, "1:cycle"), "the reboot is done once: %s", log)
 	assert.Equal(t, 1, strings.Count(log, "1:off"), log)
+	assert.Equal(t, 1, strings.Count(log, "1:on"), log)
 	assert.Regexp(t, `1:off .*1:pxe 1:on .*1:pxe 1:cycle`, log)
 	assert.NotContains(t, log, "4:off", "nothing is done to a BMC that is down")
+
+	// Its BMC config removed, the machine's power status goes too.
+	require.NoError(t, st.Destroy(t.Context(), resources.NewBMCConfig(accepted).Metadata()))
+	require.Eventually(t, func() bool {
+		_, err := safe.StateGetByID[*resources.PowerStatus](t.Context(), st, accepted)
+
+		return state.IsNotFoundError(err)
+	}, 10*time.Second, time.Millisecond)
 }

@@ -9,38 +9,6 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
-func TestDesiredPower(t *testing.T) {
-	t.Parallel()
-
-	alloc := &resources.Allocation{ID: "a1"}
-	on, off := resources.PowerOn, resources.PowerOff
-
-	for _, tc := range []struct {
-		name   string
-		intent resources.MachineIntentSpec
-		wiped  string
-		idle   resources.PowerState
-		want   resources.PowerState
-	}{
-		{"pending: hands off", resources.MachineIntentSpec{Acceptance: resources.AcceptancePending, Power: on}, "", off, ""},
-		{"rejected: hands off", resources.MachineIntentSpec{Acceptance: resources.AcceptanceRejected, Allocation: alloc}, "", off, ""},
-		{"accepted, wipe owed", resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, WipeID: "w1"}, "", off, on},
-		{"accepted, wiped, idle off", resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, WipeID: "w1"}, "w1", off, off},
-		{"accepted, idle default unset", resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted}, "", "", off},
-		{"accepted, idle on", resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted}, "", on, on},
-		{"allocated", resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc, WipeID: "w1"}, "w1", off, on},
-		{"user says off, allocated", resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc, Power: off}, "", off, off},
-		{"user says on, idle", resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Power: on}, "", off, on},
-		{"user says default", resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Power: resources.PowerDefault}, "", off, off},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-
-			assert.Equal(t, tc.want, DesiredPower(tc.intent, &resources.MachineStatusSpec{WipedID: tc.wiped}, tc.idle))
-		})
-	}
-}
-
 func TestNextAction(t *testing.T) {
 	t.Parallel()
 
@@ -70,5 +38,78 @@ func TestNextAction(t *testing.T) {
 
 			assert.Equal(t, tc.want, nextAction(tc.desired, tc.observed, tc.reboot, tc.last, now, time.Minute))
 		})
+	}
+}
+
+func TestReadDue(t *testing.T) {
+	t.Parallel()
+
+	now := time.Now()
+	on, off, unknown := resources.PowerOn, resources.PowerOff, resources.PowerUnknown
+
+	for _, tc := range []struct {
+		name   string
+		status resources.PowerStatusSpec
+		reboot bool
+		want   bool
+	}{
+		{"never read", resources.PowerStatusSpec{Desired: on, State: unknown}, false, true},
+		{"read a moment ago, as wanted", resources.PowerStatusSpec{Desired: on, State: on, ObservedAt: now.Add(-time.Second)}, false, false},
+		{"read a poll ago", resources.PowerStatusSpec{Desired: on, State: on, ObservedAt: now.Add(-time.Minute)}, false, true},
+		{"not as wanted", resources.PowerStatusSpec{Desired: off, State: on, ObservedAt: now.Add(-time.Second)}, false, true},
+		{"a reboot wanted", resources.PowerStatusSpec{Desired: on, State: on, ObservedAt: now.Add(-time.Second)}, true, true},
+	} {
+		assert.Equal(t, tc.want, readDue(tc.status, tc.reboot, now, 30*time.Second), tc.name)
+	}
+}
+
+func TestRetryAt(t *testing.T) {
+	t.Parallel()
+
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+	for _, tc := range []struct {
+		name   string
+		status resources.PowerStatusSpec
+		want   time.Time
+	}{
+		{"not failing", resources.PowerStatusSpec{ObservedAt: at}, time.Time{}},
+		{"one failure", resources.PowerStatusSpec{ObservedAt: at, Failures: 1}, at.Add(4 * time.Second)},
+		{"three in a row", resources.PowerStatusSpec{ObservedAt: at, Failures: 3}, at.Add(16 * time.Second)},
+		{"capped", resources.PowerStatusSpec{ObservedAt: at, Failures: 40}, at.Add(5 * time.Minute)},
+		{"from the last action", resources.PowerStatusSpec{ObservedAt: at, LastActionAt: at.Add(time.Minute), Failures: 1}, at.Add(time.Minute + 4*time.Second)},
+	} {
+		assert.Equal(t, tc.want, retryAt(tc.status), tc.name)
+	}
+}
+
+func TestNextWake(t *testing.T) {
+	t.Parallel()
+
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ctrl := &PowerController{PollInterval: 30 * time.Second, MinActionInterval: time.Minute}
+	on, off := resources.PowerOn, resources.PowerOff
+
+	for _, tc := range []struct {
+		name   string
+		status resources.PowerStatusSpec
+		reboot bool
+		want   time.Time
+	}{
+		{"steady: the next poll", resources.PowerStatusSpec{Desired: on, State: on, ObservedAt: now}, false, now.Add(30 * time.Second)},
+		{
+			"an action held back ends before the poll",
+			resources.PowerStatusSpec{Desired: off, State: on, ObservedAt: now, LastActionAt: now.Add(-50 * time.Second)}, false, now.Add(10 * time.Second),
+		},
+		{
+			"a reboot held back",
+			resources.PowerStatusSpec{Desired: on, State: on, ObservedAt: now, LastActionAt: now.Add(-55 * time.Second)}, true, now.Add(5 * time.Second),
+		},
+		{
+			"held back past the poll: the poll",
+			resources.PowerStatusSpec{Desired: off, State: on, ObservedAt: now, LastActionAt: now}, false, now.Add(30 * time.Second),
+		},
+	} {
+		assert.Equal(t, tc.want, ctrl.nextWake(tc.status, tc.reboot, now), tc.name)
 	}
 }

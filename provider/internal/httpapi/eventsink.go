@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/peer"
 	grpcstatus "google.golang.org/grpc/status"
 
-	"github.com/anvil-metal/anvil/provider/internal/boot"
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 )
 
 const maxEventSize = 64 << 10
@@ -93,7 +93,7 @@ func (e *eventSink) Publish(ctx context.Context, req *events.EventRequest) (*eve
 // address a machine fetched its Talos boot script from, while it is allocated.
 func (e *eventSink) machineAt(addr string) (resource.ID, string, error) {
 	for _, m := range e.server.opts.View.ByAddress(addr) {
-		if m.Machine.LastDecision != string(boot.KindTalos) || m.Intent == nil || m.Intent.Allocation == nil {
+		if m.Machine.LastDecision != string(lifecycle.BootTalos) || m.Intent == nil || m.Intent.Allocation == nil {
 			continue
 		}
 

@@ -12,6 +12,7 @@ import (
 	"github.com/anvil-metal/anvil/internal/token"
 	"github.com/anvil-metal/anvil/provider/internal/boot"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 )
 
 func (s *Server) handleStart(w http.ResponseWriter, _ *http.Request) {
@@ -37,17 +38,16 @@ func (s *Server) handleBoot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	var in boot.Inputs
-
+	m := lifecycle.Machine{ID: req.MachineID}
 	if e := s.opts.View.Get(req.MachineID); e != nil {
-		in = boot.Inputs{Machine: e.Machine, Intent: e.Intent, Status: e.Status}
+		m = *e
 	}
 
 	now := time.Now()
-	decision := boot.Decide(in)
+	decision := m.Boot(s.opts.Policy)
 	script := s.opts.Scripts.Render(req, decision, token.Claims{Issued: now})
 
-	s.metrics.scriptsByKind[decision.Kind].Inc()
+	s.metrics.scriptsByKind[decision.Boot].Inc()
 
 	if !script.AgentToken.Issued.IsZero() {
 		s.opts.View.NoteAgentBoot(req.MachineID, script.AgentToken.Issued)
@@ -55,12 +55,12 @@ func (s *Server) handleBoot(w http.ResponseWriter, r *http.Request) {
 
 	obs := controllers.PXEObservation{
 		MachineID: req.MachineID, UUID: req.UUID, MAC: req.MAC, Arch: req.Arch, Firmware: req.Firmware,
-		Address: remoteIP(r), Decision: string(decision.Kind), At: now, AgentIssued: script.AgentToken.Issued,
+		Address: remoteIP(r), Decision: string(decision.Boot), At: now, AgentIssued: script.AgentToken.Issued,
 	}
 
 	// Most boots repeat what is recorded already: only news goes to the controller.
-	if obs.Changes(in.Machine) {
-		if in.Machine == nil || in.Machine.LastDecision != obs.Decision {
+	if obs.Changes(m.Machine) {
+		if m.Machine == nil || m.Machine.LastDecision != obs.Decision {
 			s.opts.Logger.Info("boot", zap.String("machine", req.MachineID), zap.String("mac", req.MAC),
 				zap.String("arch", req.Arch), zap.String("firmware", req.Firmware),
 				zap.String("decision", obs.Decision), zap.String("reason", decision.Reason))

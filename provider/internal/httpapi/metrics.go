@@ -3,14 +3,14 @@ package httpapi
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/anvil-metal/anvil/provider/internal/boot"
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 )
 
 type metrics struct {
 	scripts *prometheus.CounterVec
 	// scriptsByKind are scripts' children, resolved once: every boot counts, and a
 	// label lookup per request is work the hot path need not do.
-	scriptsByKind    map[boot.Kind]prometheus.Counter
+	scriptsByKind    map[lifecycle.Boot]prometheus.Counter
 	badRequests      prometheus.Counter
 	observationsLost prometheus.Counter
 	metadata         *prometheus.CounterVec
@@ -36,8 +36,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"result"}),
 	}
 
-	m.scriptsByKind = map[boot.Kind]prometheus.Counter{}
-	for _, k := range []boot.Kind{boot.KindAgent, boot.KindTalos, boot.KindDisk} {
+	m.scriptsByKind = map[lifecycle.Boot]prometheus.Counter{}
+	for _, k := range []lifecycle.Boot{lifecycle.BootAgent, lifecycle.BootTalos, lifecycle.BootDisk} {
 		m.scriptsByKind[k] = m.scripts.WithLabelValues(string(k))
 	}
 

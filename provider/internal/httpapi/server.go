@@ -20,6 +20,7 @@ import (
 
 	"github.com/anvil-metal/anvil/provider/internal/boot"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
 )
 
@@ -34,6 +35,8 @@ type Options struct {
 	// View is the boot services' read view of the machines, fed from State.
 	View    *machineview.View
 	Scripts *boot.Scripts
+	// Policy is what the operator chose of every machine (the lifecycle's rules read it).
+	Policy lifecycle.Policy
 	// Observations receives what the boot services saw; a full channel drops the
 	// observation (counted), it never slows a boot down.
 	Observations chan<- controllers.PXEObservation

@@ -31,6 +31,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/boot"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/httpapi"
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
@@ -111,7 +112,7 @@ func newFixture(t *testing.T) *fixture {
 }
 
 // machine stores a machine as the controllers would have.
-func (f *fixture) machine(t *testing.T, id, address string, decision boot.Kind, intent *resources.MachineIntentSpec, status *resources.MachineStatusSpec) {
+func (f *fixture) machine(t *testing.T, id, address string, decision lifecycle.Boot, intent *resources.MachineIntentSpec, status *resources.MachineStatusSpec) {
 	t.Helper()
 
 	ctx := t.Context()
@@ -160,7 +161,7 @@ func TestBootScripts(t *testing.T) {
 	f := newFixture(t)
 	alloc := &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: "s1"}
 
-	f.machine(t, m2, "192.0.2.2", boot.KindAgent, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc}, nil)
+	f.machine(t, m2, "192.0.2.2", lifecycle.BootAgent, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc}, nil)
 
 	code, body := f.get(t, bootURL(m1))
 	require.Equal(t, http.StatusOK, code)
@@ -215,8 +216,8 @@ func TestMetadata(t *testing.T) {
 	key := f.scripts.TokenKey
 	alloc := &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", Config: "version: v1alpha1\n"}
 
-	f.machine(t, m1, "192.0.2.1", boot.KindTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc}, nil)
-	f.machine(t, m2, "192.0.2.2", boot.KindTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted,
+	f.machine(t, m1, "192.0.2.1", lifecycle.BootTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc}, nil)
+	f.machine(t, m2, "192.0.2.2", lifecycle.BootTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted,
 		Allocation: &resources.Allocation{ID: "a2", TalosVersion: "v1.9.0"}}, nil)
 
 	for _, tc := range []struct {
@@ -284,7 +285,7 @@ func TestEventSink(t *testing.T) {
 	_, err = sink.Publish(ctx, sequenceEvent(t, "install", machine.SequenceEvent_STOP, false))
 	assert.Equal(t, codes.PermissionDenied, grpcstatus.Code(err))
 
-	f.machine(t, m1, "127.0.0.1", boot.KindTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc}, nil)
+	f.machine(t, m1, "127.0.0.1", lifecycle.BootTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc}, nil)
 
 	for _, ev := range []*events.EventRequest{
 		sequenceEvent(t, "install", machine.SequenceEvent_START, false),

@@ -11,24 +11,19 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/state"
 
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
-// Entry is what is known of one machine. Entries are immutable once published: a change
-// publishes a new one.
-type Entry struct {
-	ID      resource.ID
-	Machine *resources.MachineSpec
-	Intent  *resources.MachineIntentSpec
-	Status  *resources.MachineStatusSpec
-	// BMC is how the machine's BMC is reached, when anyone said (never the password).
-	BMC *resources.BMCConfigSpec
-}
+// Entry is what is known of one machine: the lifecycle rules' view of it. Entries are
+// immutable once published: a change publishes a new one.
+type Entry = lifecycle.Machine
 
 // View is the index.
 type View struct {
@@ -46,6 +41,10 @@ type View struct {
 
 	ready     chan struct{}
 	readyOnce sync.Once
+	restarts  atomic.Int64
+
+	// OnRestart, when set before Run, hears why the view had to start again (to log it).
+	OnRestart func(error)
 }
 
 // New returns an empty view; Run fills it.
@@ -127,16 +126,72 @@ func (v *View) AgentBootIssued(id resource.ID) time.Time {
 // watched are the resource types the view follows.
 var watched = []resource.Type{resources.MachineType, resources.MachineIntentType, resources.MachineStatusType, resources.BMCConfigType}
 
-// Run follows the state until ctx is done.
+// Restart backoff after a failed watch: a burst of writes that outran the view is over
+// at once, a state that keeps failing must not be hammered.
+const (
+	restartMin = 50 * time.Millisecond
+	restartMax = 5 * time.Second
+)
+
+// Run follows the state until ctx is done. A watch that fails — above all a burst of
+// writes (a rack powering on after an outage) outrunning the state's event history — is
+// not fatal: the view starts again from a fresh listing of the state and goes on serving
+// what it holds meanwhile.
 func (v *View) Run(ctx context.Context, st state.State) error {
+	wait := restartMin
+
+	for {
+		started := time.Now()
+
+		err := v.follow(ctx, st)
+		if ctx.Err() != nil {
+			return nil //nolint:nilerr // stopping is not a failure of the watch
+		}
+
+		// A view that followed the state for a while met a new burst, not the same fault.
+		if time.Since(started) > restartMax {
+			wait = restartMin
+		}
+
+		v.restarts.Add(1)
+
+		if v.OnRestart != nil {
+			v.OnRestart(err)
+		}
+
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+
+		wait = min(wait*2, restartMax)
+	}
+}
+
+// Restarts is how many times the view had to start again from a fresh listing.
+func (v *View) Restarts() int64 { return v.restarts.Load() }
+
+// follow watches every type from a fresh listing until the watch fails or ctx is done.
+// Entries the listing no longer holds are dropped once it is complete, so deletions
+// missed while the view was behind are not kept.
+func (v *View) follow(ctx context.Context, st state.State) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
 	events := make(chan state.Event)
-	bootstrapped := 0
 
 	for _, typ := range watched {
 		md := resource.NewMetadata(resources.NamespaceName, typ, "", resource.VersionUndefined)
 		if err := st.WatchKind(ctx, md, events, state.WithBootstrapContents(true)); err != nil {
 			return fmt.Errorf("error watching %s: %w", typ, err)
 		}
+	}
+
+	// listed holds, per type still bootstrapping, the IDs its listing had.
+	listed := make(map[resource.Type]map[resource.ID]struct{}, len(watched))
+	for _, typ := range watched {
+		listed[typ] = map[resource.ID]struct{}{}
 	}
 
 	for {
@@ -150,17 +205,73 @@ func (v *View) Run(ctx context.Context, st state.State) error {
 
 		switch ev.Type {
 		case state.Created, state.Updated:
+			if ids := listed[ev.Resource.Metadata().Type()]; ids != nil {
+				ids[ev.Resource.Metadata().ID()] = struct{}{}
+			}
+
 			v.apply(ev.Resource, false)
 		case state.Destroyed:
 			v.apply(ev.Resource, true)
 		case state.Bootstrapped:
-			if bootstrapped++; bootstrapped == len(watched) {
+			typ := ev.Resource.Metadata().Type()
+			v.prune(typ, listed[typ])
+			delete(listed, typ)
+
+			if len(listed) == 0 {
 				v.readyOnce.Do(func() { close(v.ready) })
 			}
 		case state.Errored:
 			return fmt.Errorf("error watching machines: %w", ev.Error)
 		case state.Noop:
 		}
+	}
+}
+
+// prune drops the typ part of every entry whose ID is not in keep.
+func (v *View) prune(typ resource.Type, keep map[resource.ID]struct{}) {
+	v.mu.RLock()
+
+	var gone []resource.ID
+
+	for id, e := range v.byID {
+		if _, ok := keep[id]; !ok && has(e, typ) {
+			gone = append(gone, id)
+		}
+	}
+
+	v.mu.RUnlock()
+
+	for _, id := range gone {
+		v.apply(tombstone(typ, id), true)
+	}
+}
+
+func has(e *Entry, typ resource.Type) bool {
+	switch typ {
+	case resources.MachineType:
+		return e.Machine != nil
+	case resources.MachineIntentType:
+		return e.Intent != nil
+	case resources.MachineStatusType:
+		return e.Status != nil
+	case resources.BMCConfigType:
+		return e.BMC != nil
+	}
+
+	return false
+}
+
+// tombstone is an empty resource of the type, enough for apply to drop that part.
+func tombstone(typ resource.Type, id resource.ID) resource.Resource {
+	switch typ {
+	case resources.MachineType:
+		return resources.NewMachine(id)
+	case resources.MachineIntentType:
+		return resources.NewMachineIntent(id)
+	case resources.MachineStatusType:
+		return resources.NewMachineStatus(id)
+	default:
+		return resources.NewBMCConfig(id)
 	}
 }
 

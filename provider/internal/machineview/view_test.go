@@ -2,6 +2,7 @@ package machineview_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -153,4 +154,60 @@ func TestAgentBootIssued(t *testing.T) {
 
 	v.NoteAgentBoot("m2", t0)
 	assert.True(t, v.AgentBootIssued("m2").Equal(t0), "known before the state knows the machine")
+}
+
+// TestViewSurvivesOverrun: a burst of writes larger than the state's event history,
+// while the view is held back, overruns its watch; the view follows the state again
+// from a fresh listing and converges — creations and deletions it missed included.
+func TestViewSurvivesOverrun(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+
+	st, err := resources.Open(ctx, t.TempDir(), resources.WithHistory(16))
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() }) //nolint:errcheck
+
+	gone := resources.NewMachine("gone")
+	require.NoError(t, st.Create(ctx, gone))
+
+	v := startView(t, st)
+	require.Eventually(t, func() bool { return v.Get("gone") != nil }, 10*time.Second, time.Millisecond)
+
+	release := v.Stall()
+
+	const burst = 100 // six times the history
+
+	for i := range burst {
+		m := resources.NewMachine(fmt.Sprintf("m%03d", i))
+		m.TypedSpec().LastAddress = fmt.Sprintf("10.0.%d.%d", i/250, i%250+1)
+		require.NoError(t, st.Create(ctx, m))
+	}
+
+	require.NoError(t, st.Destroy(ctx, gone.Metadata()))
+
+	in := resources.NewMachineIntent("m099")
+	in.TypedSpec().Acceptance = resources.AcceptanceAccepted
+	require.NoError(t, st.Create(ctx, in))
+
+	release()
+
+	require.Eventually(t, func() bool {
+		for i := range burst {
+			if v.Get(fmt.Sprintf("m%03d", i)) == nil {
+				return false
+			}
+		}
+
+		e := v.Get("m099")
+
+		return v.Get("gone") == nil && e.Intent != nil && e.Intent.Acceptance == resources.AcceptanceAccepted
+	}, 30*time.Second, 5*time.Millisecond, "the view did not converge")
+
+	assert.GreaterOrEqual(t, v.Restarts(), int64(1), "the burst overran the watch")
+	assert.Len(t, v.ByAddress("10.0.0.1"), 1)
+
+	// It goes on following the state.
+	require.NoError(t, st.Destroy(ctx, resources.NewMachine("m000").Metadata()))
+	require.Eventually(t, func() bool { return v.Get("m000") == nil }, 10*time.Second, time.Millisecond)
 }

@@ -7,12 +7,6 @@ import (
 	"time"
 )
 
-// Sweep defaults.
-const (
-	DefaultSweepConcurrency = 64
-	DefaultSweepTimeout     = 5 * time.Second
-)
-
 // Target is one machine's BMC to poll.
 type Target struct {
 	ID       string
@@ -29,9 +23,9 @@ type Observation struct {
 
 // SweepOptions bound a sweep.
 type SweepOptions struct {
-	// Concurrency is the most BMCs talked to at once (0: DefaultSweepConcurrency).
+	// Concurrency is the most BMCs talked to at once (0: DefaultConcurrency).
 	Concurrency int
-	// Timeout bounds each BMC: dial, read, close (0: DefaultSweepTimeout).
+	// Timeout bounds each BMC: dial, read, close (0: DefaultTimeout).
 	Timeout time.Duration
 }
 
@@ -43,14 +37,14 @@ type SweepOptions struct {
 func Sweep(ctx context.Context, targets []Target, dial Dialers, opts SweepOptions) []Observation {
 	workers := opts.Concurrency
 	if workers <= 0 {
-		workers = DefaultSweepConcurrency
+		workers = DefaultConcurrency
 	}
 
 	workers = min(workers, len(targets))
 
 	timeout := opts.Timeout
 	if timeout <= 0 {
-		timeout = DefaultSweepTimeout
+		timeout = DefaultTimeout
 	}
 
 	obs := make([]Observation, len(targets))

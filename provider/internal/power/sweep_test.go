@@ -120,7 +120,7 @@ func TestSweepBoundsConcurrencyAndTimeout(t *testing.T) {
 		wantLimit   int
 	}{
 		{"explicit limit", 8, 8},
-		{"default limit", 0, power.DefaultSweepConcurrency},
+		{"default limit", 0, power.DefaultConcurrency},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const (

@@ -15,7 +15,8 @@ import (
 const MachineIntentType = resource.Type("MachineIntents.anvil.dev")
 
 // MachineIntent is what was asked of a machine: acceptance, allocation, power, wipe,
-// reboot, cordon, the user's labels. Only validated transitions (the control API, later Omni sync) write it.
+// reboot, cordon, the user's labels. Package transitions is its only writer: the control
+// API, auto-accept (and Omni sync) all go through it.
 // A machine without one is pending.
 type MachineIntent = typed.Resource[MachineIntentSpec, MachineIntentExtension]
 

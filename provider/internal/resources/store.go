@@ -22,6 +22,24 @@ import (
 
 const dbFile = "state.db"
 
+// DefaultHistory is how many events of each resource type the state keeps for its
+// watchers: a consumer that falls further behind (a rack powering on at once writes
+// thousands of events in seconds) gets an overrun and must follow the state again from
+// a fresh listing. The history holds the resources of those events, so it costs memory.
+const DefaultHistory = 2048
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	history int
+}
+
+// WithHistory sets how many events of each resource type the state keeps for watchers.
+func WithHistory(events int) Option {
+	return func(o *options) { o.history = events }
+}
+
 // Store is the provider's resource state: persistent namespaces in BoltDB, the rest in
 // memory.
 type Store struct {
@@ -33,7 +51,12 @@ type Store struct {
 
 // Open opens (creating if needed) the store in dir. The key that encrypts it at rest is
 // read from dir, or generated there on first start.
-func Open(ctx context.Context, dir string) (*Store, error) {
+func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
+	o := options{history: DefaultHistory}
+	for _, opt := range opts {
+		opt(&o)
+	}
+
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("error creating state directory: %w", err)
 	}
@@ -61,14 +84,18 @@ func Open(ctx context.Context, dir string) (*Store, error) {
 	}
 
 	core := namespaced.NewState(func(ns resource.Namespace) state.CoreState {
-		if ns == NamespaceName {
-			return inmem.NewStateWithOptions(
-				inmem.WithBackingStore(backing.WithNamespace(ns)),
-				inmem.WithHistoryGap(20),
-			)(ns)
+		// Histories start small and grow to the bound with use.
+		stateOpts := []inmem.StateOption{
+			inmem.WithHistoryInitialCapacity(min(128, o.history)),
+			inmem.WithHistoryMaxCapacity(o.history),
+			inmem.WithHistoryGap(max(o.history/32, 1)),
 		}
 
-		return inmem.NewState(ns)
+		if ns == NamespaceName {
+			stateOpts = append(stateOpts, inmem.WithBackingStore(backing.WithNamespace(ns)))
+		}
+
+		return inmem.NewStateWithOptions(stateOpts...)(ns)
 	})
 
 	s := &Store{State: state.WrapCore(core), backing: backing, keys: keys}

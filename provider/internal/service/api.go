@@ -6,18 +6,17 @@ import (
 	"net"
 	"strconv"
 
-	"github.com/cosi-project/runtime/pkg/state"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/anvil-metal/anvil/provider/internal/agentapi"
-	"github.com/anvil-metal/anvil/provider/internal/control"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/httpapi"
 	"github.com/anvil-metal/anvil/provider/internal/portmux"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
+	"github.com/anvil-metal/anvil/provider/internal/transitions"
 )
 
 // apiServices builds what machines reach on the API port: plaintext HTTP (iPXE scripts,
@@ -33,6 +32,7 @@ func (env *environment) apiServices() ([]runner, error) {
 		Scripts:      env.scripts,
 		Observations: env.observations,
 		Installs:     env.status,
+		Policy:       env.policy,
 		Registry:     env.registry,
 		Logger:       env.logger.Named("http"),
 	})
@@ -51,7 +51,8 @@ func (env *environment) apiServices() ([]runner, error) {
 		View:         env.view,
 		TokenKey:     env.store.Keys().TokenKey(),
 		Policy:       env.policy,
-		Recorder:     agentRecorder{status: env.status, inventory: env.inventory, st: env.store, password: env.policy.BMCPassword, logger: env.logger.Named("agents")},
+		BMCPassword:  env.bmcPassword,
+		Recorder:     agentRecorder{status: env.status, inventory: env.inventory, transitions: env.transitions, password: env.bmcPassword, logger: env.logger.Named("agents")},
 		Observations: env.observations,
 		Registry:     env.registry,
 		Logger:       env.logger.Named("agents"),
@@ -96,7 +97,8 @@ func (env *environment) apiServices() ([]runner, error) {
 type agentRecorder struct {
 	status    *controllers.MachineStatusController
 	inventory *controllers.MachineInventoryController
-	st        state.State
+	// transitions guard a user's BMC credentials from an agent's.
+	transitions *transitions.Service
 	// password is the one the provider had the agent set (agents do not echo it).
 	password func(machineID string) string
 	logger   *zap.Logger
@@ -108,7 +110,7 @@ func (r agentRecorder) RecordBMC(ctx context.Context, machineID string, report a
 			report.Password = r.password(machineID)
 		}
 
-		stored, err := control.StoreAgentBMC(ctx, r.st, machineID, control.AgentBMC{
+		stored, err := r.transitions.StoreAgentBMC(ctx, machineID, transitions.AgentBMC{
 			Address: report.Address, Port: report.Port, User: report.User, Password: report.Password,
 		})
 		if err != nil {

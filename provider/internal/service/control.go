@@ -1,15 +1,11 @@
 package service
 
 import (
-	"context"
 	"fmt"
 	"net"
 
-	"github.com/siderolabs/image-factory/pkg/schematic"
-
 	"github.com/anvil-metal/anvil/provider/internal/control"
 	"github.com/anvil-metal/anvil/provider/internal/pki"
-	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // controlAPI builds the control API: the state API (read-only) and the transitions, on
@@ -17,13 +13,8 @@ import (
 // admin certificate the provider wrote into its state directory).
 func (env *environment) controlAPI() ([]runner, error) {
 	opts := control.Options{
-		SocketPath:      env.controlSocket(),
-		InstallRecorder: env.status,
-		// The same schematic the SchematicController registers with the factory.
-		SchematicFor: func(_ context.Context, _ string, alloc resources.Allocation) (schematic.Schematic, error) {
-			return env.scripts.Schematic(alloc.Extensions, alloc.KernelArgs), nil
-		},
-		Logger: env.logger.Named("control"),
+		SocketPath: env.controlSocket(),
+		Logger:     env.logger.Named("control"),
 	}
 
 	if addr := env.opts.ControlListenAddress; addr != "" {
@@ -45,9 +36,9 @@ func (env *environment) controlAPI() ([]runner, error) {
 		opts.TCPAddress, opts.TLSConfig = addr, tlsConfig
 	}
 
-	env.control = control.New(env.store, opts)
+	srv := control.New(env.store, env.transitions, opts)
 
-	return []runner{{name: "control", run: env.control.Run}}, nil
+	return []runner{{name: "control", run: srv.Run}}, nil
 }
 
 // loadAuthority loads (or creates) the provider's CA in its state directory.

@@ -6,15 +6,16 @@ package service
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/cosi-project/runtime/pkg/resource"
 
-	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
-	"github.com/anvil-metal/anvil/provider/internal/agentapi"
 	"github.com/anvil-metal/anvil/provider/internal/boot"
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
+	"github.com/anvil-metal/anvil/provider/internal/power"
 	"github.com/anvil-metal/anvil/provider/internal/pxe"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
@@ -23,6 +24,9 @@ import (
 // meaning is the same.
 type Options struct {
 	StateDir string
+	// StateHistory is how many events of each resource type the state keeps for its
+	// watchers.
+	StateHistory int
 
 	APIListenAddress    string
 	APIAdvertiseAddress string
@@ -97,6 +101,7 @@ type Options struct {
 // DefaultOptions are the defaults of the provider's flags.
 var DefaultOptions = Options{
 	StateDir:                "/var/lib/anvil",
+	StateHistory:            resources.DefaultHistory,
 	APIPort:                 50042,
 	DHCPLeaseTime:           time.Hour,
 	TFTPListenAddress:       ":69",
@@ -111,34 +116,41 @@ var DefaultOptions = Options{
 	WipeMode:                "fast",
 	RejectedAction:          "reboot",
 	PowerIdleDefault:        "off",
-	PowerPollInterval:       30 * time.Second,
-	MinRebootInterval:       time.Minute,
-	PowerConcurrency:        64,
-	PowerTimeout:            5 * time.Second,
+	PowerPollInterval:       power.DefaultPollInterval,
+	MinRebootInterval:       power.DefaultMinActionInterval,
+	PowerConcurrency:        power.DefaultConcurrency,
+	PowerTimeout:            power.DefaultTimeout,
 	IPMIPXEBootMode:         "auto",
 	ProvisionBMCCredentials: true,
 	RedfishPort:             443,
 	RedfishUseHTTPS:         true,
 }
 
-// parsePolicy reads how agents are ordered about.
-func parsePolicy(opts Options) (agentapi.Policy, error) {
-	var p agentapi.Policy
+// parsePolicy reads what the operator chose of every machine: wipes, rejected
+// machines, idle power, in-band BMC provisioning.
+func parsePolicy(opts Options) (lifecycle.Policy, error) {
+	p := lifecycle.Policy{WipeMode: opts.WipeMode, WipeRemovable: opts.WipeRemovable, ProvisionBMC: opts.ProvisionBMCCredentials}
 
-	mode, ok := agentapi.WipeModes[opts.WipeMode]
-	if !ok {
-		return p, fmt.Errorf("unknown --wipe-mode %q (want fast, zeroes or secure-erase)", opts.WipeMode)
+	if !slices.Contains(resources.WipeModes, opts.WipeMode) {
+		return p, fmt.Errorf("unknown --wipe-mode %q (want %s)", opts.WipeMode, strings.Join(resources.WipeModes, ", "))
 	}
-
-	p.WipeMode, p.WipeRemovable = mode, opts.WipeRemovable
 
 	switch opts.RejectedAction {
 	case "reboot":
-		p.RejectedThen = agentv1.Release_THEN_REBOOT
+		p.RejectedThen = lifecycle.RejectedReboot
 	case "poweroff":
-		p.RejectedThen = agentv1.Release_THEN_POWER_OFF
+		p.RejectedThen = lifecycle.RejectedPowerOff
 	default:
 		return p, fmt.Errorf("unknown --rejected-action %q (want reboot or poweroff)", opts.RejectedAction)
+	}
+
+	switch opts.PowerIdleDefault {
+	case "off":
+		p.IdlePower = resources.PowerOff
+	case "on":
+		p.IdlePower = resources.PowerOn
+	default:
+		return p, fmt.Errorf("unknown --power-idle-default %q (want off or on)", opts.PowerIdleDefault)
 	}
 
 	return p, nil

@@ -4,11 +4,11 @@ import (
 	"fmt"
 
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/power"
 	"github.com/anvil-metal/anvil/provider/internal/power/api"
 	"github.com/anvil-metal/anvil/provider/internal/power/ipmi"
 	"github.com/anvil-metal/anvil/provider/internal/power/redfish"
-	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // powerDialers are the backends a BMC config may name; with --redfish-use-always or
@@ -33,18 +33,7 @@ func powerDialers(opts Options) power.Dialers {
 }
 
 // newPowerController checks the power flags and returns the controller they configure.
-func newPowerController(opts Options) (*controllers.PowerController, error) {
-	var idle resources.PowerState
-
-	switch opts.PowerIdleDefault {
-	case "off":
-		idle = resources.PowerOff
-	case "on":
-		idle = resources.PowerOn
-	default:
-		return nil, fmt.Errorf("unknown --power-idle-default %q (want off or on)", opts.PowerIdleDefault)
-	}
-
+func newPowerController(opts Options, policy lifecycle.Policy) (*controllers.PowerController, error) {
 	mode, ok := map[string]power.BootMode{"auto": power.BootModeAuto, "bios": power.BootModeLegacy, "uefi": power.BootModeUEFI}[opts.IPMIPXEBootMode]
 	if !ok {
 		return nil, fmt.Errorf("unknown --ipmi-pxe-boot-mode %q (want auto, bios or uefi)", opts.IPMIPXEBootMode)
@@ -60,10 +49,11 @@ func newPowerController(opts Options) (*controllers.PowerController, error) {
 
 	return &controllers.PowerController{
 		Dialers:           powerDialers(opts),
-		IdleDefault:       idle,
+		Policy:            policy,
 		PollInterval:      opts.PowerPollInterval,
 		MinActionInterval: opts.MinRebootInterval,
 		BootMode:          mode,
-		Sweep:             power.SweepOptions{Concurrency: opts.PowerConcurrency, Timeout: opts.PowerTimeout},
+		Concurrency:       opts.PowerConcurrency,
+		Timeout:           opts.PowerTimeout,
 	}, nil
 }

@@ -14,9 +14,13 @@ import (
 func TestNewPowerController(t *testing.T) {
 	t.Parallel()
 
-	ctrl, err := newPowerController(DefaultOptions)
+	policy, err := parsePolicy(DefaultOptions)
 	require.NoError(t, err)
-	assert.Equal(t, resources.PowerOff, ctrl.IdleDefault)
+	assert.Equal(t, resources.PowerOff, policy.IdlePower)
+
+	ctrl, err := newPowerController(DefaultOptions, policy)
+	require.NoError(t, err)
+	assert.Equal(t, policy, ctrl.Policy)
 	assert.Equal(t, power.BootModeAuto, ctrl.BootMode)
 	assert.Equal(t, 30*time.Second, ctrl.PollInterval)
 	assert.Equal(t, time.Minute, ctrl.MinActionInterval)
@@ -45,7 +49,11 @@ func TestNewPowerController(t *testing.T) {
 			opts := DefaultOptions
 			tc.change(&opts)
 
-			_, err := newPowerController(opts)
+			policy, err := parsePolicy(opts)
+			if err == nil {
+				_, err = newPowerController(opts, policy)
+			}
+
 			if tc.want == "" {
 				assert.NoError(t, err)
 

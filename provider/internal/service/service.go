@@ -7,23 +7,21 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strconv"
-	"strings"
 
-	"github.com/cosi-project/runtime/pkg/controller"
-	"github.com/cosi-project/runtime/pkg/controller/runtime"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	factoryclient "github.com/siderolabs/image-factory/pkg/client"
+	"github.com/siderolabs/image-factory/pkg/schematic"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/anvil-metal/anvil/provider/internal/agentapi"
 	"github.com/anvil-metal/anvil/provider/internal/boot"
-	"github.com/anvil-metal/anvil/provider/internal/control"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
 	"github.com/anvil-metal/anvil/provider/internal/pki"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
+	"github.com/anvil-metal/anvil/provider/internal/transitions"
 )
 
 // observationBuffer is how many PXE observations may wait for the machine controller: a
@@ -72,16 +70,16 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		return fmt.Errorf("invalid --image-factory-base-url: %w", err)
 	}
 
-	store, err := resources.Open(ctx, opts.StateDir)
+	if opts.StateHistory < 1 {
+		return fmt.Errorf("--state-history must be positive")
+	}
+
+	store, err := resources.Open(ctx, opts.StateDir, resources.WithHistory(opts.StateHistory))
 	if err != nil {
 		return err
 	}
 
 	defer store.Close() //nolint:errcheck
-
-	if opts.ProvisionBMCCredentials {
-		policy.BMCPassword = store.Keys().BMCPassword
-	}
 
 	ca, err := loadAuthority(opts.StateDir)
 	if err != nil {
@@ -91,12 +89,13 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 	apiEndpoint := net.JoinHostPort(advertise.String(), strconv.Itoa(opts.APIPort))
 
 	env := &environment{
-		opts:      opts,
-		advertise: advertise,
-		store:     store,
-		ca:        ca,
-		policy:    policy,
-		view:      machineview.New(),
+		opts:        opts,
+		advertise:   advertise,
+		store:       store,
+		ca:          ca,
+		policy:      policy,
+		view:        machineview.New(),
+		bmcPassword: store.Keys().BMCPassword,
 		scripts: &boot.Scripts{
 			BaseURL:           "http://" + apiEndpoint,
 			APIEndpoint:       apiEndpoint,
@@ -117,23 +116,29 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 
 	env.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	ctrlRuntime, err := runtime.NewRuntime(store, logger.Named("controllers"))
-	if err != nil {
-		return fmt.Errorf("error creating the controller runtime: %w", err)
+	env.transitions = transitions.New(store, transitions.Options{
+		Recorder: env.status,
+		// The same schematic the SchematicController registers with the factory.
+		SchematicFor: func(_ context.Context, _ string, alloc resources.Allocation) (schematic.Schematic, error) {
+			return env.scripts.Schematic(alloc.Extensions, alloc.KernelArgs), nil
+		},
+		Logger: logger.Named("transitions"),
+	})
+
+	env.view.OnRestart = func(err error) {
+		logger.Warn("machine view fell behind the state: following it again from a fresh listing", zap.Error(err))
 	}
 
-	powerCtrl, err := newPowerController(opts)
+	ctrls, err := env.controllers(factory, labels, autoAccept, autoAcceptQuery)
 	if err != nil {
 		return err
 	}
 
 	runners := []runner{
-		{name: "controllers", run: ctrlRuntime.Run},
+		{name: "controllers", run: func(ctx context.Context) error { return runControllers(ctx, store, ctrls, logger.Named("controllers")) }},
 		{name: "machine view", run: func(ctx context.Context) error { return env.view.Run(ctx, store) }},
 	}
 
-	// The services are built before the controllers are registered: auto-accept goes
-	// through the control API's transitions.
 	for _, build := range []func() ([]runner, error){env.apiServices, env.bootServices, env.controlAPI} {
 		built, err := build()
 		if err != nil {
@@ -141,32 +146,6 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		}
 
 		runners = append(runners, built...)
-	}
-
-	ctrls := []controller.Controller{
-		&controllers.MachineController{Observations: env.observations, Labels: labels},
-		powerCtrl,
-		env.status,
-		env.inventory,
-		&controllers.SchematicController{Factory: factory, SchematicFor: env.scripts.Schematic},
-	}
-
-	if autoAccept {
-		ctrls = append(ctrls, &controllers.AutoAcceptController{
-			Acceptor: env.control.Transitions(), Selector: autoAcceptQuery, Description: strings.TrimSpace(opts.AutoAccept),
-		})
-	}
-
-	for _, ctrl := range ctrls {
-		if err = ctrlRuntime.RegisterController(ctrl); err != nil {
-			return fmt.Errorf("error registering %s: %w", ctrl.Name(), err)
-		}
-	}
-
-	// One machine per reconcile: its inputs change with every boot stamp.
-	labelsCtrl := &controllers.MachineLabelsController{Static: labels}
-	if err = ctrlRuntime.RegisterQController(labelsCtrl); err != nil {
-		return fmt.Errorf("error registering %s: %w", labelsCtrl.Name(), err)
 	}
 
 	logger.Info("provider starting",
@@ -204,13 +183,14 @@ type environment struct {
 	advertise    netip.Addr
 	store        *resources.Store
 	ca           *pki.Authority
-	policy       agentapi.Policy
+	policy       lifecycle.Policy
+	bmcPassword  func(machineID string) string
+	transitions  *transitions.Service
 	view         *machineview.View
 	scripts      *boot.Scripts
 	observations chan controllers.PXEObservation
 	status       *controllers.MachineStatusController
 	inventory    *controllers.MachineInventoryController
-	control      *control.Server
 	registry     *prometheus.Registry
 	logger       *zap.Logger
 }

@@ -1,14 +1,10 @@
-package control
+package transitions
 
 import (
 	"context"
 	"fmt"
 	"slices"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
-	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
@@ -17,26 +13,26 @@ const maxUserLabels = 64
 
 // SetLabels sets and removes the user's own labels on a machine, in any state. The
 // effective labels (MachineLabels) follow from the MachineLabelsController.
-func (t *Transitions) SetLabels(ctx context.Context, req *controlv1.SetLabelsRequest) (*controlv1.SetLabelsResponse, error) {
-	if err := validateLabelChange(req.GetSet(), req.GetRemove()); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+func (s *Service) SetLabels(ctx context.Context, id string, set map[string]string, remove []string) (*resources.MachineIntentSpec, error) {
+	if err := validateLabelChange(set, remove); err != nil {
+		return nil, invalid(err)
 	}
 
-	in, err := t.transition(ctx, "labels", req.GetMachineId(), func(spec *resources.MachineIntentSpec) error {
-		labels := make(map[string]string, len(spec.Labels)+len(req.GetSet()))
+	return s.transition(ctx, "labels", id, func(spec *resources.MachineIntentSpec) error {
+		labels := make(map[string]string, len(spec.Labels)+len(set))
 
 		for k, v := range spec.Labels {
-			if !slices.Contains(req.GetRemove(), k) {
+			if !slices.Contains(remove, k) {
 				labels[k] = v
 			}
 		}
 
-		for k, v := range req.GetSet() {
+		for k, v := range set {
 			labels[k] = v
 		}
 
 		if len(labels) > maxUserLabels {
-			return status.Errorf(codes.InvalidArgument, "machine %q would have %d labels, at most %d", req.GetMachineId(), len(labels), maxUserLabels)
+			return &Error{Code: CodeInvalid, Msg: fmt.Sprintf("machine %q would have %d labels, at most %d", id, len(labels), maxUserLabels)}
 		}
 
 		spec.Labels = labels
@@ -46,8 +42,6 @@ func (t *Transitions) SetLabels(ctx context.Context, req *controlv1.SetLabelsReq
 
 		return nil
 	})
-
-	return &controlv1.SetLabelsResponse{Intent: in}, err
 }
 
 // validateLabelChange checks every key and value, and that no key is both set and

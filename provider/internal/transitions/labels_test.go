@@ -1,4 +1,4 @@
-package control_test
+package transitions_test
 
 import (
 	"testing"
@@ -6,65 +6,62 @@ import (
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
-	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
-	"github.com/anvil-metal/anvil/provider/internal/control"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
+	"github.com/anvil-metal/anvil/provider/internal/transitions"
 )
 
 func TestSetLabels(t *testing.T) {
 	t.Parallel()
 
 	st := openState(t)
-	tr := control.NewTransitions(st, nil, nil, nil)
+	tr := transitions.New(st, transitions.Options{})
 
 	// Steps run in order on one machine; each says what the user labels are after it.
 	for _, step := range []struct {
 		name   string
 		set    map[string]string
 		remove []string
-		code   codes.Code
+		code   transitions.Code
 		want   map[string]string
 	}{
 		{name: "set", set: map[string]string{"team": "storage", "example.com/tier": "gold"}, want: map[string]string{"team": "storage", "example.com/tier": "gold"}},
 		{name: "replace and add", set: map[string]string{"team": "db", "empty": ""}, want: map[string]string{"team": "db", "example.com/tier": "gold", "empty": ""}},
 		{name: "remove, unknown key too", remove: []string{"empty", "nosuch"}, want: map[string]string{"team": "db", "example.com/tier": "gold"}},
-		{name: "reserved prefix", set: map[string]string{"anvil.dev/vendor": "dell"}, code: codes.InvalidArgument},
-		{name: "reserved subdomain", set: map[string]string{"x.anvil.dev/a": "b"}, code: codes.InvalidArgument},
-		{name: "reserved removal", remove: []string{"anvil.dev/vendor"}, code: codes.InvalidArgument},
-		{name: "invalid value", set: map[string]string{"team": "a b"}, code: codes.InvalidArgument},
-		{name: "invalid key", set: map[string]string{"-team": "a"}, code: codes.InvalidArgument},
-		{name: "set and removed", set: map[string]string{"team": "a"}, remove: []string{"team"}, code: codes.InvalidArgument},
-		{name: "nothing", code: codes.InvalidArgument},
+		{name: "reserved prefix", set: map[string]string{"anvil.dev/vendor": "dell"}, code: transitions.CodeInvalid},
+		{name: "reserved subdomain", set: map[string]string{"x.anvil.dev/a": "b"}, code: transitions.CodeInvalid},
+		{name: "reserved removal", remove: []string{"anvil.dev/vendor"}, code: transitions.CodeInvalid},
+		{name: "invalid value", set: map[string]string{"team": "a b"}, code: transitions.CodeInvalid},
+		{name: "invalid key", set: map[string]string{"-team": "a"}, code: transitions.CodeInvalid},
+		{name: "set and removed", set: map[string]string{"team": "a"}, remove: []string{"team"}, code: transitions.CodeInvalid},
+		{name: "nothing", code: transitions.CodeInvalid},
 		{name: "remove all", remove: []string{"team", "example.com/tier"}, want: nil},
 	} {
-		resp, err := tr.SetLabels(t.Context(), &controlv1.SetLabelsRequest{MachineId: machineID, Set: step.set, Remove: step.remove})
-		require.Equal(t, step.code, status.Code(err), "%s: %v", step.name, err)
+		spec, err := tr.SetLabels(t.Context(), machineID, step.set, step.remove)
+		require.Equal(t, step.code, codeOf(err), "%s: %v", step.name, err)
 
 		in, getErr := safe.StateGetByID[*resources.MachineIntent](t.Context(), st, machineID)
 		require.NoError(t, getErr)
 
-		if step.code != codes.OK {
+		if step.code != notRefused {
 			continue
 		}
 
 		assert.Equal(t, step.want, in.TypedSpec().Labels, step.name)
-		assert.Equal(t, len(step.want), len(resp.GetIntent().GetLabels()), step.name)
+		assert.Equal(t, step.want, spec.Labels, step.name)
 		assert.Equal(t, resources.AcceptancePending, in.TypedSpec().Acceptance, "%s: labels leave acceptance alone", step.name)
 	}
 
-	_, err := tr.SetLabels(t.Context(), &controlv1.SetLabelsRequest{MachineId: "nosuch", Set: map[string]string{"a": "b"}})
-	assert.Equal(t, codes.NotFound, status.Code(err))
+	_, err := tr.SetLabels(t.Context(), "nosuch", map[string]string{"a": "b"}, nil)
+	assert.Equal(t, transitions.CodeNotFound, codeOf(err))
 
 	many := map[string]string{}
 	for i := range 65 {
 		many["k"+string(rune('a'+i/26))+string(rune('a'+i%26))] = "v"
 	}
 
-	_, err = tr.SetLabels(t.Context(), &controlv1.SetLabelsRequest{MachineId: machineID, Set: many})
-	assert.Equal(t, codes.InvalidArgument, status.Code(err))
+	_, err = tr.SetLabels(t.Context(), machineID, many, nil)
+	assert.Equal(t, transitions.CodeInvalid, codeOf(err))
 }
 
 func TestAcceptPending(t *testing.T) {
@@ -82,7 +79,7 @@ func TestAcceptPending(t *testing.T) {
 		{from: []string{"accept", "deallocate"}, want: resources.AcceptanceAccepted},
 	} {
 		st := openState(t)
-		tr := control.NewTransitions(st, nil, nil, nil)
+		tr := transitions.New(st, transitions.Options{})
 
 		for _, name := range tc.from {
 			_ = apply(t.Context(), tr, name) //nolint:errcheck // deallocate is refused, which is fine here
@@ -109,6 +106,6 @@ func TestAcceptPending(t *testing.T) {
 		}
 	}
 
-	_, err := control.NewTransitions(openState(t), nil, nil, nil).AcceptPending(t.Context(), "nosuch", "all")
-	assert.Equal(t, codes.NotFound, status.Code(err))
+	_, err := transitions.New(openState(t), transitions.Options{}).AcceptPending(t.Context(), "nosuch", "all")
+	assert.Equal(t, transitions.CodeNotFound, codeOf(err))
 }

@@ -1,0 +1,83 @@
+package lifecycle
+
+import (
+	"slices"
+
+	"github.com/anvil-metal/anvil/provider/internal/resources"
+)
+
+// OrderKind is what an order asks the agent to do.
+type OrderKind string
+
+// Order kinds.
+const (
+	// OrderHold: wait, touching nothing.
+	OrderHold OrderKind = "hold"
+	// OrderRelease: stop holding and do Order.Then (a rejected machine).
+	OrderRelease OrderKind = "release"
+	// OrderProvisionBMC: set up the provider's BMC user through the local interface.
+	OrderProvisionBMC OrderKind = "provision-bmc"
+	// OrderWipe: wipe the disks.
+	OrderWipe OrderKind = "wipe"
+	// OrderReboot: reboot; the next PXE boot serves what the machine's state says.
+	OrderReboot OrderKind = "reboot"
+)
+
+// BMCUser is the BMC user agents provision for the provider.
+const BMCUser = "anvil"
+
+// Order is what an agent should be carrying out now. Its ID is derived from the state,
+// so an agent never carries out the same order twice, across reconnects and provider
+// restarts alike.
+type Order struct {
+	ID   string
+	Kind OrderKind
+	// Then is what a released agent does.
+	Then RejectedAction
+	// Wipe is set for OrderWipe.
+	Wipe *WipeOrder
+	// BMCUser is the user OrderProvisionBMC sets up (the password is derived apart).
+	BMCUser string
+}
+
+// WipeOrder is one wipe: its generation and how.
+type WipeOrder struct {
+	GenerationID     string
+	Mode             string
+	IncludeRemovable bool
+}
+
+// NextOrder is the order the machine's agent should be carrying out now.
+func (m Machine) NextOrder(p Policy) Order {
+	switch {
+	case m.Acceptance() == resources.AcceptanceRejected:
+		return Order{ID: "release-rejected", Kind: OrderRelease, Then: p.RejectedThen}
+	case !m.Accepted():
+		// Pending: touch nothing until someone decides.
+		return Order{ID: "hold-pending", Kind: OrderHold}
+	case m.Installed():
+		// Its boot goes to its disk: an agent still up gets out of the way.
+		return Order{ID: "boot-disk-" + m.Allocation().ID, Kind: OrderReboot}
+	case m.BMCPending(p):
+		// Credentials first, so that the provider can drive the machine's power from now on.
+		return Order{ID: BMCOrderID, Kind: OrderProvisionBMC, BMCUser: BMCUser}
+	case m.WipeOwed():
+		// An allocation made while a wipe is owed waits for it: never handed over unwiped.
+		intent := m.intent()
+
+		mode := p.WipeMode
+		if slices.Contains(resources.WipeModes, intent.WipeMode) {
+			mode = intent.WipeMode
+		}
+
+		return Order{ID: "wipe-" + intent.WipeID, Kind: OrderWipe, Wipe: &WipeOrder{
+			GenerationID: intent.WipeID, Mode: mode, IncludeRemovable: p.WipeRemovable,
+		}}
+	case m.Allocation() != nil:
+		// Allocated: reboot, and the next PXE boot is Talos.
+		return Order{ID: "boot-allocation-" + m.Allocation().ID, Kind: OrderReboot}
+	default:
+		// Ready: wait for an allocation.
+		return Order{ID: "hold-ready", Kind: OrderHold}
+	}
+}

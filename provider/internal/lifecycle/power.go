@@ -1,0 +1,30 @@
+package lifecycle
+
+import "github.com/anvil-metal/anvil/provider/internal/resources"
+
+// DesiredPower is the power the machine's state wants: "" (hands off: its BMC is not
+// even read) unless it is accepted; then the user's override; on while allocated or
+// while its agent has work (a wipe, BMC provisioning); else the idle default.
+func (m Machine) DesiredPower(p Policy) resources.PowerState {
+	if !m.Accepted() {
+		return ""
+	}
+
+	if pw := m.intent().Power; pw == resources.PowerOn || pw == resources.PowerOff {
+		return pw
+	}
+
+	if m.Allocation() != nil || m.WipeOwed() || m.BMCPending(p) || p.IdlePower == resources.PowerOn {
+		return resources.PowerOn
+	}
+
+	return resources.PowerOff
+}
+
+// RebootWanted says whether a reboot was asked that the power controller has not
+// carried out yet (done is the last request it carried out).
+func (m Machine) RebootWanted(done string) bool {
+	id := m.intent().RebootID
+
+	return m.Accepted() && id != "" && id != done
+}

@@ -1,0 +1,270 @@
+package lifecycle_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
+)
+
+// policy is the operator's choice every row is decided under.
+var policy = lifecycle.Policy{
+	ProvisionBMC: true, IdlePower: resources.PowerOff, RejectedThen: lifecycle.RejectedReboot, WipeMode: resources.WipeModeFast,
+}
+
+// row is one line of DESIGN.md's boot decision table (and the lifecycle around it): a
+// machine's resources, and what every part of the provider must make of them.
+type row struct {
+	name string
+	// known: the machine booted before (a Machine resource exists).
+	known  bool
+	intent *resources.MachineIntentSpec
+	status *resources.MachineStatusSpec
+	bmc    *resources.BMCConfigSpec
+
+	phase lifecycle.Phase
+	boot  lifecycle.Boot
+	order string
+	power resources.PowerState
+}
+
+func (r row) machine(id string) lifecycle.Machine {
+	m := lifecycle.Machine{ID: id, Intent: r.intent, Status: r.status, BMC: r.bmc}
+	if r.known {
+		m.Machine = &resources.MachineSpec{UUID: id}
+	}
+
+	return m
+}
+
+var (
+	alloc = &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: "s1"}
+	// userBMC is a BMC whose credentials a person gave: nothing to provision.
+	userBMC = &resources.BMCConfigSpec{Kind: "ipmi", Address: "10.0.0.5", Username: "admin", HasPassword: true, Source: resources.BMCSourceUser}
+	// addressOnly is a BMC whose address a person gave: the agent provisions the credentials.
+	addressOnly = &resources.BMCConfigSpec{Kind: "ipmi", Address: "10.0.0.5", Source: resources.BMCSourceUser}
+)
+
+func accepted(change func(*resources.MachineIntentSpec)) *resources.MachineIntentSpec {
+	s := &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Power: resources.PowerDefault, WipeID: "w1"}
+	if change != nil {
+		change(s)
+	}
+
+	return s
+}
+
+func wiped(id string, change func(*resources.MachineStatusSpec)) *resources.MachineStatusSpec {
+	s := &resources.MachineStatusSpec{WipedID: id, Power: resources.PowerUnknown}
+	if change != nil {
+		change(s)
+	}
+
+	return s
+}
+
+func allocated(s *resources.MachineIntentSpec) { s.Allocation = alloc }
+
+func installedUnder(id string) func(*resources.MachineStatusSpec) {
+	return func(s *resources.MachineStatusSpec) { s.InstalledAllocation = id }
+}
+
+// designTable is DESIGN.md's table, row for row, with the cases around its edges.
+var designTable = []row{
+	{name: "unknown", phase: lifecycle.PhaseUnknown, boot: lifecycle.BootAgent, order: "hold-pending"},
+	{name: "pending", known: true, bmc: userBMC, phase: lifecycle.PhasePending, boot: lifecycle.BootAgent, order: "hold-pending"},
+	{
+		name: "pending with an allocation never boots Talos", known: true, bmc: userBMC,
+		intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptancePending, Allocation: alloc},
+		phase:  lifecycle.PhasePending, boot: lifecycle.BootAgent, order: "hold-pending",
+	},
+	{
+		name: "rejected", known: true, bmc: userBMC, intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceRejected},
+		phase: lifecycle.PhaseRejected, boot: lifecycle.BootDisk, order: "release-rejected",
+	},
+	{
+		name: "rejected with a wipe owed is never wiped", known: true, bmc: userBMC,
+		intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceRejected, WipeID: "w1"},
+		phase:  lifecycle.PhaseRejected, boot: lifecycle.BootDisk, order: "release-rejected",
+	},
+	{
+		name: "accepted, wipe owed", known: true, bmc: userBMC, intent: accepted(nil),
+		phase: lifecycle.PhasePreparing, boot: lifecycle.BootAgent, order: "wipe-w1", power: resources.PowerOn,
+	},
+	{
+		name: "accepted, BMC not yet provisioned", known: true, bmc: addressOnly, intent: accepted(nil), status: wiped("w1", nil),
+		phase: lifecycle.PhasePreparing, boot: lifecycle.BootAgent, order: lifecycle.BMCOrderID, power: resources.PowerOn,
+	},
+	{
+		name: "accepted, BMC provisioning answered (failed)", known: true, bmc: addressOnly, intent: accepted(nil),
+		status: wiped("w1", func(s *resources.MachineStatusSpec) { s.BMCOrder, s.BMCError = lifecycle.BMCOrderID, "no /dev/ipmi0" }),
+		phase:  lifecycle.PhaseReady, boot: lifecycle.BootAgent, order: "hold-ready", power: resources.PowerOff,
+	},
+	{
+		name: "accepted, BMC provisioned and wipe owed: credentials first", known: true, bmc: addressOnly, intent: accepted(nil),
+		phase: lifecycle.PhasePreparing, boot: lifecycle.BootAgent, order: lifecycle.BMCOrderID, power: resources.PowerOn,
+	},
+	{
+		name: "accepted, not allocated", known: true, bmc: userBMC, intent: accepted(nil), status: wiped("w1", nil),
+		phase: lifecycle.PhaseReady, boot: lifecycle.BootAgent, order: "hold-ready", power: resources.PowerOff,
+	},
+	{
+		name: "accepted, not allocated, cordoned", known: true, bmc: userBMC,
+		intent: accepted(func(s *resources.MachineIntentSpec) { s.Cordoned = true }), status: wiped("w1", nil),
+		phase: lifecycle.PhaseReady, boot: lifecycle.BootAgent, order: "hold-ready", power: resources.PowerOff,
+	},
+	{
+		name: "accepted, not allocated, user wants it on", known: true, bmc: userBMC,
+		intent: accepted(func(s *resources.MachineIntentSpec) { s.Power = resources.PowerOn }), status: wiped("w1", nil),
+		phase: lifecycle.PhaseReady, boot: lifecycle.BootAgent, order: "hold-ready", power: resources.PowerOn,
+	},
+	{
+		name: "allocated, not installed", known: true, bmc: userBMC, intent: accepted(allocated), status: wiped("w1", nil),
+		phase: lifecycle.PhaseAllocated, boot: lifecycle.BootTalos, order: "boot-allocation-a1", power: resources.PowerOn,
+	},
+	{
+		name: "allocated while a wipe is owed: the wipe first", known: true, bmc: userBMC, intent: accepted(allocated),
+		phase: lifecycle.PhaseAllocated, boot: lifecycle.BootAgent, order: "wipe-w1", power: resources.PowerOn,
+	},
+	{
+		name: "allocated, installed under an earlier allocation", known: true, bmc: userBMC, intent: accepted(allocated),
+		status: wiped("w1", installedUnder("a0")),
+		phase:  lifecycle.PhaseAllocated, boot: lifecycle.BootTalos, order: "boot-allocation-a1", power: resources.PowerOn,
+	},
+	{
+		name: "allocated, user says off", known: true, bmc: userBMC,
+		intent: accepted(func(s *resources.MachineIntentSpec) { allocated(s); s.Power = resources.PowerOff }), status: wiped("w1", nil),
+		phase: lifecycle.PhaseAllocated, boot: lifecycle.BootTalos, order: "boot-allocation-a1", power: resources.PowerOff,
+	},
+	{
+		name: "allocated and installed", known: true, bmc: userBMC, intent: accepted(allocated), status: wiped("w1", installedUnder("a1")),
+		phase: lifecycle.PhaseInstalled, boot: lifecycle.BootDisk, order: "boot-disk-a1", power: resources.PowerOn,
+	},
+	{
+		name: "installed with another wipe id is never wiped", known: true, bmc: userBMC,
+		intent: accepted(func(s *resources.MachineIntentSpec) { allocated(s); s.WipeID = "w2" }), status: wiped("w1", installedUnder("a1")),
+		phase: lifecycle.PhaseInstalled, boot: lifecycle.BootDisk, order: "boot-disk-a1", power: resources.PowerOn,
+	},
+	{
+		name: "installed is never held back for BMC provisioning", known: true, bmc: addressOnly, intent: accepted(allocated),
+		status: wiped("w1", installedUnder("a1")),
+		phase:  lifecycle.PhaseInstalled, boot: lifecycle.BootDisk, order: "boot-disk-a1", power: resources.PowerOn,
+	},
+	{
+		name: "deallocated: wipe owed", known: true, bmc: userBMC,
+		intent: accepted(func(s *resources.MachineIntentSpec) { s.WipeID = "w2" }), status: wiped("w1", installedUnder("a1")),
+		phase: lifecycle.PhasePreparing, boot: lifecycle.BootAgent, order: "wipe-w2", power: resources.PowerOn,
+	},
+	{
+		name: "deallocated and wiped: available again", known: true, bmc: userBMC,
+		intent: accepted(func(s *resources.MachineIntentSpec) { s.WipeID = "w2" }), status: wiped("w2", installedUnder("a1")),
+		phase: lifecycle.PhaseReady, boot: lifecycle.BootAgent, order: "hold-ready", power: resources.PowerOff,
+	},
+}
+
+// rowID is the machine ID of the table's row i.
+func rowID(i int) string { return fmt.Sprintf("4c4c4544-0000-1000-8000-%012d", i+1) }
+
+// TestDesignTable runs every row through the rules themselves; TestDesignTableCallers
+// sends the same rows through the provider's parts that act on them.
+func TestDesignTable(t *testing.T) {
+	t.Parallel()
+
+	for i, r := range designTable {
+		t.Run(r.name, func(t *testing.T) {
+			t.Parallel()
+
+			m := r.machine(rowID(i))
+
+			assert.Equal(t, r.phase, m.Phase(policy), "phase")
+
+			d := m.Boot(policy)
+			assert.Equal(t, r.boot, d.Boot, "boot: %s", d.Reason)
+			assert.NotEmpty(t, d.Reason)
+			assert.Equal(t, d.Boot == lifecycle.BootTalos, d.Allocation != nil, "a Talos boot carries its allocation")
+
+			assert.Equal(t, r.order, m.NextOrder(policy).ID, "order")
+			assert.Equal(t, r.power, m.DesiredPower(policy), "desired power")
+		})
+	}
+}
+
+// TestPolicy: what the operator's choices change.
+func TestPolicy(t *testing.T) {
+	t.Parallel()
+
+	ready := lifecycle.Machine{ID: "m", Machine: &resources.MachineSpec{}, BMC: userBMC, Intent: accepted(nil), Status: wiped("w1", nil)}
+	noBMC := lifecycle.Machine{ID: "m", Machine: &resources.MachineSpec{}, Intent: accepted(nil), Status: wiped("w1", nil)}
+	rejected := lifecycle.Machine{ID: "m", Machine: &resources.MachineSpec{}, Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceRejected}}
+	owing := lifecycle.Machine{ID: "m", Machine: &resources.MachineSpec{}, BMC: userBMC, Intent: accepted(func(s *resources.MachineIntentSpec) { s.WipeMode = resources.WipeModeZeroes })}
+
+	idleOn := policy
+	idleOn.IdlePower = resources.PowerOn
+	assert.Equal(t, resources.PowerOn, ready.DesiredPower(idleOn), "idle on")
+
+	noProvisioning := policy
+	noProvisioning.ProvisionBMC = false
+	assert.Equal(t, lifecycle.PhaseReady, noBMC.Phase(noProvisioning), "no BMC provisioning: nothing owed")
+	assert.Equal(t, "hold-ready", noBMC.NextOrder(noProvisioning).ID)
+	assert.Equal(t, lifecycle.OrderProvisionBMC, noBMC.NextOrder(policy).Kind)
+	assert.Equal(t, lifecycle.BMCUser, noBMC.NextOrder(policy).BMCUser)
+
+	for _, tc := range []struct {
+		name      string
+		tweak     func(*lifecycle.Policy)
+		remove    bool
+		then      lifecycle.RejectedAction
+		wipeMode  string
+		removable bool
+	}{
+		{"defaults", func(*lifecycle.Policy) {}, false, lifecycle.RejectedReboot, resources.WipeModeZeroes, false},
+		{"power off, removable", func(p *lifecycle.Policy) { p.RejectedThen, p.WipeRemovable = lifecycle.RejectedPowerOff, true }, true, lifecycle.RejectedPowerOff, resources.WipeModeZeroes, true},
+	} {
+		p := policy
+		tc.tweak(&p)
+
+		assert.Equal(t, tc.then, rejected.NextOrder(p).Then, tc.name)
+
+		o := owing.NextOrder(p)
+		assert.Equal(t, lifecycle.OrderWipe, o.Kind, tc.name)
+		assert.Equal(t, tc.wipeMode, o.Wipe.Mode, "a machine's own wipe mode wins: %s", tc.name)
+		assert.Equal(t, tc.removable, o.Wipe.IncludeRemovable, tc.name)
+		assert.Equal(t, "w1", o.Wipe.GenerationID, tc.name)
+	}
+
+	o := lifecycle.Machine{ID: "m", Machine: &resources.MachineSpec{}, BMC: userBMC, Intent: accepted(nil)}.NextOrder(policy)
+	assert.Equal(t, resources.WipeModeFast, o.Wipe.Mode, "the provider's mode otherwise")
+}
+
+func TestNeedsBMCCredentials(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		name string
+		cfg  *resources.BMCConfigSpec
+		want bool
+	}{
+		{"none", nil, true},
+		{"address only", addressOnly, true},
+		{"kind-less address", &resources.BMCConfigSpec{Address: "10.0.0.5"}, true},
+		{"user credentials", userBMC, false},
+		{"redfish", &resources.BMCConfigSpec{Kind: "redfish", Address: "10.0.0.5"}, false},
+		{"power API", &resources.BMCConfigSpec{Kind: "api", Address: "http://x"}, false},
+		{"manual", &resources.BMCConfigSpec{Kind: "none"}, false},
+	} {
+		assert.Equal(t, tc.want, lifecycle.NeedsBMCCredentials(tc.cfg), tc.name)
+	}
+}
+
+func TestAllocatable(t *testing.T) {
+	t.Parallel()
+
+	for i, r := range designTable {
+		m := r.machine(rowID(i))
+		want := r.phase == lifecycle.PhaseReady && (r.intent == nil || !r.intent.Cordoned)
+		assert.Equal(t, want, m.Allocatable(policy), r.name)
+	}
+}
