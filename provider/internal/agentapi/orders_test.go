@@ -34,13 +34,17 @@ func TestOrder(t *testing.T) {
 			"release, then power off",
 			lifecycle.Machine{ID: "m1", Machine: known, Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceRejected}},
 			lifecycle.Policy{RejectedThen: lifecycle.RejectedPowerOff},
-			func(t *testing.T, o *agentv1.Order) { assert.Equal(t, agentv1.Release_THEN_POWER_OFF, o.GetRelease().GetThen()) },
+			func(t *testing.T, o *agentv1.Order) {
+				assert.Equal(t, agentv1.Release_THEN_POWER_OFF, o.GetRelease().GetThen())
+			},
 		},
 		{
 			"release, then reboot",
 			lifecycle.Machine{ID: "m1", Machine: known, Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceRejected}},
 			lifecycle.Policy{RejectedThen: lifecycle.RejectedReboot},
-			func(t *testing.T, o *agentv1.Order) { assert.Equal(t, agentv1.Release_THEN_REBOOT, o.GetRelease().GetThen()) },
+			func(t *testing.T, o *agentv1.Order) {
+				assert.Equal(t, agentv1.Release_THEN_REBOOT, o.GetRelease().GetThen())
+			},
 		},
 		{
 			"provision the BMC with the derived password",
