@@ -17,8 +17,9 @@ import (
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
 	"github.com/anvil-metal/anvil/hack/internal/labnet"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
-	"github.com/anvil-metal/anvil/hack/internal/proc"
 	"github.com/anvil-metal/anvil/internal/ipmisim"
+	"github.com/anvil-metal/anvil/internal/netns"
+	"github.com/anvil-metal/anvil/internal/proc"
 )
 
 // PowerOwner is who powers a lab machine; each machine has exactly one.
@@ -150,8 +151,8 @@ func (s *State) startPowerAPI(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("error resolving %s: %w", cfg.PowerBin, err)
 	}
 
-	cmd := labnet.Command(context.WithoutCancel(ctx), s.ProviderNS, bin, "serve", "--dir", s.Dir, "--listen", PowerAPIListen)
-	if s.PowerPID, err = startDaemon(cmd, s.PowerLog()); err != nil {
+	cmd := netns.Command(context.WithoutCancel(ctx), s.ProviderNS, bin, "serve", "--dir", s.Dir, "--listen", PowerAPIListen)
+	if s.PowerPID, err = proc.StartDaemon(cmd, s.PowerLog()); err != nil {
 		return fmt.Errorf("error starting the power API: %w", err)
 	}
 
