@@ -61,7 +61,7 @@ func stateOf(t *testing.T, c power.Client) power.State {
 	return st
 }
 
-func TestPowerAgainstIPMISim(t *testing.T) {
+func TestLabPowerAgainstIPMISim(t *testing.T) {
 	s := startSim(t, simStartcmd)
 	c := dialSim(t, s)
 
@@ -133,7 +133,7 @@ func TestPowerAgainstIPMISim(t *testing.T) {
 	}
 }
 
-func TestSetPXEOnceAgainstIPMISim(t *testing.T) {
+func TestLabSetPXEOnceAgainstIPMISim(t *testing.T) {
 	s := startSim(t, simChassisControl)
 	c := dialSim(t, s)
 
@@ -183,7 +183,7 @@ func TestSetPXEOnceAgainstIPMISim(t *testing.T) {
 	}
 }
 
-func TestWrongCredentialsAgainstIPMISim(t *testing.T) {
+func TestLabWrongCredentialsAgainstIPMISim(t *testing.T) {
 	s := startSim(t, simStartcmd)
 
 	for _, tc := range []struct {
@@ -228,7 +228,7 @@ func TestWrongCredentialsAgainstIPMISim(t *testing.T) {
 	}
 }
 
-func TestSlowBMCAgainstIPMISim(t *testing.T) {
+func TestLabSlowBMCAgainstIPMISim(t *testing.T) {
 	s := startSim(t, simStartcmd)
 	r := startRelay(t, s.Config.LANPort)
 
