@@ -178,7 +178,7 @@ func udpBound(path, addr string, port int) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("error reading the socket table: %w", err)
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close() //nolint:errcheck // read-only
 
 	return findUDP(f, addr, port)
 }

@@ -157,10 +157,11 @@ func matches(base string, patterns []string) bool {
 
 // StartDaemon starts cmd as a daemon: in a session of its own (a terminal's Ctrl-C does
 // not reach it), output appended to logPath, outliving the caller (the lab's command
-// exits after "up"); the caller records the pid and ends it with Stop. cmd must not be
-// made with exec.CommandContext: a daemon's life is not the caller's. While the caller
-// lives on (tests), a goroutine reaps the daemon when it exits, so that it leaves no
-// zombie; that goroutine ends with the daemon.
+// exits after "up"); the caller records the pid and ends it with Stop. A cmd made with
+// exec.CommandContext is killed when its context ends: a daemon's must not end
+// (context.WithoutCancel). While the caller lives on (tests), a goroutine reaps the
+// daemon when it exits, so that it leaves no zombie; that goroutine ends with the
+// daemon.
 func StartDaemon(cmd *exec.Cmd, logPath string) (int, error) {
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

@@ -171,7 +171,7 @@ func TestLabBootsInQEMU(t *testing.T) {
 	exited := make(chan struct{})
 
 	go func() {
-		vm.Wait() //nolint:errcheck
+		vm.Wait() //nolint:errcheck // the exit shows in the serial log
 		close(exited)
 	}()
 
@@ -281,7 +281,7 @@ func get(t *testing.T, url string) []byte {
 	resp, err := http.Get(url)
 	require.NoError(t, err)
 
-	defer resp.Body.Close() //nolint:errcheck
+	defer resp.Body.Close() //nolint:errcheck // read in full
 
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)

@@ -144,7 +144,7 @@ func startRelay(t *testing.T, upstreamPort int) *relay {
 
 	back, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: upstreamPort})
 	if err != nil {
-		front.Close() //nolint:errcheck
+		front.Close() //nolint:errcheck // a test socket
 		t.Fatal(err)
 	}
 
@@ -175,7 +175,7 @@ func startRelay(t *testing.T, upstreamPort int) *relay {
 			client = from
 			mu.Unlock()
 
-			back.Write(buf[:n]) //nolint:errcheck
+			back.Write(buf[:n]) //nolint:errcheck // UDP: a lost datagram is the BMC's to retry
 		}
 	}()
 
@@ -201,7 +201,7 @@ func startRelay(t *testing.T, upstreamPort int) *relay {
 
 			if !closed && to != nil {
 				timers = append(timers, time.AfterFunc(time.Duration(r.delay.Load()), func() {
-					front.WriteToUDP(pkt, to) //nolint:errcheck
+					front.WriteToUDP(pkt, to) //nolint:errcheck // UDP: a lost datagram is the client's to retry
 				}))
 			}
 			mu.Unlock()
@@ -217,8 +217,8 @@ func startRelay(t *testing.T, upstreamPort int) *relay {
 		}
 		mu.Unlock()
 
-		front.Close() //nolint:errcheck
-		back.Close()  //nolint:errcheck
+		front.Close() //nolint:errcheck // a test socket
+		back.Close()  //nolint:errcheck // a test socket
 		wg.Wait()
 	})
 
