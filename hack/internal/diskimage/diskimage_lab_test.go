@@ -20,7 +20,7 @@ const (
 	deadline = 3 * time.Minute
 )
 
-// TestBootFromDisk boots one disk, with no network, under SeaBIOS and under
+// TestLabBootFromDisk boots one disk, with no network, under SeaBIOS and under
 // OVMF, and expects the disk system's line on the serial console and a power-off.
 func TestLabBootFromDisk(t *testing.T) {
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
