@@ -1,3 +1,5 @@
+//go:build lab
+
 // Package e2e is Anvil's end-to-end flow on a lab of its own (hack/internal/lab):
 // machines of the three firmware kinds PXE-boot in parallel through real firmware and
 // iPXE, their agents register, are accepted (and wiped) and allocated through anvilctl,
@@ -31,6 +33,7 @@ import (
 	"github.com/anvil-metal/anvil/hack/internal/labtest"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
 	"github.com/anvil-metal/anvil/hack/internal/timeline"
+	"github.com/anvil-metal/anvil/internal/netns"
 )
 
 const (
@@ -461,7 +464,7 @@ func TestHTTPStatusHelper(t *testing.T) {
 func httpStatusInNS(t testing.TB, ns, url string) string {
 	t.Helper()
 
-	cmd := labnet.Command(t.Context(), ns, os.Args[0], "-test.run=^TestHTTPStatusHelper$", "-test.count=1")
+	cmd := netns.Command(t.Context(), ns, os.Args[0], "-test.run=^TestHTTPStatusHelper$", "-test.count=1")
 	cmd.Env = append(os.Environ(), helperURL+"="+url)
 
 	out, err := cmd.CombinedOutput()

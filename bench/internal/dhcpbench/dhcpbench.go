@@ -8,13 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"time"
 
-	"github.com/anvil-metal/anvil/bench/internal/sys"
+	"github.com/anvil-metal/anvil/internal/netns"
+	"github.com/anvil-metal/anvil/internal/proc"
 )
 
 // PXE options perfdhcp adds to every DISCOVER: vendor class (60) of a BIOS PXE ROM,
@@ -90,7 +92,7 @@ type Result struct {
 // server is a ProxyDHCP under test.
 type server struct {
 	name  string
-	start func(ctx context.Context, pair *sys.Pair) (*sys.Proc, error)
+	start func(ctx context.Context, pair *nsPair) (*proc.Child, error)
 }
 
 // Run runs the benchmark. Namespaces and processes are removed before it returns.
@@ -101,15 +103,21 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	prefix := fmt.Sprintf("anvb%d", os.Getpid()%100000)
 
-	pair, err := sys.NewPair(ctx, prefix, "10.88.0")
+	pair, err := newPair(prefix, "10.88.0")
 	if err != nil {
 		return nil, err
 	}
-	defer pair.Delete()
+
+	// Every server is stopped before this runs: namespaces without processes go.
+	defer func() {
+		if derr := pair.delete(); derr != nil {
+			fmt.Fprintln(os.Stderr, "bench: cleanup:", derr)
+		}
+	}()
 
 	servers := []server{
-		{name: "anvil", start: func(ctx context.Context, pair *sys.Pair) (*sys.Proc, error) { return startAnvil(ctx, cfg, pair) }},
-		{name: "dnsmasq", start: func(ctx context.Context, pair *sys.Pair) (*sys.Proc, error) { return startDnsmasq(cfg, pair) }},
+		{name: "anvil", start: func(ctx context.Context, pair *nsPair) (*proc.Child, error) { return startAnvil(ctx, cfg, pair) }},
+		{name: "dnsmasq", start: func(_ context.Context, pair *nsPair) (*proc.Child, error) { return startDnsmasq(cfg, pair) }},
 	}
 
 	res := map[string]*ServerResult{"anvil": {Name: "anvil"}, "dnsmasq": {Name: "dnsmasq"}}
@@ -144,12 +152,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 }
 
 // searchServer starts the server, finds its highest passing rate, and stops it.
-func searchServer(ctx context.Context, cfg Config, pair *sys.Pair, s server, round int) (Trial, int64, error) {
-	proc, err := s.start(ctx, pair)
+func searchServer(ctx context.Context, cfg Config, pair *nsPair, s server, round int) (Trial, int64, error) {
+	srv, err := s.start(ctx, pair)
 	if err != nil {
 		return Trial{}, 0, err
 	}
-	defer proc.Stop(5 * time.Second)
+	defer srv.Stop(5 * time.Second)
 
 	// Warm up and check the server answers at all.
 	warm, err := runTrial(ctx, cfg, pair, 500, time.Second)
@@ -164,7 +172,7 @@ func searchServer(ctx context.Context, cfg Config, pair *sys.Pair, s server, rou
 	received := warm.Received
 
 	// CPU time per answer at a rate both the client and the servers sustain.
-	cpuBefore, err := sys.CPUTime(proc.Pid())
+	cpuBefore, err := proc.CPUTime(srv.Pid())
 	if err != nil {
 		return Trial{}, 0, err
 	}
@@ -174,7 +182,7 @@ func searchServer(ctx context.Context, cfg Config, pair *sys.Pair, s server, rou
 		return Trial{}, 0, fmt.Errorf("%s: %w", s.name, err)
 	}
 
-	cpuAfter, err := sys.CPUTime(proc.Pid())
+	cpuAfter, err := proc.CPUTime(srv.Pid())
 	if err != nil {
 		return Trial{}, 0, err
 	}
@@ -211,7 +219,7 @@ func searchServer(ctx context.Context, cfg Config, pair *sys.Pair, s server, rou
 			}
 		}
 
-		if exited, perr := proc.Exited(); exited {
+		if exited, perr := srv.Exited(); exited {
 			return t, fmt.Errorf("%s exited during the benchmark: %v (log: %s)", s.name, perr, logPath(cfg, s.name))
 		}
 
@@ -283,46 +291,46 @@ var (
 )
 
 // runTrial runs perfdhcp at rate for period from the client namespace.
-func runTrial(ctx context.Context, cfg Config, pair *sys.Pair, rate int, period time.Duration) (Trial, error) {
+func runTrial(ctx context.Context, cfg Config, pair *nsPair, rate int, period time.Duration) (Trial, error) {
 	args := []string{"perfdhcp", "-4", "-i",
 		"-r", strconv.Itoa(rate),
 		"-R", "1000000",
 		"-p", strconv.FormatFloat(period.Seconds(), 'f', -1, 64),
-		"-l", pair.ClientAddr,
+		"-l", pair.clientAddr,
 	}
 	for _, o := range pxeOptions {
 		args = append(args, "-o", o)
 	}
 
-	args = append(args, pair.ServerAddr)
+	args = append(args, pair.serverAddr)
 
 	tctx, cancel := context.WithTimeout(ctx, period+15*time.Second)
 	defer cancel()
 
-	srvBefore, err := pair.Server.UDPRcvbufErrors(tctx)
+	srvBefore, err := udpRcvbufErrors(pair.server)
 	if err != nil {
 		return Trial{}, err
 	}
 
-	cliBefore, err := pair.Client.UDPRcvbufErrors(tctx)
+	cliBefore, err := udpRcvbufErrors(pair.client)
 	if err != nil {
 		return Trial{}, err
 	}
 
-	out, err := sys.Run(tctx, pair.Client.Exec(sys.Pinned(cfg.ClientCPU, args...)...)...)
+	out, err := proc.Run(tctx, netns.Argv(pair.client, proc.Pinned(cfg.ClientCPU, args...)...)...)
 	// perfdhcp exits 3 when some exchanges did not complete: that is a drop, not an error.
-	if err != nil && sys.ExitCode(err) != 3 {
+	if err != nil && proc.ExitCode(err) != 3 {
 		return Trial{}, fmt.Errorf("perfdhcp: %w", err)
 	}
 
 	t := Trial{Rate: rate}
 
-	srvAfter, err := pair.Server.UDPRcvbufErrors(tctx)
+	srvAfter, err := udpRcvbufErrors(pair.server)
 	if err != nil {
 		return Trial{}, err
 	}
 
-	cliAfter, err := pair.Client.UDPRcvbufErrors(tctx)
+	cliAfter, err := udpRcvbufErrors(pair.client)
 	if err != nil {
 		return Trial{}, err
 	}
@@ -386,22 +394,22 @@ func median(ts []Trial) Trial {
 
 func logPath(cfg Config, name string) string { return filepath.Join(cfg.WorkDir, name+".log") }
 
-func startAnvil(ctx context.Context, cfg Config, pair *sys.Pair) (*sys.Proc, error) {
+func startAnvil(ctx context.Context, cfg Config, pair *nsPair) (*proc.Child, error) {
 	stateDir := filepath.Join(cfg.WorkDir, "anvil-state")
 	if err := os.RemoveAll(stateDir); err != nil {
 		return nil, fmt.Errorf("error clearing %s: %w", stateDir, err)
 	}
 
-	argv := pair.Server.Exec(sys.Pinned(cfg.ServerCPU, cfg.ProviderBin,
+	argv := netns.Argv(pair.server, proc.Pinned(cfg.ServerCPU, cfg.ProviderBin,
 		"--state-dir", stateDir,
-		"--api-advertise-address", pair.ServerAddr,
-		"--api-listen-address", pair.ServerAddr,
-		"--dhcp-proxy-iface-or-ip", pair.ServerIf,
+		"--api-advertise-address", pair.serverAddr,
+		"--api-listen-address", pair.serverAddr,
+		"--dhcp-proxy-iface-or-ip", pair.serverIf,
 		"--disable-tftp",
 		"--agent-assets-dir", filepath.Join(cfg.WorkDir, "no-agent"),
 	)...)
 
-	p, err := sys.Start("anvil", logPath(cfg, "anvil"), argv...)
+	p, err := proc.Start("anvil", exec.Command(argv[0], argv[1:]...), logPath(cfg, "anvil")) //nolint:gosec // the benchmark's own command
 	if err != nil {
 		return nil, err
 	}
@@ -416,17 +424,17 @@ func startAnvil(ctx context.Context, cfg Config, pair *sys.Pair) (*sys.Proc, err
 	return p, nil
 }
 
-func startDnsmasq(cfg Config, pair *sys.Pair) (*sys.Proc, error) {
-	argv := pair.Server.Exec(sys.Pinned(cfg.ServerCPU, "dnsmasq",
+func startDnsmasq(cfg Config, pair *nsPair) (*proc.Child, error) {
+	argv := netns.Argv(pair.server, proc.Pinned(cfg.ServerCPU, "dnsmasq",
 		"--no-daemon", "--conf-file=/dev/null", "--port=0",
-		"--dhcp-range="+pair.ServerAddr[:len(pair.ServerAddr)-1]+"0,proxy",
+		"--dhcp-range="+pair.serverAddr[:len(pair.serverAddr)-1]+"0,proxy",
 		"--pxe-service=x86PC,Anvil,undionly",
-		"--interface="+pair.ServerIf, "--bind-interfaces",
+		"--interface="+pair.serverIf, "--bind-interfaces",
 		"--log-facility=-", "--quiet-dhcp",
 		"--pid-file=",
 	)...)
 
-	p, err := sys.Start("dnsmasq", logPath(cfg, "dnsmasq"), argv...)
+	p, err := proc.Start("dnsmasq", exec.Command(argv[0], argv[1:]...), logPath(cfg, "dnsmasq")) //nolint:gosec // the benchmark's own command
 	if err != nil {
 		return nil, err
 	}
@@ -440,7 +448,7 @@ func startDnsmasq(cfg Config, pair *sys.Pair) (*sys.Proc, error) {
 	return p, nil
 }
 
-func waitFile(ctx context.Context, p *sys.Proc, path string, timeout time.Duration) error {
+func waitFile(ctx context.Context, p *proc.Child, path string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 
 	for time.Now().Before(deadline) {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -16,7 +17,8 @@ import (
 
 	"github.com/anvil-metal/anvil/bench/internal/loadgen"
 	"github.com/anvil-metal/anvil/bench/internal/profile"
-	"github.com/anvil-metal/anvil/bench/internal/sys"
+	"github.com/anvil-metal/anvil/internal/freeport"
+	"github.com/anvil-metal/anvil/internal/proc"
 )
 
 // Config configures the benchmark.
@@ -87,7 +89,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	res := &Result{Anvil: Server{Name: "anvil"}, Nginx: Server{Name: "nginx"}}
 
-	anvilPort, err := sys.FreePort()
+	anvilPort, err := freeport.TCP()
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +109,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 
-		port, err := sys.FreePort()
+		port, err := freeport.TCP()
 		if err != nil {
 			return nil, err
 		}
@@ -164,7 +166,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			res.Seed.Discover.Round(time.Millisecond), res.Seed.Transitions.Round(time.Millisecond))
 	}
 
-	if res.RSSAfterSeed, err = sys.RSSBytes(provider.Pid()); err != nil {
+	if res.RSSAfterSeed, err = proc.RSSBytes(provider.Pid()); err != nil {
 		return nil, err
 	}
 
@@ -179,14 +181,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	res.StaticSize = int(math.Round(mean))
 
-	nginxPort, err := sys.FreePort()
+	nginxPort, err := freeport.TCP()
 	if err != nil {
 		return nil, err
 	}
 
 	nginxURL := "http://127.0.0.1:" + strconv.Itoa(nginxPort)
 
-	nginx, err := startNginx(cfg, nginxPort, res.StaticSize)
+	nginx, err := startNginx(ctx, cfg, nginxPort, res.StaticSize)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +210,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		for _, s := range []struct {
 			srv *Server
 			url string
-			p   *sys.Proc
+			p   *proc.Child
 		}{{&res.Anvil, anvilURL, provider}, {&res.Nginx, nginxURL, nginx}} {
 			var profErr chan error
 
@@ -280,7 +282,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 
-	if res.RSSAfterLoad, err = sys.RSSBytes(provider.Pid()); err != nil {
+	if res.RSSAfterLoad, err = proc.RSSBytes(provider.Pid()); err != nil {
 		return nil, err
 	}
 
@@ -291,7 +293,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 func stateDir(cfg Config) string { return filepath.Join(cfg.WorkDir, "state") }
 
-func startProvider(ctx context.Context, cfg Config, port int, factoryURL, pprofAddr string) (*sys.Proc, *Control, error) {
+func startProvider(ctx context.Context, cfg Config, port int, factoryURL, pprofAddr string) (*proc.Child, *Control, error) {
 	dir := stateDir(cfg)
 
 	if cfg.Reseed {
@@ -312,7 +314,7 @@ func startProvider(ctx context.Context, cfg Config, port int, factoryURL, pprofA
 		env = []string{profile.EnvAddr + "=" + pprofAddr}
 	}
 
-	p, err := sys.StartEnv("anvil", logPath, env, sys.Pinned(cfg.ServerCPU, cfg.ProviderBin,
+	argv := proc.Pinned(cfg.ServerCPU, cfg.ProviderBin,
 		"--state-dir", dir,
 		"--api-listen-address", "127.0.0.1",
 		"--api-advertise-address", "127.0.0.1",
@@ -322,12 +324,17 @@ func startProvider(ctx context.Context, cfg Config, port int, factoryURL, pprofA
 		"--image-factory-base-url", factoryURL,
 		// Only ever written into scripts, never fetched by the benchmark.
 		"--image-factory-pxe-base-url", "http://127.0.0.1:9",
-	)...)
+	)
+
+	cmd := exec.Command(argv[0], argv[1:]...) //nolint:gosec // the benchmark's own command
+	cmd.Env = append(os.Environ(), env...)
+
+	p, err := proc.Start("anvil", cmd, logPath)
 	if err != nil {
 		return nil, nil, err
 	}
 
-	if err = sys.WaitTCP("127.0.0.1:"+strconv.Itoa(port), p, 60*time.Second); err != nil {
+	if err = p.WaitTCP(ctx, "127.0.0.1:"+strconv.Itoa(port), 60*time.Second); err != nil {
 		p.Stop(2 * time.Second)
 
 		return nil, nil, fmt.Errorf("%w (log: %s)", err, logPath)
@@ -409,7 +416,7 @@ http {
 `
 
 // startNginx serves a static script of size bytes for any path.
-func startNginx(cfg Config, port, size int) (*sys.Proc, error) {
+func startNginx(ctx context.Context, cfg Config, port, size int) (*proc.Child, error) {
 	dir, err := filepath.Abs(filepath.Join(cfg.WorkDir, "nginx"))
 	if err != nil {
 		return nil, fmt.Errorf("error resolving the nginx directory: %w", err)
@@ -436,12 +443,14 @@ func startNginx(cfg Config, port, size int) (*sys.Proc, error) {
 
 	logPath := filepath.Join(cfg.WorkDir, "nginx.log")
 
-	p, err := sys.Start("nginx", logPath, sys.Pinned(cfg.ServerCPU, "nginx", "-p", dir, "-c", conf, "-e", filepath.Join(dir, "nginx-error.log"))...)
+	argv := proc.Pinned(cfg.ServerCPU, "nginx", "-p", dir, "-c", conf, "-e", filepath.Join(dir, "nginx-error.log"))
+
+	p, err := proc.Start("nginx", exec.Command(argv[0], argv[1:]...), logPath) //nolint:gosec // the benchmark's own command
 	if err != nil {
 		return nil, err
 	}
 
-	if err = sys.WaitTCP("127.0.0.1:"+strconv.Itoa(port), p, 10*time.Second); err != nil {
+	if err = p.WaitTCP(ctx, "127.0.0.1:"+strconv.Itoa(port), 10*time.Second); err != nil {
 		p.Stop(2 * time.Second)
 
 		return nil, fmt.Errorf("%w (log: %s)", err, logPath)
@@ -461,7 +470,7 @@ func runWrk(ctx context.Context, cfg Config, script, base string, d time.Duratio
 	wctx, cancel := context.WithTimeout(ctx, d+20*time.Second)
 	defer cancel()
 
-	out, err := sys.Run(wctx, sys.Pinned(cfg.ClientCPU, "wrk", "-t1", "-c"+strconv.Itoa(cfg.Connections),
+	out, err := proc.Run(wctx, proc.Pinned(cfg.ClientCPU, "wrk", "-t1", "-c"+strconv.Itoa(cfg.Connections),
 		"-d"+strconv.Itoa(int(d.Seconds()))+"s", "-s", script, base)...)
 	if err != nil {
 		return 0, fmt.Errorf("wrk: %w", err)
@@ -493,7 +502,7 @@ func runFixedRate(ctx context.Context, cfg Config, base string) (*loadgen.Result
 	lctx, cancel := context.WithTimeout(ctx, cfg.LatencyDuration+30*time.Second)
 	defer cancel()
 
-	out, err := sys.Run(lctx, sys.Pinned(cfg.ClientCPU, cfg.Self, "loadgen",
+	out, err := proc.Run(lctx, proc.Pinned(cfg.ClientCPU, cfg.Self, "loadgen",
 		"-url", base, "-machines", strconv.Itoa(cfg.Machines),
 		"-rate", strconv.Itoa(cfg.Rate), "-duration", cfg.LatencyDuration.String())...)
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/anvil-metal/anvil/bench/internal/sys"
+	"github.com/anvil-metal/anvil/internal/proc"
 )
 
 // EnvAddr is the environment variable the profiling provider reads its pprof address from.
@@ -64,7 +64,7 @@ func BuildProvider(ctx context.Context, repo, dir string) (string, error) {
 	defer cancel()
 
 	cmd := []string{"go", "-C", repo, "build", "-overlay", overlayPath, "-o", bin, "./provider/cmd/provider"}
-	if _, err = sys.Run(bctx, cmd...); err != nil {
+	if _, err = proc.Run(bctx, cmd...); err != nil {
 		return "", fmt.Errorf("error building the profiling provider: %w", err)
 	}
 
@@ -116,7 +116,7 @@ func Top(ctx context.Context, bin, prof string, n int) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 
-	out, err := sys.Run(ctx, "go", "tool", "pprof", "-top", "-cum", "-nodecount="+strconv.Itoa(n), bin, prof)
+	out, err := proc.Run(ctx, "go", "tool", "pprof", "-top", "-cum", "-nodecount="+strconv.Itoa(n), bin, prof)
 	if err != nil {
 		return "", fmt.Errorf("error summarising the profile: %w", err)
 	}

@@ -5,7 +5,7 @@
 //	    backend speaks, for the lab's machines, looked up by UUID in the lab's state on
 //	    every request, so machines added later are found;
 //	lab-power chassis --dir <lab> --machine <name> get|set …
-//	    is a simulated BMC's chassis control program (hack/internal/bmcsim): ipmi_sim
+//	    is a simulated BMC's chassis control program (internal/ipmisim): ipmi_sim
 //	    runs it to power its machine, reset it and set its boot device.
 package main
 
@@ -24,9 +24,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/anvil-metal/anvil/hack/internal/bmcsim"
 	"github.com/anvil-metal/anvil/hack/internal/lab"
 	"github.com/anvil-metal/anvil/hack/internal/powerapi"
+	"github.com/anvil-metal/anvil/internal/ipmisim"
 )
 
 func main() {
@@ -150,5 +150,5 @@ func chassis(ctx context.Context, dir, name string, args []string) error {
 		return fmt.Errorf("machine %s's power owner is %s, not a simulated BMC", m.Name, owner)
 	}
 
-	return bmcsim.Chassis(ctx, m.Name, m, args, os.Stdout, os.Stderr)
+	return ipmisim.Chassis(ctx, m.Name, m, args, os.Stdout, os.Stderr)
 }

@@ -116,7 +116,7 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 				return fmt.Errorf("%w (lab down removes what was started)", err)
 			}
 
-			return s.WriteStatus(cmd.Context(), cmd.OutOrStdout())
+			return s.WriteStatus(cmd.OutOrStdout())
 		},
 	}
 
@@ -184,7 +184,7 @@ func newStatusCmd(dir *string) *cobra.Command {
 				return fmt.Errorf("no lab in %s: %w", *dir, err)
 			}
 
-			return s.WriteStatus(cmd.Context(), cmd.OutOrStdout())
+			return s.WriteStatus(cmd.OutOrStdout())
 		},
 	}
 }

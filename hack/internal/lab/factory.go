@@ -12,7 +12,8 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/hack/internal/labnet"
-	"github.com/anvil-metal/anvil/hack/internal/proc"
+	"github.com/anvil-metal/anvil/internal/netns"
+	"github.com/anvil-metal/anvil/internal/proc"
 )
 
 // FactoryListen is where the lab's Image Factory stand-in listens, in the provider's
@@ -38,8 +39,8 @@ func (s *State) startFactory(ctx context.Context, cfg Config) error {
 
 	_ = os.Remove(s.FactoryLog())
 
-	cmd := labnet.Command(context.WithoutCancel(ctx), s.ProviderNS, bin, "--listen", FactoryListen, "--assets", assets)
-	if s.FactoryPID, err = startDaemon(cmd, s.FactoryLog()); err != nil {
+	cmd := netns.Command(context.WithoutCancel(ctx), s.ProviderNS, bin, "--listen", FactoryListen, "--assets", assets)
+	if s.FactoryPID, err = proc.StartDaemon(cmd, s.FactoryLog()); err != nil {
 		return fmt.Errorf("error starting the factory stand-in: %w", err)
 	}
 

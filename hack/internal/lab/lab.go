@@ -11,16 +11,15 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/anvil-metal/anvil/hack/internal/labnet"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
-	"github.com/anvil-metal/anvil/hack/internal/proc"
+	"github.com/anvil-metal/anvil/internal/netns"
+	"github.com/anvil-metal/anvil/internal/proc"
 )
 
 // Config of a lab.
@@ -178,7 +177,7 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 		return nil, err
 	}
 
-	if err := s.Net().Up(ctx); err != nil {
+	if err := s.Net().Up(); err != nil {
 		return s, err
 	}
 
@@ -187,7 +186,7 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 			return s, err
 		}
 
-		if s.DHCPPID, err = startDaemon(s.Net().DHCPCommand(context.WithoutCancel(ctx), dir), filepath.Join(dir, "dnsmasq.out")); err != nil {
+		if s.DHCPPID, err = proc.StartDaemon(s.Net().DHCPCommand(context.WithoutCancel(ctx), dir), filepath.Join(dir, "dnsmasq.out")); err != nil {
 			return s, fmt.Errorf("error starting dnsmasq: %w", err)
 		}
 
@@ -229,7 +228,7 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 			}
 		}
 
-		if err := s.Net().AddTap(ctx, m.Tap); err != nil {
+		if err := s.Net().AddTap(m.Tap); err != nil {
 			return s, err
 		}
 
@@ -312,8 +311,8 @@ func (s *State) startProvider(ctx context.Context, cfg Config) error {
 		"--image-factory-pxe-base-url", cfg.FactoryPXEURL,
 	}, cfg.ProviderArgs...)
 
-	cmd := labnet.Command(context.WithoutCancel(ctx), s.ProviderNS, bin, args...)
-	if s.ProviderPID, err = startDaemon(cmd, s.ProviderLog()); err != nil {
+	cmd := netns.Command(context.WithoutCancel(ctx), s.ProviderNS, bin, args...)
+	if s.ProviderPID, err = proc.StartDaemon(cmd, s.ProviderLog()); err != nil {
 		return fmt.Errorf("error starting the provider: %w", err)
 	}
 
@@ -368,29 +367,6 @@ func fillTFTPRoot(root string) error {
 	return nil
 }
 
-// startDaemon starts cmd in a session of its own (a terminal's Ctrl-C does not reach
-// it), output to log, and returns its pid. A goroutine reaps it when it exits, in case
-// the caller lives on (tests); it ends with the process.
-func startDaemon(cmd *exec.Cmd, log string) (int, error) {
-	f, err := os.OpenFile(log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return 0, fmt.Errorf("error opening %s: %w", log, err)
-	}
-
-	defer f.Close() //nolint:errcheck
-
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-
-	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("error starting %s: %w", cmd.Path, err)
-	}
-
-	go cmd.Wait() //nolint:errcheck
-
-	return cmd.Process.Pid, nil
-}
-
 // Down stops everything the lab in dir started and removes its namespaces. prefix is
 // used when the state file is gone. It is safe to run again.
 func Down(ctx context.Context, dir, prefix string) error {
@@ -425,10 +401,10 @@ func Down(ctx context.Context, dir, prefix string) error {
 		proc.Stop(ctx, s.FactoryPID, 5*time.Second))
 
 	// The sweep: whatever still runs in the namespaces or names the lab directory.
-	pids := proc.FindByArg(dir + "/")
+	pids := Processes(dir)
 
 	for _, ns := range s.Net().Namespaces() {
-		nsPIDs, err := labnet.NamespacePIDs(ctx, ns)
+		nsPIDs, err := netns.PIDs(ns)
 		errs = append(errs, err)
 		pids = append(pids, nsPIDs...)
 	}
@@ -437,7 +413,7 @@ func Down(ctx context.Context, dir, prefix string) error {
 		errs = append(errs, proc.Stop(ctx, pid, 5*time.Second))
 	}
 
-	errs = append(errs, s.Net().Down(ctx))
+	errs = append(errs, s.Net().Down())
 
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -450,13 +426,16 @@ func Down(ctx context.Context, dir, prefix string) error {
 	return nil
 }
 
-// WriteStatus prints what the lab runs.
-func (s *State) WriteStatus(ctx context.Context, w io.Writer) error {
-	existing, err := labnet.ListNamespaces(ctx)
-	if err != nil {
-		return err
-	}
+// daemons are the programs the lab runs: each names the lab's directory in its
+// arguments ("ip" is a daemon between ip netns exec and its exec of the program).
+var daemons = []string{"qemu-system-*", "dnsmasq", "provider", "ip", "lab-factory", "lab-power", "ipmi_sim"}
 
+// Processes lists the lab daemons that name the lab directory dir, whether or not its
+// state file knows them.
+func Processes(dir string) []int { return proc.FindByArg(filepath.Clean(dir)+"/", daemons...) }
+
+// WriteStatus prints what the lab runs.
+func (s *State) WriteStatus(w io.Writer) error {
 	up := func(ok bool) string {
 		if ok {
 			return "running"
@@ -470,7 +449,7 @@ func (s *State) WriteStatus(ctx context.Context, w io.Writer) error {
 	fmt.Fprintf(&b, "lab %s (prefix %s)\n", s.Dir, s.Prefix)
 
 	for _, ns := range s.Net().Namespaces() {
-		fmt.Fprintf(&b, "namespace %-20s %s\n", ns, map[bool]string{true: "present", false: "absent"}[contains(existing, ns)])
+		fmt.Fprintf(&b, "namespace %-20s %s\n", ns, map[bool]string{true: "present", false: "absent"}[netns.Exists(ns)])
 	}
 
 	fmt.Fprintf(&b, "provider  pid %-8d %s  log %s  control unix://%s\n", s.ProviderPID, up(proc.Alive(s.ProviderPID)), s.ProviderLog(), s.ControlSocket())
@@ -497,19 +476,9 @@ func (s *State) WriteStatus(ctx context.Context, w io.Writer) error {
 		}
 	}
 
-	_, err = io.WriteString(w, b.String())
+	_, err := io.WriteString(w, b.String())
 
 	return err
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-
-	return false
 }
 
 func copyFile(src, dst string) error {

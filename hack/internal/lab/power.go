@@ -15,10 +15,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
-	"github.com/anvil-metal/anvil/hack/internal/bmcsim"
 	"github.com/anvil-metal/anvil/hack/internal/labnet"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
-	"github.com/anvil-metal/anvil/hack/internal/proc"
+	"github.com/anvil-metal/anvil/internal/ipmisim"
+	"github.com/anvil-metal/anvil/internal/netns"
+	"github.com/anvil-metal/anvil/internal/proc"
 )
 
 // PowerOwner is who powers a lab machine; each machine has exactly one.
@@ -31,7 +32,7 @@ const (
 	OwnerNone PowerOwner = ""
 	// OwnerAPI: the lab's power API (hack/cmd/lab-power) on PowerAPIListen.
 	OwnerAPI PowerOwner = "api"
-	// OwnerIPMI: a simulated BMC of its own (bmcsim, ipmi_sim) is the only way to its
+	// OwnerIPMI: a simulated BMC of its own (ipmi_sim, internal/ipmisim) is the only way to its
 	// power; the lab, too, powers it through that BMC.
 	OwnerIPMI PowerOwner = "ipmi"
 )
@@ -58,6 +59,13 @@ func (o PowerOwner) String() string {
 
 // PowerAPIListen is where the lab's power API listens, in the provider's namespace.
 const PowerAPIListen = labnet.ProviderAddr + ":8090"
+
+// Ports of the lab's simulated BMCs, by machine index, in the provider's namespace: the
+// LAN on the bridge address, the VM serial port on loopback (ipmisim.SerialAddr).
+const (
+	BMCLANPortBase    = 62300
+	BMCSerialPortBase = 62600
+)
 
 // LabBMCUser is the lab's own administrator on every simulated BMC (slot 2), as a
 // site's BMCs come with one; the provider is never told it (the agent provisions the
@@ -91,14 +99,14 @@ func (s *State) PowerLog() string { return filepath.Join(s.Dir, "power.log") }
 
 // BMCConfig is the simulated BMC of machine m; powerBin is lab-power, its chassis
 // control program.
-func (s *State) BMCConfig(m *machine.Machine, powerBin string) bmcsim.Config {
+func (s *State) BMCConfig(m *machine.Machine, powerBin string) ipmisim.Config {
 	b := s.BMC(m.Name)
 
-	return bmcsim.Config{
+	return ipmisim.Config{
 		Name: m.Name, Dir: filepath.Join(m.Dir, "bmc"),
 		GUID:    strings.ReplaceAll(m.UUID, "-", ""),
 		LANAddr: labnet.ProviderAddr, LANPort: b.LANPort, SerialPort: b.SerialPort,
-		Users: []bmcsim.User{
+		Users: []ipmisim.User{
 			// The anonymous slot, present and disabled as on most BMCs.
 			{ID: 1, Name: "", Password: "", Privilege: "user"},
 			{ID: 2, Enabled: true, Name: LabBMCUser, Password: s.BMCPassword, Privilege: "admin"},
@@ -108,8 +116,8 @@ func (s *State) BMCConfig(m *machine.Machine, powerBin string) bmcsim.Config {
 }
 
 // BMCClient powers machine m through its simulated BMC, as the lab's administrator.
-func (s *State) BMCClient(m *machine.Machine) *bmcsim.Client {
-	return &bmcsim.Client{
+func (s *State) BMCClient(m *machine.Machine) *ipmisim.Client {
+	return &ipmisim.Client{
 		NetNS: s.ProviderNS, Addr: labnet.ProviderAddr, Port: s.BMC(m.Name).LANPort,
 		User: LabBMCUser, Password: s.BMCPassword,
 	}
@@ -143,8 +151,8 @@ func (s *State) startPowerAPI(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("error resolving %s: %w", cfg.PowerBin, err)
 	}
 
-	cmd := labnet.Command(context.WithoutCancel(ctx), s.ProviderNS, bin, "serve", "--dir", s.Dir, "--listen", PowerAPIListen)
-	if s.PowerPID, err = startDaemon(cmd, s.PowerLog()); err != nil {
+	cmd := netns.Command(context.WithoutCancel(ctx), s.ProviderNS, bin, "serve", "--dir", s.Dir, "--listen", PowerAPIListen)
+	if s.PowerPID, err = proc.StartDaemon(cmd, s.PowerLog()); err != nil {
 		return fmt.Errorf("error starting the power API: %w", err)
 	}
 
@@ -194,30 +202,20 @@ func (s *State) startBMC(ctx context.Context, cfg Config, m *machine.Machine) er
 	}
 
 	sim := s.BMCConfig(m, bin)
-	if err := sim.Write(); err != nil {
-		return err
-	}
 
-	console, err := sim.OpenConsole()
-	if err != nil {
-		return err
-	}
-
-	defer console.Close() //nolint:errcheck // ipmi_sim has its own copy
-
-	cmd := labnet.Command(context.WithoutCancel(ctx), s.ProviderNS, "ipmi_sim", sim.Args()...)
-	cmd.Stdin = console
-	cmd.Dir = sim.Dir
-
-	if b.PID, err = startDaemon(cmd, sim.Log()); err != nil {
+	if b.PID, err = ipmisim.StartDaemon(sim, s.ProviderNS); err != nil {
 		return fmt.Errorf("error starting the BMC of %s: %w", m.Name, err)
 	}
 
+	// Saved before the wait: a BMC that never listens is still the lab's to stop.
 	if err := s.save(); err != nil {
 		return err
 	}
 
-	return bmcsim.WaitListening(ctx, b.PID, sim.LANAddr, sim.LANPort, 15*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, ipmisim.ListenTimeout)
+	defer cancel()
+
+	return ipmisim.WaitListening(wctx, b.PID, sim.LANAddr, sim.LANPort)
 }
 
 // registerBMCs tells the provider, through its control socket, how to reach each
@@ -293,8 +291,8 @@ func (s *State) assignBMC(cfg Config, spec *machine.Spec) {
 
 	b := &MachineBMC{Owner: owner}
 	if owner == OwnerIPMI {
-		b.LANPort, b.SerialPort = bmcsim.LANPortBase+spec.Index, bmcsim.SerialPortBase+spec.Index
-		spec.IPMIBMC = bmcsim.SerialAddr + ":" + strconv.Itoa(b.SerialPort)
+		b.LANPort, b.SerialPort = BMCLANPortBase+spec.Index, BMCSerialPortBase+spec.Index
+		spec.IPMIBMC = ipmisim.SerialAddr + ":" + strconv.Itoa(b.SerialPort)
 	}
 
 	s.BMCs[spec.Name] = b
@@ -302,7 +300,7 @@ func (s *State) assignBMC(cfg Config, spec *machine.Spec) {
 
 // newPassword is a random password for the lab's BMC administrator.
 func newPassword() (string, error) {
-	b := make([]byte, 6) // "lab-" and 12 hex digits: the 16 bytes bmcsim allows
+	b := make([]byte, 6) // "lab-" and 12 hex digits: the 16 bytes ipmisim allows
 	if _, err := rand.Read(b); err != nil {
 		return "", fmt.Errorf("error generating the BMC password: %w", err)
 	}

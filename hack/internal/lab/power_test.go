@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc"
 
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
-	"github.com/anvil-metal/anvil/hack/internal/bmcsim"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
+	"github.com/anvil-metal/anvil/internal/ipmisim"
 )
 
 func TestParsePowerOwner(t *testing.T) {
@@ -90,15 +90,15 @@ func TestBMCConfig(t *testing.T) {
 	assert.Equal(t, 62600, c.SerialPort)
 	assert.Len(t, c.GUID, 32)
 	assert.Equal(t, []string{"/bin/lab-power", "chassis", "--dir", "/lab", "--machine", "bios-0"}, c.ChassisCommand)
-	assert.Equal(t, []bmcsim.User{
+	assert.Equal(t, []ipmisim.User{
 		{ID: 1, Privilege: "user"},
 		{ID: 2, Enabled: true, Name: LabBMCUser, Password: "lab-0123456789ab", Privilege: "admin"},
 	}, c.Users, "the anonymous slot disabled, the lab's admin, and free slots for the agent's user")
 
 	client := s.BMCClient(m)
-	assert.Equal(t, &bmcsim.Client{Addr: "10.77.0.1", Port: 62300, User: "admin", Password: "lab-0123456789ab"}, client)
+	assert.Equal(t, &ipmisim.Client{Addr: "10.77.0.1", Port: 62300, User: "admin", Password: "lab-0123456789ab"}, client)
 
-	assert.IsType(t, &bmcsim.Client{}, s.Power(m), "an ipmi machine is powered through its BMC")
+	assert.IsType(t, &ipmisim.Client{}, s.Power(m), "an ipmi machine is powered through its BMC")
 
 	other := machine.New(machine.Spec{Name: "bios-1", Index: 1})
 	s.BMCs["bios-1"] = &MachineBMC{Owner: OwnerAPI}

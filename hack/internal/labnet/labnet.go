@@ -1,4 +1,4 @@
-// Package labnet builds the lab's network out of network namespaces, with iproute2: a
+// Package labnet is the lab's network, built in network namespaces (internal/netns): a
 // provider namespace holding the bridge the machines' taps join, and a site namespace,
 // joined to the bridge by a veth, where dnsmasq plays the site's DHCP server. Interface
 // names live inside the namespaces, so only the namespace names carry the prefix and
@@ -6,14 +6,16 @@
 package labnet
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/anvil-metal/anvil/internal/netns"
 )
 
 // Addresses of the lab network.
@@ -21,16 +23,18 @@ const (
 	Bridge       = "br-lab"
 	ProviderAddr = "10.77.0.1"
 	SiteAddr     = "10.77.0.2"
-	providerCIDR = ProviderAddr + "/24"
-	providerV6   = "fd77::1/64"
-	siteCIDR     = SiteAddr + "/24"
-	siteV6       = "fd77::2/64"
 	DHCPStart    = "10.77.0.100"
 	DHCPEnd      = "10.77.0.200"
 
 	// bridgeVeth is the veth's end on the bridge, SiteVeth its end in the site namespace.
 	bridgeVeth = "veth-site"
 	SiteVeth   = "veth0"
+)
+
+// The bridge's and the site's addresses: IPv4, and IPv6 for router advertisements.
+var (
+	providerAddrs = []netip.Prefix{netip.MustParsePrefix(ProviderAddr + "/24"), netip.MustParsePrefix("fd77::1/64")}
+	siteAddrs     = []netip.Prefix{netip.MustParsePrefix(SiteAddr + "/24"), netip.MustParsePrefix("fd77::2/64")}
 )
 
 // Net is one lab network.
@@ -47,52 +51,54 @@ func New(prefix string) *Net {
 // Namespaces lists the lab's namespaces.
 func (n *Net) Namespaces() []string { return []string{n.ProviderNS, n.SiteNS} }
 
-// Up creates whatever of the network is missing; it is safe to run again.
-func (n *Net) Up(ctx context.Context) error {
-	existing, err := ListNamespaces(ctx)
+// Up creates whatever of the network is missing; it is safe to run again. Its steps are
+// netlink requests and syscalls, which do not wait on anything: no context.
+func (n *Net) Up() error {
+	for _, ns := range n.Namespaces() {
+		if err := netns.Create(ns); err != nil {
+			return err
+		}
+	}
+
+	p, err := netns.OpenLinks(n.ProviderNS)
 	if err != nil {
 		return err
 	}
 
-	for _, ns := range n.Namespaces() {
-		if !contains(existing, ns) {
-			if err := ip(ctx, "netns", "add", ns); err != nil {
-				return err
-			}
-		}
+	defer p.Close() //nolint:errcheck // nothing was sent that a close could lose
 
-		if err := ip(ctx, "-n", ns, "link", "set", "lo", "up"); err != nil {
-			return err
+	s, err := netns.OpenLinks(n.SiteNS)
+	if err != nil {
+		return err
+	}
+
+	defer s.Close() //nolint:errcheck // nothing was sent that a close could lose
+
+	steps := []func() error{
+		func() error { return p.SetUp("lo") },
+		func() error { return s.SetUp("lo") },
+		func() error { return p.AddBridge(Bridge) },
+		func() error { return p.AddVeth(bridgeVeth, SiteVeth, n.SiteNS) },
+		func() error { return addAddrs(p, Bridge, providerAddrs) },
+		func() error { return p.SetUp(Bridge) },
+		func() error { return p.SetMaster(bridgeVeth, Bridge) },
+		func() error { return p.SetUp(bridgeVeth) },
+		func() error { return addAddrs(s, SiteVeth, siteAddrs) },
+		func() error { return s.SetUp(SiteVeth) },
+	}
+
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return fmt.Errorf("error bringing the lab network up: %w", err)
 		}
 	}
 
-	p, s := n.ProviderNS, n.SiteNS
+	return nil
+}
 
-	if !linkExists(ctx, p, Bridge) {
-		// No multicast snooping: router advertisements and DHCP must reach every port.
-		if err := ip(ctx, "-n", p, "link", "add", Bridge, "type", "bridge", "mcast_snooping", "0"); err != nil {
-			return err
-		}
-	}
-
-	if !linkExists(ctx, p, bridgeVeth) {
-		if err := ip(ctx, "-n", p, "link", "add", bridgeVeth, "type", "veth", "peer", "name", SiteVeth, "netns", s); err != nil {
-			return err
-		}
-	}
-
-	steps := [][]string{
-		{"-n", p, "addr", "replace", providerCIDR, "dev", Bridge},
-		{"-n", p, "addr", "replace", providerV6, "dev", Bridge, "nodad"},
-		{"-n", p, "link", "set", Bridge, "up"},
-		{"-n", p, "link", "set", bridgeVeth, "master", Bridge, "up"},
-		{"-n", s, "addr", "replace", siteCIDR, "dev", SiteVeth},
-		{"-n", s, "addr", "replace", siteV6, "dev", SiteVeth, "nodad"},
-		{"-n", s, "link", "set", SiteVeth, "up"},
-	}
-
-	for _, args := range steps {
-		if err := ip(ctx, args...); err != nil {
+func addAddrs(l *netns.Links, link string, addrs []netip.Prefix) error {
+	for _, a := range addrs {
+		if err := l.AddAddr(link, a); err != nil {
 			return err
 		}
 	}
@@ -101,44 +107,45 @@ func (n *Net) Up(ctx context.Context) error {
 }
 
 // AddTap creates a tap on the bridge in the provider namespace, if missing.
-func (n *Net) AddTap(ctx context.Context, name string) error {
-	if !linkExists(ctx, n.ProviderNS, name) {
-		if err := ip(ctx, "-n", n.ProviderNS, "tuntap", "add", "dev", name, "mode", "tap"); err != nil {
-			return err
-		}
-	}
-
-	return ip(ctx, "-n", n.ProviderNS, "link", "set", name, "master", Bridge, "up")
-}
-
-// Down deletes the namespaces, and with them the bridge, veth and taps. Processes still
-// in them must be stopped first (see NamespacePIDs): a namespace with processes lingers.
-func (n *Net) Down(ctx context.Context) error {
-	existing, err := ListNamespaces(ctx)
+func (n *Net) AddTap(name string) error {
+	p, err := netns.OpenLinks(n.ProviderNS)
 	if err != nil {
 		return err
 	}
 
+	defer p.Close() //nolint:errcheck // nothing was sent that a close could lose
+
+	if err := p.AddTap(name); err != nil {
+		return err
+	}
+
+	if err := p.SetMaster(name, Bridge); err != nil {
+		return err
+	}
+
+	return p.SetUp(name)
+}
+
+// Down deletes the namespaces, and with them the bridge, veth and taps. Processes still
+// in them must be stopped first (see netns.PIDs): a namespace with processes lingers.
+func (n *Net) Down() error {
 	var errs []error
 
 	for _, ns := range n.Namespaces() {
-		if contains(existing, ns) {
-			errs = append(errs, ip(ctx, "netns", "delete", ns))
-		}
+		errs = append(errs, netns.Delete(ns))
 	}
 
-	return errors.Join(errs...)
-}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("error bringing the lab network down: %w", err)
+	}
 
-// Command runs name in namespace ns (ip netns exec execs it: the pid is the program's).
-func Command(ctx context.Context, ns, name string, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, name}, args...)...)
+	return nil
 }
 
 // DHCPCommand is the site DHCP server: addresses only (the provider's ProxyDHCP adds the
 // boot options) and router advertisements, without which iPXE waits 16 s for IPv6.
 func (n *Net) DHCPCommand(ctx context.Context, dir string) *exec.Cmd {
-	return Command(ctx, n.SiteNS, "dnsmasq",
+	return netns.Command(ctx, n.SiteNS, "dnsmasq",
 		"--keep-in-foreground",
 		"--conf-file=/dev/null",
 		"--port=0", // no DNS
@@ -179,72 +186,4 @@ func ReserveAddress(dir, mac, addr string) error {
 	}
 
 	return nil
-}
-
-// ListNamespaces lists the host's named network namespaces.
-func ListNamespaces(ctx context.Context) ([]string, error) {
-	out, err := exec.CommandContext(ctx, "ip", "netns", "list").Output()
-	if err != nil {
-		return nil, fmt.Errorf("error listing network namespaces: %w", err)
-	}
-
-	var names []string
-
-	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) > 0 {
-			names = append(names, f[0])
-		}
-	}
-
-	return names, nil
-}
-
-// NamespacePIDs lists the processes in namespace ns (none when it does not exist).
-func NamespacePIDs(ctx context.Context, ns string) ([]int, error) {
-	if _, err := os.Stat(filepath.Join("/run/netns", ns)); errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-
-	out, err := exec.CommandContext(ctx, "ip", "netns", "pids", ns).Output()
-	if err != nil {
-		return nil, fmt.Errorf("error listing the processes in %s: %w", ns, err)
-	}
-
-	var pids []int
-
-	for _, f := range strings.Fields(string(out)) {
-		var pid int
-		if _, err := fmt.Sscan(f, &pid); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-
-	return pids, nil
-}
-
-func linkExists(ctx context.Context, ns, name string) bool {
-	return exec.CommandContext(ctx, "ip", "-n", ns, "link", "show", "dev", name).Run() == nil
-}
-
-func ip(ctx context.Context, args ...string) error {
-	var stderr bytes.Buffer
-
-	cmd := exec.CommandContext(ctx, "ip", args...)
-	cmd.Stderr = &stderr
-
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-	}
-
-	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-
-	return false
 }

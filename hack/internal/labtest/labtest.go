@@ -21,8 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/hack/internal/lab"
-	"github.com/anvil-metal/anvil/hack/internal/labnet"
-	"github.com/anvil-metal/anvil/hack/internal/proc"
+	"github.com/anvil-metal/anvil/internal/netns"
 )
 
 // RequireHost skips the test, saying why, where the lab cannot run: not root, or a tool
@@ -137,14 +136,14 @@ func NewLab(t testing.TB, tag string, down func(ctx context.Context, dir, prefix
 
 		assert.NoError(t, down(ctx, dir, prefix), "lab down")
 
-		namespaces, err := labnet.ListNamespaces(ctx)
+		namespaces, err := netns.List()
 		assert.NoError(t, err)
 
 		for _, ns := range namespaces {
 			assert.False(t, strings.HasPrefix(ns, prefix+"-"), "namespace %s is left behind", ns)
 		}
 
-		assert.Empty(t, proc.FindByArg(dir+"/"), "processes of the lab (QEMU, dnsmasq, ipmi_sim, lab-power…) are left behind")
+		assert.Empty(t, lab.Processes(dir), "processes of the lab (QEMU, dnsmasq, ipmi_sim, lab-power…) are left behind")
 	})
 
 	return dir, prefix

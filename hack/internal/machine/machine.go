@@ -18,8 +18,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/anvil-metal/anvil/hack/internal/labnet"
-	"github.com/anvil-metal/anvil/hack/internal/proc"
+	"github.com/anvil-metal/anvil/internal/netns"
+	"github.com/anvil-metal/anvil/internal/proc"
 )
 
 // Firmware is the boot firmware of a machine.
@@ -196,11 +196,7 @@ func (m *Machine) Start(ctx context.Context) error {
 
 	// -daemonize: QEMU returns once the machine runs (or reports why not), and the
 	// machine outlives the command that started it.
-	cmd := exec.CommandContext(ctx, m.QEMU, args...)
-	if m.NetNS != "" {
-		cmd = labnet.Command(ctx, m.NetNS, m.QEMU, args...)
-	}
-
+	cmd := netns.Command(ctx, m.NetNS, m.QEMU, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 
 	if err := cmd.Run(); err != nil {

@@ -1,3 +1,5 @@
+//go:build lab
+
 package redfish
 
 import (
@@ -27,12 +29,12 @@ const (
 	diskSystem = "ANVIL-DISK booted from disk machine=redfish-qemu"
 )
 
-// TestQEMUBootOverride proves on a real machine that the backend's PXE-once and power
+// TestLabQEMUBootOverride proves on a real machine that the backend's PXE-once and power
 // cycle change what it boots: a lab machine set up to boot its disk first (and with no
 // PXE server: QEMU's user network answers DHCP without a boot file, so iPXE gives up and
 // the firmware goes on to the disk) boots its disk; after SetPXEOnce and PowerCycle it
 // tries the network first; the boot after that is from the disk again.
-func TestQEMUBootOverride(t *testing.T) {
+func TestLabQEMUBootOverride(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots a QEMU machine three times (about a minute under TCG); skipped with -short")
 	}

@@ -1,13 +1,15 @@
-package bmcsim
+package ipmisim
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -46,8 +48,13 @@ func TestValidate(t *testing.T) {
 		{"long password", func(c *Config) { c.Users[1].Password = strings.Repeat("p", 17) }, "16 bytes"},
 		{"quote in password", func(c *Config) { c.Users[1].Password = `p"w` }, "quotes"},
 		{"bad privilege", func(c *Config) { c.Users[1].Privilege = "root" }, "privilege"},
-		{"no chassis command", func(c *Config) { c.ChassisCommand = nil }, "no chassis"},
+		{"no chassis command", func(c *Config) { c.ChassisCommand = nil }, "nothing powers"},
+		{"start command instead", func(c *Config) { c.ChassisCommand, c.StartCommand = nil, []string{"sleep", "600"} }, ""},
+		{"both", func(c *Config) { c.StartCommand = []string{"sleep", "600"} }, "one power owner"},
 		{"quote in chassis command", func(c *Config) { c.ChassisCommand[3] = "/it's" }, "single quote"},
+		{"quote in start command", func(c *Config) { c.ChassisCommand, c.StartCommand = nil, []string{"it's"} }, "single quote"},
+		{"quote in directory", func(c *Config) { c.Dir = `/lab/"m"` }, "directory"},
+		{"no directory", func(c *Config) { c.Dir = "" }, "directory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -91,11 +98,26 @@ func TestLANConfText(t *testing.T) {
 	assert.NotContains(t, c.Args(), "-n", "without a console ipmi_sim logs no sessions")
 }
 
-func TestChassisScriptText(t *testing.T) {
+func TestLANConfTextStartCommand(t *testing.T) {
+	t.Parallel()
+
+	c := validConfig("/t/bmc")
+	c.ChassisCommand, c.StartCommand = nil, []string{"sleep", "600"}
+	text := c.LANConfText()
+
+	assert.Contains(t, text, "startcmd \"/t/bmc/start.sh\"\nstartnow false\npoweroff_wait 1\nkill_wait 1\n")
+	assert.Contains(t, text, "serial 15 127.0.0.1 62600 codec VM\n", "the system interface, without which ipmi_sim refuses power control")
+	assert.NotContains(t, text, "chassis_control")
+}
+
+func TestScriptTexts(t *testing.T) {
 	t.Parallel()
 
 	c := validConfig("/lab/m/bmc")
 	assert.Equal(t, "#!/bin/sh\nexec '/lab/bin/lab-power' 'chassis' '--dir' '/lab dir' '--machine' 'bios-0' \"$@\"\n", c.ChassisScriptText())
+
+	c.ChassisCommand, c.StartCommand = nil, []string{"/bin/sleep", "600"}
+	assert.Equal(t, "#!/bin/sh\necho $$ > '/lab/m/bmc/machine.pid'\nexec '/bin/sleep' '600'\n", c.StartScriptText())
 }
 
 func TestWrite(t *testing.T) {
@@ -122,6 +144,80 @@ func TestWrite(t *testing.T) {
 	bad := validConfig(dir)
 	bad.GUID = "x"
 	assert.ErrorContains(t, bad.Write(), "GUID")
+
+	// A start command's BMC has a start script and no chassis script.
+	start := validConfig(filepath.Join(t.TempDir(), "bmc"))
+	start.ChassisCommand, start.StartCommand = nil, []string{"sleep", "600"}
+	require.NoError(t, start.Write())
+
+	st, err = os.Stat(start.StartScript())
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o755), st.Mode().Perm())
+
+	_, err = os.Stat(start.ChassisScript())
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// TestStartScriptAndMachinePID runs the start script as ipmi_sim would: the machine's
+// pid is where MachinePID reads it while it runs, and 0 once it is gone.
+func TestStartScriptAndMachinePID(t *testing.T) {
+	t.Parallel()
+
+	c := validConfig(t.TempDir())
+	c.ChassisCommand, c.StartCommand = nil, []string{"sleep", "300"}
+	require.NoError(t, c.Write())
+	assert.Zero(t, c.MachinePID(), "no machine before power on")
+
+	cmd := exec.Command(c.StartScript())
+	require.NoError(t, cmd.Start())
+
+	t.Cleanup(func() {
+		cmd.Process.Kill() //nolint:errcheck // the test's own sleep
+		cmd.Wait()         //nolint:errcheck // killed
+	})
+
+	require.Eventually(t, func() bool { return c.MachinePID() == cmd.Process.Pid }, 10*time.Second, 10*time.Millisecond,
+		"the script execs the machine: its pid is the script's")
+
+	require.NoError(t, cmd.Process.Kill())
+	cmd.Wait() //nolint:errcheck // killed
+	assert.Zero(t, c.MachinePID(), "a machine that exited is none")
+
+	require.NoError(t, os.WriteFile(c.MachinePIDFile(), []byte("not a pid\n"), 0o644))
+	assert.Zero(t, c.MachinePID())
+}
+
+// TestFileChassis drives the file chassis program as ipmi_sim does.
+func TestFileChassis(t *testing.T) {
+	t.Parallel()
+
+	dir := t.TempDir()
+	argv, err := FileChassis(dir)
+	require.NoError(t, err)
+
+	run := func(args ...string) string {
+		t.Helper()
+
+		out, err := exec.Command(argv[0], append(argv[1:], args...)...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+
+		return string(out)
+	}
+
+	assert.Equal(t, "power:0\nboot:default\n", run("get", "power", "boot"))
+	run("set", "boot", "pxe", "power", "1")
+	assert.Equal(t, "power:1\nboot:pxe\n", run("get", "power", "boot"))
+
+	b, err := os.ReadFile(FileChassisBoot(dir))
+	require.NoError(t, err)
+	assert.Equal(t, "pxe\n", string(b))
+
+	b, err = os.ReadFile(ChassisLog(dir))
+	require.NoError(t, err)
+	assert.Equal(t, "get power boot\nset boot pxe power 1\nget power boot\n", string(b))
+
+	_, err = exec.Command(argv[0], append(argv[1:], "poke")...).CombinedOutput()
+	assert.Error(t, err, "an unknown operation fails")
 }
 
 func TestOpenConsoleNeverEnds(t *testing.T) {
@@ -132,7 +228,7 @@ func TestOpenConsoleNeverEnds(t *testing.T) {
 	f, err := c.OpenConsole()
 	require.NoError(t, err)
 
-	defer f.Close() //nolint:errcheck
+	defer f.Close() //nolint:errcheck // a FIFO the test reads nothing from
 
 	st, err := os.Stat(c.Console())
 	require.NoError(t, err)

@@ -1,10 +1,15 @@
-// Package bmcsim gives a lab machine a simulated IPMI BMC: one OpenIPMI ipmi_sim per
-// machine, serving RMCP+ on a LAN address of its own and, over its "codec VM" serial
-// port, the guest's KCS interface (QEMU ipmi-bmc-extern + isa-ipmi-kcs), so that a user
-// the agent creates in-guest logs in over the network. The BMC is the machine's only
-// power owner: ipmi_sim runs a chassis control program (Chassis) for power, reset and
-// the boot device, and the lab itself powers the machine through ipmi_sim (Client).
-package bmcsim
+// Package ipmisim runs OpenIPMI's ipmi_sim as a simulated IPMI BMC, for the lab and for
+// the IPMI backend's tests: its config (lan.conf, the emulator file), its power (a
+// chassis control program, see Chassis, or a start command), starting it as a child the
+// caller owns or as a daemon, and a client that speaks to it with ipmitool over RMCP+.
+//
+// In the lab each machine has one, serving RMCP+ on a LAN address of its own and, over
+// its "codec VM" serial port, the guest's KCS interface (QEMU ipmi-bmc-extern +
+// isa-ipmi-kcs), so that a user the agent creates in-guest logs in over the network. The
+// BMC is then the machine's only power owner: ipmi_sim runs a chassis control program
+// for power, reset and the boot device, and the lab itself powers the machine through
+// ipmi_sim (Client).
+package ipmisim
 
 import (
 	"encoding/hex"
@@ -13,17 +18,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
-// Ports of a lab's simulated BMCs, by machine index, in the provider's namespace: the
-// LAN on the bridge address, the VM serial port on loopback.
-const (
-	LANPortBase    = 62300
-	SerialPortBase = 62600
-	// SerialAddr is where ipmi_sim listens for its machine's QEMU.
-	SerialAddr = "127.0.0.1"
-)
+// SerialAddr is where ipmi_sim listens for its machine's QEMU (the VM serial port).
+const SerialAddr = "127.0.0.1"
 
 // User is a BMC user account as ipmi_sim's config declares it.
 type User struct {
@@ -40,8 +40,8 @@ type User struct {
 type Config struct {
 	// Name is the BMC's name (its machine's).
 	Name string
-	// Dir holds lan.conf, bmc.emu, chassis.sh, the state directory, the console FIFO
-	// and the log.
+	// Dir holds lan.conf, bmc.emu, chassis.sh or start.sh, the state directory, the
+	// console FIFO and the log.
 	Dir string
 	// GUID is the BMC's system GUID, 32 hex digits.
 	GUID string
@@ -49,20 +49,32 @@ type Config struct {
 	LANAddr string
 	LANPort int
 	// SerialPort is the VM serial port, on SerialAddr, that the machine's QEMU dials.
+	// Without it ipmi_sim has no system interface (channel 15), which in-band user
+	// provisioning goes through and without which it refuses chassis power control;
+	// nothing needs to dial it.
 	SerialPort int
 	Users      []User
+
+	// The machine's power, exactly one of the two (one power owner):
+	//
 	// ChassisCommand is the argv ipmi_sim runs, with "get <param>" or "set <param>
 	// <value>…" appended, for power, reset and the boot device (see Chassis).
 	ChassisCommand []string
+	// StartCommand is the argv ipmi_sim runs as the machine on power on and kills on
+	// power off (its pid: MachinePID). ipmi_sim (2.0.33) then refuses boot options,
+	// which it answers only through a chassis control program.
+	StartCommand []string
 }
 
 // Paths of the BMC's files.
-func (c *Config) LANConf() string       { return filepath.Join(c.Dir, "lan.conf") }
-func (c *Config) EmuFile() string       { return filepath.Join(c.Dir, "bmc.emu") }
-func (c *Config) ChassisScript() string { return filepath.Join(c.Dir, "chassis.sh") }
-func (c *Config) StateDir() string      { return filepath.Join(c.Dir, "state") }
-func (c *Config) Console() string       { return filepath.Join(c.Dir, "console") }
-func (c *Config) Log() string           { return filepath.Join(c.Dir, "ipmi_sim.log") }
+func (c *Config) LANConf() string        { return filepath.Join(c.Dir, "lan.conf") }
+func (c *Config) EmuFile() string        { return filepath.Join(c.Dir, "bmc.emu") }
+func (c *Config) ChassisScript() string  { return filepath.Join(c.Dir, "chassis.sh") }
+func (c *Config) StartScript() string    { return filepath.Join(c.Dir, "start.sh") }
+func (c *Config) MachinePIDFile() string { return filepath.Join(c.Dir, "machine.pid") }
+func (c *Config) StateDir() string       { return filepath.Join(c.Dir, "state") }
+func (c *Config) Console() string        { return filepath.Join(c.Dir, "console") }
+func (c *Config) Log() string            { return filepath.Join(c.Dir, "ipmi_sim.log") }
 
 // Args is ipmi_sim's command line (without the binary). It runs with a console (no -n):
 // only then does it log sessions, which the lab's tests read.
@@ -81,8 +93,8 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("BMC name %q is empty or has quotes, backslashes or newlines", c.Name))
 	}
 
-	if c.Dir == "" {
-		errs = append(errs, errors.New("no BMC directory"))
+	if c.Dir == "" || strings.ContainsAny(c.Dir, "'\"\\\n") {
+		errs = append(errs, fmt.Errorf("BMC directory %q is empty or has quotes, backslashes or newlines", c.Dir))
 	}
 
 	if b, err := hex.DecodeString(c.GUID); err != nil || len(b) != 16 {
@@ -129,13 +141,16 @@ func (c *Config) Validate() error {
 		seen[u.ID] = true
 	}
 
-	if len(c.ChassisCommand) == 0 {
-		errs = append(errs, errors.New("no chassis control command"))
+	switch {
+	case len(c.ChassisCommand) == 0 && len(c.StartCommand) == 0:
+		errs = append(errs, errors.New("no chassis control command and no start command: nothing powers the machine"))
+	case len(c.ChassisCommand) > 0 && len(c.StartCommand) > 0:
+		errs = append(errs, errors.New("both a chassis control command and a start command: a machine has one power owner"))
 	}
 
-	for _, a := range c.ChassisCommand {
+	for _, a := range append(slices.Clone(c.ChassisCommand), c.StartCommand...) {
 		if strings.ContainsAny(a, "'\n") {
-			errs = append(errs, fmt.Errorf("chassis command argument %q has a single quote or newline", a))
+			errs = append(errs, fmt.Errorf("command argument %q has a single quote or newline", a))
 		}
 	}
 
@@ -144,11 +159,12 @@ func (c *Config) Validate() error {
 
 // LANConfText is ipmi_sim's lan.conf for c.
 //
-// The chassis control program, not startcmd, powers the machine: ipmi_sim (2.0.33)
-// answers Set System Boot Options (PXE once, which the provider sets before every
-// power-on) only through such a program, and once one is set it routes power through
-// it too. The serial line stays: it is the guest's KCS interface, and it gives ipmi_sim
-// the system interface (channel 15) that in-band user provisioning goes through.
+// The lab powers its machines with a chassis control program, not startcmd: ipmi_sim
+// (2.0.33) answers Set System Boot Options (PXE once, which the provider sets before
+// every power-on) only through such a program, and once one is set it routes power
+// through it too. The serial line stays either way: it is the guest's KCS interface,
+// and it gives ipmi_sim the system interface (channel 15) that in-band user
+// provisioning goes through.
 func (c *Config) LANConfText() string {
 	var b strings.Builder
 
@@ -165,7 +181,14 @@ func (c *Config) LANConfText() string {
 	fmt.Fprintf(&b, "  guid %s\n", strings.ToLower(c.GUID))
 	b.WriteString("endlan\n")
 	fmt.Fprintf(&b, "serial 15 %s %d codec VM\n", SerialAddr, c.SerialPort)
-	fmt.Fprintf(&b, "chassis_control \"%s\"\n", c.ChassisScript())
+
+	if len(c.ChassisCommand) > 0 {
+		fmt.Fprintf(&b, "chassis_control \"%s\"\n", c.ChassisScript())
+	} else {
+		// Power on runs the start command, power off kills it: SIGTERM after a second,
+		// SIGKILL a second later (the lab's and the tests' machines need no more).
+		fmt.Fprintf(&b, "startcmd \"%s\"\nstartnow false\npoweroff_wait 1\nkill_wait 1\n", c.StartScript())
+	}
 
 	for _, u := range c.Users {
 		fmt.Fprintf(&b, "user %d %t \"%s\" \"%s\" %s 10 none md2 md5 straight\n", u.ID, u.Enabled, u.Name, u.Password, u.Privilege)
@@ -185,16 +208,27 @@ func EmuText() string {
 // ChassisScriptText runs ChassisCommand with ipmi_sim's arguments: ipmi_sim hands its
 // program to the shell as one string, which a script of quoted words keeps intact.
 func (c *Config) ChassisScriptText() string {
-	quoted := make([]string, len(c.ChassisCommand))
-	for i, a := range c.ChassisCommand {
+	return "#!/bin/sh\nexec " + quote(c.ChassisCommand) + " \"$@\"\n"
+}
+
+// StartScriptText runs StartCommand in place of the script, after writing its pid (the
+// machine's) to MachinePIDFile.
+func (c *Config) StartScriptText() string {
+	return "#!/bin/sh\necho $$ > " + quote([]string{c.MachinePIDFile()}) + "\nexec " + quote(c.StartCommand) + "\n"
+}
+
+// quote quotes words for sh; Validate refuses single quotes in them.
+func quote(words []string) string {
+	quoted := make([]string, len(words))
+	for i, a := range words {
 		quoted[i] = "'" + a + "'"
 	}
 
-	return "#!/bin/sh\nexec " + strings.Join(quoted, " ") + " \"$@\"\n"
+	return strings.Join(quoted, " ")
 }
 
-// Write writes the BMC's files (its state directory, with what ipmi_sim persisted, is
-// kept) and the console FIFO ipmi_sim reads commands from.
+// Write writes the BMC's files; its state directory, with what ipmi_sim persisted, is
+// kept.
 func (c *Config) Write() error {
 	if err := c.Validate(); err != nil {
 		return fmt.Errorf("error in the config of BMC %s: %w", c.Name, err)
@@ -204,6 +238,12 @@ func (c *Config) Write() error {
 		return fmt.Errorf("error creating %s: %w", c.StateDir(), err)
 	}
 
+	// The power program: a chassis control script or the start script.
+	power, powerText := c.StartScript(), c.StartScriptText()
+	if len(c.ChassisCommand) > 0 {
+		power, powerText = c.ChassisScript(), c.ChassisScriptText()
+	}
+
 	files := []struct {
 		path, text string
 		mode       os.FileMode
@@ -211,7 +251,7 @@ func (c *Config) Write() error {
 		// 0600: it holds the lab's admin password.
 		{c.LANConf(), c.LANConfText(), 0o600},
 		{c.EmuFile(), EmuText(), 0o644},
-		{c.ChassisScript(), c.ChassisScriptText(), 0o755},
+		{power, powerText, 0o755},
 	}
 
 	for _, f := range files {

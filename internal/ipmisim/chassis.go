@@ -1,4 +1,4 @@
-package bmcsim
+package ipmisim
 
 import (
 	"context"

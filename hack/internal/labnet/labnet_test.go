@@ -1,0 +1,45 @@
+package labnet
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNew(t *testing.T) {
+	t.Parallel()
+
+	n := New("anvil")
+	assert.Equal(t, &Net{ProviderNS: "anvil-lab", SiteNS: "anvil-site"}, n)
+	assert.Equal(t, []string{"anvil-lab", "anvil-site"}, n.Namespaces())
+}
+
+func TestDHCPCommand(t *testing.T) {
+	t.Parallel()
+
+	cmd := New("anvil").DHCPCommand(t.Context(), "/lab")
+
+	assert.Equal(t, []string{"ip", "netns", "exec", "anvil-site", "dnsmasq"}, cmd.Args[:5], "dnsmasq in the site's namespace")
+	assert.Contains(t, cmd.Args, "--interface=veth0")
+	assert.Contains(t, cmd.Args, "--dhcp-range=10.77.0.100,10.77.0.200,255.255.255.0,1h")
+	assert.Contains(t, cmd.Args, "--dhcp-range=::,constructor:veth0,ra-only,64", "router advertisements, without which iPXE waits for IPv6")
+	assert.Contains(t, cmd.Args, "--dhcp-hostsdir=/lab/dhcp-hosts")
+	assert.Contains(t, cmd.Args, "--port=0")
+}
+
+func TestReserveAddress(t *testing.T) {
+	t.Parallel()
+
+	dir := t.TempDir()
+	require.NoError(t, PrepareDHCP(dir))
+	require.NoError(t, ReserveAddress(dir, "52:54:00:aa:bb:cc", "10.77.0.100"))
+
+	b, err := os.ReadFile(filepath.Join(dir, "dhcp-hosts", "52-54-00-aa-bb-cc"))
+	require.NoError(t, err)
+	assert.Equal(t, "52:54:00:aa:bb:cc,10.77.0.100\n", string(b))
+
+	assert.Error(t, ReserveAddress(filepath.Join(dir, "missing"), "52:54:00:aa:bb:cc", "10.77.0.100"))
+}
