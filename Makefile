@@ -22,6 +22,13 @@ PKGS_BENCH := kea-admin dnsmasq-base nginx-light wrk iproute2
 PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.11
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
 
+# golangci-lint, built from its module in hack/tools/golangci-lint (a tool there, apart from
+# Anvil's go.mod). To move it: change the version here, then
+#   go get -C hack/tools/golangci-lint -tool github.com/golangci/golangci-lint/v2/cmd/golangci-lint@<version>
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT         := $(TOOLS)/golangci-lint
+GOLANGCI_LINT_MOD     := hack/tools/golangci-lint
+
 COMMANDS := provider anvilctl
 
 .PHONY: all setup setup-bench tools build generate lint test bench run demo e2e figures agent-initramfs clean
@@ -37,7 +44,7 @@ setup:
 setup-bench:
 	@hack/setup.sh $(PKGS_BENCH)
 
-tools: setup
+tools: setup lint-tools
 	@mkdir -p $(TOOLS)
 	@test -x $(TOOLS)/protoc-gen-go || GOBIN=$(TOOLS) $(GO) install $(PROTOC_GEN_GO)
 	@test -x $(TOOLS)/protoc-gen-go-grpc || GOBIN=$(TOOLS) $(GO) install $(PROTOC_GEN_GO_GRPC)
@@ -59,10 +66,31 @@ generate: tools
 		--go-grpc_out=api --go-grpc_opt=paths=source_relative \
 		$$(find api -name '*.proto' | sort)
 
-lint:
+# What lint needs, nothing from apt: golangci-lint, rebuilt when missing, when its version
+# changed (the stamp names it) or when its module did.
+.PHONY: lint-tools
+lint-tools: $(GOLANGCI_LINT)
+
+$(GOLANGCI_LINT): $(TOOLS)/golangci-lint.$(GOLANGCI_LINT_VERSION).stamp $(GOLANGCI_LINT_MOD)/go.mod $(GOLANGCI_LINT_MOD)/go.sum
+	$(GO) build -C $(GOLANGCI_LINT_MOD) -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+$(TOOLS)/golangci-lint.$(GOLANGCI_LINT_VERSION).stamp:
+	@v=$$($(GO) -C $(GOLANGCI_LINT_MOD) list -m -f '{{.Version}}' github.com/golangci/golangci-lint/v2); \
+		if [ "$$v" != "$(GOLANGCI_LINT_VERSION)" ]; then \
+		echo "$(GOLANGCI_LINT_MOD)/go.mod has golangci-lint $$v, the Makefile $(GOLANGCI_LINT_VERSION): run"; \
+		echo "  go get -C $(GOLANGCI_LINT_MOD) -tool github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)"; \
+		exit 1; fi
+	@mkdir -p $(TOOLS)
+	@rm -f $(TOOLS)/golangci-lint.*.stamp
+	@touch $@
+
+lint: lint-tools
 	@bad=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
 		if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags lab ./...
+	$(GOLANGCI_LINT) run ./...
+	$(GOLANGCI_LINT) run --build-tags lab ./...
 
 test: setup lint
 	$(GO) test -count=1 -timeout 30m ./...
