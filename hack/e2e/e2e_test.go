@@ -455,7 +455,7 @@ func TestHTTPStatusHelper(t *testing.T) {
 	resp, err := client.Get(url)
 	require.NoError(t, err)
 
-	resp.Body.Close() //nolint:errcheck
+	resp.Body.Close()
 	fmt.Printf("HTTP-STATUS=%d\n", resp.StatusCode)
 }
 

@@ -194,7 +194,7 @@ func agentBoots(t testing.TB, providerLog, uuid string) []string {
 			continue
 		}
 
-		if b, _ := e.Fields["boot"].(string); b != "" && !slices.Contains(boots, b) { //nolint:errcheck
+		if b, _ := e.Fields["boot"].(string); b != "" && !slices.Contains(boots, b) {
 			boots = append(boots, b)
 		}
 	}

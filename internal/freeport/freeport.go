@@ -75,7 +75,7 @@ func free(network string, port int) bool {
 			return false
 		}
 
-		c.Close() //nolint:errcheck
+		c.Close()
 
 		return true
 	default:
@@ -84,7 +84,7 @@ func free(network string, port int) bool {
 			return false
 		}
 
-		l.Close() //nolint:errcheck
+		l.Close()
 
 		return true
 	}

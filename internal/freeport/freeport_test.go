@@ -58,7 +58,7 @@ func TestBusyPortIsSkipped(t *testing.T) {
 
 	t.Cleanup(func() {
 		for _, l := range held {
-			l.Close() //nolint:errcheck
+			l.Close()
 		}
 	})
 

@@ -31,7 +31,7 @@ const devkmsgSysctl = "/proc/sys/kernel/printk_devkmsg"
 // would be lost, so it fails and the caller writes to the console instead.
 func OpenKernelLog() (*os.File, error) {
 	// A cmdline setting locks the sysctl; the write then fails and the read says which.
-	_ = os.WriteFile(devkmsgSysctl, []byte("on\n"), 0) //nolint:errcheck
+	_ = os.WriteFile(devkmsgSysctl, []byte("on\n"), 0)
 
 	b, err := os.ReadFile(devkmsgSysctl)
 	if err != nil {

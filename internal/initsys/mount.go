@@ -102,7 +102,7 @@ func mountedAt(path string) (map[string]bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	return parseMountinfo(f)
 }

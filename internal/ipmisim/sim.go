@@ -39,7 +39,7 @@ func Start(ctx context.Context, c Config, ns string) (*Sim, error) {
 
 	child, err := proc.Start("ipmi_sim "+c.Name, cmd, c.Log())
 
-	console.Close() //nolint:errcheck // ipmi_sim has its own copy, or failed to start
+	console.Close() // ipmi_sim has its own copy, or failed to start
 
 	if err != nil {
 		return nil, fmt.Errorf("error starting the BMC %s: %w", c.Name, err)
@@ -81,7 +81,7 @@ func StartDaemon(c Config, ns string) (int, error) {
 		return 0, err
 	}
 
-	defer console.Close() //nolint:errcheck // ipmi_sim has its own copy
+	defer console.Close() // ipmi_sim has its own copy
 
 	pid, err := proc.StartDaemon(cmd, c.Log())
 	if err != nil {
@@ -110,7 +110,7 @@ func (c *Config) command(ns string) (*exec.Cmd, *os.File, error) {
 
 	argv := netns.Argv(ns, append([]string{"ipmi_sim"}, c.Args()...)...)
 
-	cmd := exec.Command(argv[0], argv[1:]...) //nolint:gosec // ipmi_sim and its config
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin = console
 	cmd.Dir = c.Dir
 
@@ -178,7 +178,7 @@ func udpBound(path, addr string, port int) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("error reading the socket table: %w", err)
 	}
-	defer f.Close() //nolint:errcheck // read-only
+	defer f.Close()
 
 	return findUDP(f, addr, port)
 }

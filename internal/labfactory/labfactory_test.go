@@ -46,7 +46,7 @@ func TestWithFactoryClient(t *testing.T) {
 
 	resp, err := http.Post(srv.URL+"/schematics", "application/yaml", strings.NewReader("customization: [not a map"))
 	require.NoError(t, err)
-	resp.Body.Close() //nolint:errcheck
+	resp.Body.Close()
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
 }
 
@@ -101,7 +101,7 @@ func TestPXEScript(t *testing.T) {
 			resp, err := http.Get(srv.URL + tc.path)
 			require.NoError(t, err)
 
-			defer resp.Body.Close() //nolint:errcheck
+			defer resp.Body.Close()
 
 			body, err := io.ReadAll(resp.Body)
 			require.NoError(t, err)
@@ -137,7 +137,7 @@ func TestNoAssets(t *testing.T) {
 		require.NoError(t, err)
 
 		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close() //nolint:errcheck
+		resp.Body.Close()
 		assert.Equal(t, status, resp.StatusCode, path)
 
 		if status == http.StatusOK {

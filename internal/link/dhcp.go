@@ -139,7 +139,7 @@ func (m *Manager) exchange(ctx context.Context, ifc *net.Interface, old *nclient
 	if err != nil {
 		return nil, fmt.Errorf("DHCPv4 client on %s: %w", ifc.Name, err)
 	}
-	defer client.Close() //nolint:errcheck
+	defer client.Close()
 
 	want := dhcpv4.WithRequestedOptions(
 		dhcpv4.OptionSubnetMask, dhcpv4.OptionRouter, dhcpv4.OptionDomainNameServer,

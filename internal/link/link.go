@@ -144,7 +144,7 @@ func Start(ctx context.Context, opts Options) (*Manager, error) {
 
 	ifcs, err := conn.Links()
 	if err != nil {
-		conn.Close() //nolint:errcheck
+		conn.Close()
 
 		return nil, fmt.Errorf("listing links: %w", err)
 	}
@@ -174,7 +174,7 @@ func Start(ctx context.Context, opts Options) (*Manager, error) {
 	// they are all gone.
 	go func() {
 		m.wg.Wait()
-		conn.Close() //nolint:errcheck
+		conn.Close()
 	}()
 
 	return m, nil

@@ -194,7 +194,7 @@ func TestChildInNamespace(t *testing.T) {
 	// Check the kernel's own view over rtnetlink.
 	conn, err := rtnetlink.Dial(nil)
 	require.NoError(t, err)
-	defer conn.Close() //nolint:errcheck
+	defer conn.Close()
 
 	ifc, err := net.InterfaceByName(servedLink)
 	require.NoError(t, err)

@@ -217,7 +217,7 @@ func readLines(path string, fn func(string)) error {
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", path, err)
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	if err := scanLines(f, fn); err != nil {
 		return fmt.Errorf("reading %s: %w", path, err)

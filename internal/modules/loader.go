@@ -32,7 +32,7 @@ func (Finit) Load(m Module) error {
 	if err != nil {
 		return fmt.Errorf("opening %s: %w", m.Path, err)
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	comp := compression(m.Path)
 

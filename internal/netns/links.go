@@ -31,7 +31,7 @@ func OpenLinks(ns string) (*Links, error) {
 		return nil, fmt.Errorf("error opening network namespace %s: %w", ns, err)
 	}
 
-	defer f.Close() //nolint:errcheck // the socket stays in the namespace without it
+	defer f.Close() // the socket stays in the namespace without it
 
 	conn, err := rtnetlink.Dial(&netlink.Config{NetNS: int(f.Fd())})
 	if err != nil {
@@ -124,7 +124,7 @@ func (l *Links) AddVeth(name, peer, peerNS string) error {
 		return fmt.Errorf("error opening network namespace %s: %w", peerNS, err)
 	}
 
-	defer f.Close() //nolint:errcheck // read-only
+	defer f.Close()
 
 	peerInfo := &rtnetlink.LinkMessage{
 		Family:     unix.AF_UNSPEC,
@@ -164,7 +164,7 @@ func (l *Links) AddTap(name string) error {
 			return fmt.Errorf("error opening /dev/net/tun: %w", err)
 		}
 
-		defer unix.Close(fd) //nolint:errcheck // the tap persists without it
+		defer unix.Close(fd) // the tap persists without it
 
 		ifr, err := unix.NewIfreq(name)
 		if err != nil {

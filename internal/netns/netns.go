@@ -95,7 +95,7 @@ func Create(name string) error {
 		return nil
 	})
 	if err != nil {
-		os.Remove(path) //nolint:errcheck // best effort: the error that matters is err
+		os.Remove(path) // best effort: the error that matters is err
 
 		return fmt.Errorf("error creating network namespace %s: %w", name, err)
 	}
@@ -186,7 +186,7 @@ func PIDs(name string) ([]int, error) {
 		return nil, fmt.Errorf("error reading network namespace %s: %w", name, err)
 	}
 
-	entries, _ := filepath.Glob("/proc/[0-9]*/ns/net") //nolint:errcheck // a constant, valid pattern
+	entries, _ := filepath.Glob("/proc/[0-9]*/ns/net") // a constant, valid pattern
 
 	var pids []int
 
@@ -224,7 +224,7 @@ func Argv(ns string, argv ...string) []string {
 func Command(ctx context.Context, ns, name string, args ...string) *exec.Cmd {
 	argv := Argv(ns, append([]string{name}, args...)...)
 
-	return exec.CommandContext(ctx, argv[0], argv[1:]...) //nolint:gosec // the caller's own command
+	return exec.CommandContext(ctx, argv[0], argv[1:]...)
 }
 
 // Do runs fn on an OS thread inside namespace name: sockets fn opens, and files it reads
@@ -240,7 +240,7 @@ func Do(name string, fn func() error) error {
 		return fmt.Errorf("error opening network namespace %s: %w", name, err)
 	}
 
-	defer f.Close() //nolint:errcheck // read-only
+	defer f.Close()
 
 	return onThreadOfItsOwn(func() error {
 		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
@@ -269,7 +269,7 @@ func onThreadOfItsOwn(fn func() error) error {
 			return
 		}
 
-		defer own.Close() //nolint:errcheck // read-only
+		defer own.Close()
 
 		err = fn()
 

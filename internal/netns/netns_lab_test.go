@@ -206,7 +206,7 @@ func TestLabLinks(t *testing.T) {
 		return err
 	}))
 
-	t.Cleanup(func() { l.Close() }) //nolint:errcheck // a test listener
+	t.Cleanup(func() { l.Close() })
 
 	served := make(chan error, 1)
 
@@ -218,7 +218,7 @@ func TestLabLinks(t *testing.T) {
 			return
 		}
 
-		defer c.Close() //nolint:errcheck // the test's own connection
+		defer c.Close()
 
 		_, err = io.WriteString(c, "from a")
 		served <- err
@@ -234,7 +234,7 @@ func TestLabLinks(t *testing.T) {
 			return err
 		}
 
-		defer c.Close() //nolint:errcheck // the test's own connection
+		defer c.Close()
 
 		got, err = io.ReadAll(c)
 

@@ -40,7 +40,7 @@ func Start(name string, cmd *exec.Cmd, logPath string) (*Child, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 
 	if err := cmd.Start(); err != nil {
-		log.Close() //nolint:errcheck // the start failed already
+		log.Close()
 
 		return nil, fmt.Errorf("error starting %s: %w", name, err)
 	}
@@ -96,7 +96,7 @@ func (c *Child) Stop(grace time.Duration) {
 			<-c.done
 		}
 
-		c.log.Close() //nolint:errcheck // a log file; nothing to report to
+		c.log.Close()
 	})
 }
 
@@ -119,7 +119,7 @@ func (c *Child) WaitTCP(ctx context.Context, addr string, timeout time.Duration)
 		dcancel()
 
 		if err == nil {
-			conn.Close() //nolint:errcheck // a probe
+			conn.Close()
 
 			return nil
 		}

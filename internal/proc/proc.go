@@ -103,7 +103,7 @@ func Stop(ctx context.Context, pid int, grace time.Duration) error {
 // shells and tools that merely mention the directory (go test, grep…). This process is
 // never listed.
 func FindByArg(s string, programs ...string) []int {
-	entries, _ := filepath.Glob("/proc/[0-9]*/cmdline") //nolint:errcheck // a constant, valid pattern
+	entries, _ := filepath.Glob("/proc/[0-9]*/cmdline") // a constant, valid pattern
 
 	var pids []int
 
@@ -168,7 +168,7 @@ func StartDaemon(cmd *exec.Cmd, logPath string) (int, error) {
 		return 0, fmt.Errorf("error opening %s: %w", logPath, err)
 	}
 
-	defer f.Close() //nolint:errcheck // the daemon has its own copy
+	defer f.Close() // the daemon has its own copy
 
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -192,7 +192,7 @@ func Run(ctx context.Context, argv ...string) (string, error) {
 
 	var out bytes.Buffer
 
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...) //nolint:gosec // the caller's own command
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }

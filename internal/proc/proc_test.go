@@ -191,7 +191,7 @@ func TestChildWaitTCP(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 
-	t.Cleanup(func() { l.Close() }) //nolint:errcheck // a test listener
+	t.Cleanup(func() { l.Close() })
 
 	c, err := Start("sleep", exec.Command("sleep", "300"), filepath.Join(dir, "sleep.log"))
 	require.NoError(t, err)

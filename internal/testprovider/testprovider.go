@@ -182,7 +182,7 @@ func (p *Provider) Start() {
 			return false
 		}
 
-		resp.Body.Close() //nolint:errcheck
+		resp.Body.Close()
 
 		_, err = os.Stat(filepath.Join(p.StateDir, "control.sock"))
 
@@ -236,7 +236,7 @@ func (p *Provider) BootScript(uuid, mac string) (int, string) {
 	resp, err := http.Get(p.HTTPURL + "/ipxe/boot.ipxe?uuid=" + uuid + "&mac=" + strings.ReplaceAll(mac, ":", "-") + "&arch=x86_64&platform=efi")
 	require.NoError(p.t, err)
 
-	defer resp.Body.Close() //nolint:errcheck
+	defer resp.Body.Close()
 
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(p.t, err)

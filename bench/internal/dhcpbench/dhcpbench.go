@@ -409,7 +409,7 @@ func startAnvil(ctx context.Context, cfg Config, pair *nsPair) (*proc.Child, err
 		"--agent-assets-dir", filepath.Join(cfg.WorkDir, "no-agent"),
 	)...)
 
-	p, err := proc.Start("anvil", exec.Command(argv[0], argv[1:]...), logPath(cfg, "anvil")) //nolint:gosec // the benchmark's own command
+	p, err := proc.Start("anvil", exec.Command(argv[0], argv[1:]...), logPath(cfg, "anvil"))
 	if err != nil {
 		return nil, err
 	}
@@ -434,7 +434,7 @@ func startDnsmasq(cfg Config, pair *nsPair) (*proc.Child, error) {
 		"--pid-file=",
 	)...)
 
-	p, err := proc.Start("dnsmasq", exec.Command(argv[0], argv[1:]...), logPath(cfg, "dnsmasq")) //nolint:gosec // the benchmark's own command
+	p, err := proc.Start("dnsmasq", exec.Command(argv[0], argv[1:]...), logPath(cfg, "dnsmasq"))
 	if err != nil {
 		return nil, err
 	}

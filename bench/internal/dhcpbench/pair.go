@@ -56,14 +56,14 @@ func newPair(prefix, subnet string) (p *nsPair, err error) {
 		return nil, err
 	}
 
-	defer s.Close() //nolint:errcheck // nothing was sent that a close could lose
+	defer s.Close()
 
 	c, err := netns.OpenLinks(p.client)
 	if err != nil {
 		return nil, err
 	}
 
-	defer c.Close() //nolint:errcheck // nothing was sent that a close could lose
+	defer c.Close()
 
 	steps := []func() error{
 		func() error { return s.AddVeth(p.serverIf, p.clientIf, p.client) },

@@ -100,7 +100,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer factory.Close() //nolint:errcheck
+	defer factory.Close()
 
 	var pprofAddr string
 
@@ -122,7 +122,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer provider.Stop(10 * time.Second)
-	defer ctl.Close() //nolint:errcheck
+	defer ctl.Close()
 
 	ids, err := ctl.MachineIDs(ctx)
 	if err != nil {
@@ -326,7 +326,7 @@ func startProvider(ctx context.Context, cfg Config, port int, factoryURL, pprofA
 		"--image-factory-pxe-base-url", "http://127.0.0.1:9",
 	)
 
-	cmd := exec.Command(argv[0], argv[1:]...) //nolint:gosec // the benchmark's own command
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 
 	p, err := proc.Start("anvil", cmd, logPath)
@@ -445,7 +445,7 @@ func startNginx(ctx context.Context, cfg Config, port, size int) (*proc.Child, e
 
 	argv := proc.Pinned(cfg.ServerCPU, "nginx", "-p", dir, "-c", conf, "-e", filepath.Join(dir, "nginx-error.log"))
 
-	p, err := proc.Start("nginx", exec.Command(argv[0], argv[1:]...), logPath) //nolint:gosec // the benchmark's own command
+	p, err := proc.Start("nginx", exec.Command(argv[0], argv[1:]...), logPath)
 	if err != nil {
 		return nil, err
 	}

@@ -254,7 +254,7 @@ func get(ctx context.Context, client *http.Client, url string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("error requesting %s: %w", url, err)
 	}
-	defer resp.Body.Close() //nolint:errcheck
+	defer resp.Body.Close()
 
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {

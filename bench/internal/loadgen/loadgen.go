@@ -111,7 +111,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 						}
 					}
 
-					resp.Body.Close() //nolint:errcheck
+					resp.Body.Close()
 				}
 
 				lat := time.Since(at)

@@ -92,7 +92,7 @@ func (f *fleet) stop() error {
 	f.cancel()
 
 	for _, s := range f.servers {
-		s.Close() //nolint:errcheck // closing a UDP socket
+		s.Close()
 	}
 
 	f.wg.Wait()

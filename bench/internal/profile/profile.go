@@ -87,7 +87,7 @@ func Capture(ctx context.Context, addr string, d time.Duration, path string) err
 	if err != nil {
 		return fmt.Errorf("error fetching the profile: %w", err)
 	}
-	defer resp.Body.Close() //nolint:errcheck
+	defer resp.Body.Close()
 
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("error fetching the profile: %s", resp.Status)
@@ -99,7 +99,7 @@ func Capture(ctx context.Context, addr string, d time.Duration, path string) err
 	}
 
 	if _, err = io.Copy(f, resp.Body); err != nil {
-		f.Close() //nolint:errcheck
+		f.Close()
 
 		return fmt.Errorf("error writing %s: %w", path, err)
 	}

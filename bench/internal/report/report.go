@@ -151,7 +151,7 @@ func (rep *Report) Save(path string) error {
 	}
 
 	if err = rep.Write(f); err != nil {
-		f.Close() //nolint:errcheck
+		f.Close()
 
 		return err
 	}

@@ -378,7 +378,7 @@ func (f *follower) lines(containing string) []string {
 		return nil
 	}
 
-	defer file.Close() //nolint:errcheck
+	defer file.Close()
 
 	if _, err := file.Seek(f.offset, 0); err != nil {
 		return nil

@@ -96,7 +96,7 @@ func run(c config) error {
 		mux.HandleFunc("GET /fake/{uuid}/calls", func(w http.ResponseWriter, r *http.Request) {
 			for _, sys := range fakes {
 				if f, ok := sys.Machine.(*redfish.FakeMachine); ok && strings.EqualFold(f.UUID(), r.PathValue("uuid")) {
-					_ = json.NewEncoder(w).Encode(f.Calls()) //nolint:errcheck
+					_ = json.NewEncoder(w).Encode(f.Calls())
 
 					return
 				}
@@ -131,14 +131,14 @@ func run(c config) error {
 	if err := json.NewEncoder(os.Stdout).Encode(map[string]string{
 		"url": srv.URL, "http_url": srv.HTTPURL, "cert_pem": string(srv.CertPEM),
 	}); err != nil {
-		srv.Close() //nolint:errcheck
+		srv.Close()
 
 		return fmt.Errorf("error announcing the service: %w", err)
 	}
 
 	// Stdin closing is the starter going away.
 	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin) //nolint:errcheck
+		_, _ = io.Copy(io.Discard, os.Stdin)
 
 		stop()
 	}()

@@ -245,7 +245,7 @@ func fetchConfig(ctx context.Context, logger *zap.Logger, url string) (status in
 			return fmt.Errorf("error fetching the config: %w", err)
 		}
 
-		defer resp.Body.Close() //nolint:errcheck
+		defer resp.Body.Close()
 
 		h := sha256.New()
 
@@ -274,7 +274,7 @@ func sendInstall(ctx context.Context, logger *zap.Logger, sink string) error {
 		return fmt.Errorf("error dialing the event sink %s: %w", sink, err)
 	}
 
-	defer conn.Close() //nolint:errcheck
+	defer conn.Close()
 
 	client := events.NewEventSinkServiceClient(conn)
 

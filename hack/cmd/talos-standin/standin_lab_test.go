@@ -281,7 +281,7 @@ func get(t *testing.T, url string) []byte {
 	resp, err := http.Get(url)
 	require.NoError(t, err)
 
-	defer resp.Body.Close() //nolint:errcheck // read in full
+	defer resp.Body.Close()
 
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)

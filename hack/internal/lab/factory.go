@@ -90,7 +90,7 @@ func BuildStandinAssets(ctx context.Context, root, out string) error {
 		return err
 	}
 
-	defer os.RemoveAll(tmp) //nolint:errcheck
+	defer os.RemoveAll(tmp)
 
 	// The binary is cheap to build (Go caches it); the initramfs is not, so it is made
 	// again only when the binary or the kernel changed.

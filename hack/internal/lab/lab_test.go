@@ -62,7 +62,7 @@ func TestLabDownSweepsWithoutState(t *testing.T) {
 	})
 	if err != nil {
 		for _, log := range []string{"provider.log", "power.log", "machines/bios-1/bmc/ipmi_sim.log"} {
-			b, _ := os.ReadFile(filepath.Join(dir, log)) //nolint:errcheck // what there is
+			b, _ := os.ReadFile(filepath.Join(dir, log)) // what there is
 			t.Logf("%s:\n%s", log, b)
 		}
 	}

@@ -253,7 +253,7 @@ func (s *State) registerBMCs(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("error connecting to the provider's control socket: %w", err)
 	}
-	defer conn.Close() //nolint:errcheck
+	defer conn.Close()
 
 	client := controlv1.NewTransitionServiceClient(conn)
 

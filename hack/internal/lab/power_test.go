@@ -142,7 +142,7 @@ func TestRegisterBMCs(t *testing.T) {
 	dir, err := os.MkdirTemp("", "lab")
 	require.NoError(t, err)
 
-	t.Cleanup(func() { os.RemoveAll(dir) }) //nolint:errcheck
+	t.Cleanup(func() { os.RemoveAll(dir) })
 
 	s := &State{Dir: dir, Prefix: "t"}
 	require.NoError(t, os.MkdirAll(s.ProviderStateDir(), 0o755))

@@ -65,14 +65,14 @@ func (n *Net) Up() error {
 		return err
 	}
 
-	defer p.Close() //nolint:errcheck // nothing was sent that a close could lose
+	defer p.Close()
 
 	s, err := netns.OpenLinks(n.SiteNS)
 	if err != nil {
 		return err
 	}
 
-	defer s.Close() //nolint:errcheck // nothing was sent that a close could lose
+	defer s.Close()
 
 	steps := []func() error{
 		func() error { return p.SetUp("lo") },
@@ -113,7 +113,7 @@ func (n *Net) AddTap(name string) error {
 		return err
 	}
 
-	defer p.Close() //nolint:errcheck // nothing was sent that a close could lose
+	defer p.Close()
 
 	if err := p.AddTap(name); err != nil {
 		return err

@@ -48,7 +48,7 @@ func TestLabNetUpDown(t *testing.T) {
 		l, err := netns.OpenLinks(ns)
 		require.NoError(t, err)
 
-		defer l.Close() //nolint:errcheck // read only
+		defer l.Close()
 
 		names, err := l.Names()
 		require.NoError(t, err)
@@ -83,7 +83,7 @@ func TestLabNetUpDown(t *testing.T) {
 		return err
 	}))
 
-	t.Cleanup(func() { l.Close() }) //nolint:errcheck // a test listener
+	t.Cleanup(func() { l.Close() })
 
 	accepted := make(chan error, 1)
 

@@ -389,7 +389,7 @@ func copyFile(src, dst string) error {
 		return fmt.Errorf("error opening %s: %w", src, err)
 	}
 
-	defer in.Close() //nolint:errcheck
+	defer in.Close()
 
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -397,7 +397,7 @@ func copyFile(src, dst string) error {
 	}
 
 	if _, err := io.Copy(out, in); err != nil {
-		out.Close() //nolint:errcheck
+		out.Close()
 
 		return fmt.Errorf("error copying %s: %w", src, err)
 	}

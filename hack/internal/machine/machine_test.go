@@ -169,7 +169,7 @@ func TestNetworkBootOnce(t *testing.T) {
 	defer cancel()
 
 	m := machine.New(machine.Spec{Name: "once", Seed: "t", Dir: filepath.Join(dir, "m"), QEMU: qemu, DiskFirst: true, Netdev: "user", DiskSize: "1M"})
-	t.Cleanup(func() { _ = m.Stop(context.Background()) }) //nolint:errcheck
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
 
 	starts := func() []string {
 		b, err := os.ReadFile(filepath.Join(m.Dir, "args.log"))

@@ -19,7 +19,7 @@ func (m *Machine) QMP(ctx context.Context, command string) error {
 		return fmt.Errorf("error connecting to the QMP socket of %s: %w", m.Name, err)
 	}
 
-	defer conn.Close() //nolint:errcheck
+	defer conn.Close()
 
 	deadline := time.Now().Add(10 * time.Second)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {

@@ -141,7 +141,7 @@ func writeJSON(w http.ResponseWriter, code int, doc any) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.Header().Set("OData-Version", "4.0")
 	w.WriteHeader(code)
-	_, _ = w.Write(b) //nolint:errcheck // the client went away
+	_, _ = w.Write(b) // the client went away
 }
 
 // writeError answers with a Redfish error: a message of the Base registry.

@@ -53,11 +53,11 @@ func Serve(ctx context.Context, h http.Handler, opts ServeOptions) (*Server, err
 		return nil, fmt.Errorf("error listening on %s: %w", opts.HTTPSAddr, err)
 	}
 
-	host, _, _ := net.SplitHostPort(ln.Addr().String()) //nolint:errcheck // a TCP listener's address
+	host, _, _ := net.SplitHostPort(ln.Addr().String()) // a TCP listener's address
 
 	cert, certPEM, err := selfSigned(append([]string{host, "localhost", "127.0.0.1", "::1"}, opts.Hosts...))
 	if err != nil {
-		ln.Close() //nolint:errcheck
+		ln.Close()
 
 		return nil, err
 	}
@@ -74,7 +74,7 @@ func Serve(ctx context.Context, h http.Handler, opts ServeOptions) (*Server, err
 	if opts.HTTPAddr != "" {
 		hln, err := lc.Listen(ctx, "tcp", opts.HTTPAddr)
 		if err != nil {
-			ln.Close() //nolint:errcheck
+			ln.Close()
 
 			return nil, fmt.Errorf("error listening on %s: %w", opts.HTTPAddr, err)
 		}
@@ -109,7 +109,7 @@ func Serve(ctx context.Context, h http.Handler, opts ServeOptions) (*Server, err
 		<-ctx.Done()
 
 		for _, srv := range s.servers {
-			srv.Close() //nolint:errcheck
+			srv.Close()
 		}
 	}()
 

@@ -73,7 +73,7 @@ var DefaultResetTypes = []string{
 // Options shape one service instance after a vendor's BMC.
 type Options struct {
 	// Username and Password are the one account; empty Username: no authentication.
-	Username, Password string //nolint:gosec // the lab's account, by design
+	Username, Password string
 	// SessionOnly refuses basic authentication: only session tokens are accepted.
 	SessionOnly bool
 	// NoSessions has no SessionService: only basic authentication.

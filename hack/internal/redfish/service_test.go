@@ -45,7 +45,7 @@ func do(t *testing.T, h http.Handler, method, path, body string, a auth) (*http.
 	resp := w.Result()
 
 	var doc map[string]any
-	if b, _ := io.ReadAll(resp.Body); len(b) > 0 { //nolint:errcheck // a recorder's body
+	if b, _ := io.ReadAll(resp.Body); len(b) > 0 { // a recorder's body
 		require.NoError(t, json.Unmarshal(b, &doc), "%s %s answered %q", method, path, b)
 	}
 
@@ -441,7 +441,7 @@ func TestServe(t *testing.T) {
 
 		require.NoError(t, err)
 		assert.Equal(t, http.StatusOK, resp.StatusCode)
-		resp.Body.Close() //nolint:errcheck
+		resp.Body.Close()
 	}
 
 	assert.Contains(t, srv.Cert.IPAddresses[0].String(), "127.0.0.1")

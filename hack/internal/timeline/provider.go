@@ -23,7 +23,7 @@ func ReadProviderLog(path string) ([]Entry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("error opening the provider log: %w", err)
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	var out []Entry
 
@@ -36,15 +36,15 @@ func ReadProviderLog(path string) ([]Entry, error) {
 			continue
 		}
 
-		ts, _ := fields["ts"].(string)   //nolint:errcheck
-		msg, _ := fields["msg"].(string) //nolint:errcheck
+		ts, _ := fields["ts"].(string)
+		msg, _ := fields["msg"].(string)
 
 		at, err := time.Parse(time.RFC3339Nano, ts)
 		if err != nil {
 			continue
 		}
 
-		id, _ := fields["machine"].(string) //nolint:errcheck
+		id, _ := fields["machine"].(string)
 		out = append(out, Entry{At: at, Msg: msg, Machine: id, Fields: fields})
 	}
 
@@ -65,7 +65,7 @@ next:
 		}
 
 		for k, v := range match {
-			if s, _ := e.Fields[k].(string); s != v { //nolint:errcheck
+			if s, _ := e.Fields[k].(string); s != v {
 				continue next
 			}
 		}

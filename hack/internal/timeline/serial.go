@@ -59,7 +59,7 @@ func (c *Consoles) run(ctx context.Context) {
 }
 
 func (c *Consoles) poll() {
-	files, _ := filepath.Glob(c.glob) //nolint:errcheck // only ErrBadPattern, a caller's constant
+	files, _ := filepath.Glob(c.glob) // only ErrBadPattern, a caller's constant
 
 	for _, f := range files {
 		c.read(f)
@@ -71,7 +71,7 @@ func (c *Consoles) read(path string) {
 	if err != nil {
 		return // not there yet
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	c.mu.Lock()
 	defer c.mu.Unlock()

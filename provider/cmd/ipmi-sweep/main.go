@@ -31,7 +31,7 @@ type target struct {
 	Address  string `json:"address"`
 	Port     int    `json:"port"`
 	Username string `json:"username"`
-	Password string `json:"password"` //nolint:gosec // read from stdin, never printed
+	Password string `json:"password"`
 }
 
 type observation struct {

@@ -106,7 +106,7 @@ func TestAnvilctlAgainstRunningProvider(t *testing.T) {
 	require.NoError(t, err)
 
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close() //nolint:errcheck
+	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, "version: v1alpha1\nmachine:\n  type: worker\n", string(body))
 
@@ -188,7 +188,7 @@ func TestBurstOfNewMachines(t *testing.T) {
 				return err
 			}
 
-			defer resp.Body.Close() //nolint:errcheck // read to the end below
+			defer resp.Body.Close()
 
 			if _, err = io.Copy(io.Discard, resp.Body); err != nil {
 				return err
@@ -220,7 +220,7 @@ func TestBurstOfNewMachines(t *testing.T) {
 
 	resp, err := http.Get(p.HTTPURL + "/healthz")
 	require.NoError(t, err)
-	resp.Body.Close() //nolint:errcheck // only the status matters
+	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 
 	t.Logf("watch restarts: machine view %d, controllers %d",

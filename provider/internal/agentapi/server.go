@@ -48,7 +48,7 @@ type BMCReport struct {
 	Address  string
 	Port     uint32
 	User     string
-	Password string //nolint:gosec // the provisioned credential, stored encrypted
+	Password string
 	// Failure is why the order failed; "" when it was carried out.
 	Failure string
 }

@@ -78,7 +78,7 @@ func newFixture(t *testing.T) *fixture {
 
 	store, err := resources.Open(t.Context(), dir)
 	require.NoError(t, err)
-	t.Cleanup(func() { store.Close() }) //nolint:errcheck
+	t.Cleanup(func() { store.Close() })
 
 	ca, err := pki.Load(dir)
 	require.NoError(t, err)
@@ -115,7 +115,7 @@ func newFixture(t *testing.T) *fixture {
 	require.NoError(t, err)
 
 	t.Cleanup(func() {
-		conn.Close() //nolint:errcheck
+		conn.Close()
 		srv.Stop()
 		cancel()
 		<-viewDone

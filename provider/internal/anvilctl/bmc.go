@@ -109,7 +109,7 @@ func readPassword(stdin io.Reader, file string, fromStdin bool) (string, error) 
 		if err != nil {
 			return "", fmt.Errorf("error opening the password file: %w", err)
 		}
-		defer f.Close() //nolint:errcheck
+		defer f.Close()
 
 		r = f
 	case fromStdin:

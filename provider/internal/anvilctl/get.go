@@ -161,7 +161,7 @@ func redact(r resource.Resource) resource.Resource {
 		return r
 	}
 
-	out := in.DeepCopy().(*resources.MachineIntent) //nolint:forcetypeassert,errcheck // DeepCopy keeps the type
+	out := in.DeepCopy().(*resources.MachineIntent) //nolint:forcetypeassert // DeepCopy keeps the type
 	out.TypedSpec().Allocation.Config = redactedConfig(len(in.TypedSpec().Allocation.Config))
 
 	return out

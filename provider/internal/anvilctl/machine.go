@@ -180,7 +180,7 @@ func readConfig(stdin io.Reader, path string) ([]byte, error) {
 			return nil, fmt.Errorf("error reading the machine config: %w", err)
 		}
 
-		defer f.Close() //nolint:errcheck
+		defer f.Close()
 
 		r = f
 	}

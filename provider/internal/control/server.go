@@ -102,14 +102,14 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 
-	defer os.Remove(s.opts.SocketPath) //nolint:errcheck
+	defer os.Remove(s.opts.SocketPath)
 
 	servers := []served{{srv: s.newGRPC(), lis: unixLis, name: s.opts.SocketPath}}
 
 	if s.opts.TCPAddress != "" && s.opts.TLSConfig != nil {
 		tcpLis, err := net.Listen("tcp", s.opts.TCPAddress)
 		if err != nil {
-			unixLis.Close() //nolint:errcheck
+			unixLis.Close()
 
 			return fmt.Errorf("error listening on %s: %w", s.opts.TCPAddress, err)
 		}
@@ -181,14 +181,14 @@ func listenUnix(path string) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("%s exists and is not a socket", path)
 	default:
 		if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			conn.Close() //nolint:errcheck
+			conn.Close()
 
 			return nil, fmt.Errorf("%s is in use: is another provider running?", path)
 		}
 	}
 
 	tmp := fmt.Sprintf("%s.%d.tmp", path, os.Getpid())
-	os.Remove(tmp) //nolint:errcheck
+	os.Remove(tmp)
 
 	lis, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
@@ -203,8 +203,8 @@ func listenUnix(path string) (*net.UnixListener, error) {
 	}
 
 	if err != nil {
-		lis.Close()    //nolint:errcheck
-		os.Remove(tmp) //nolint:errcheck
+		lis.Close()
+		os.Remove(tmp)
 
 		return nil, fmt.Errorf("error setting up the control socket %s: %w", path, err)
 	}

@@ -23,7 +23,7 @@ func TestServerSocket(t *testing.T) {
 	dir, err := os.MkdirTemp("", "anvil")
 	require.NoError(t, err)
 
-	t.Cleanup(func() { os.RemoveAll(dir) }) //nolint:errcheck
+	t.Cleanup(func() { os.RemoveAll(dir) })
 
 	socket := filepath.Join(dir, "control.sock")
 
@@ -43,7 +43,7 @@ func TestServerSocket(t *testing.T) {
 	require.Eventually(t, func() bool {
 		conn, err := net.Dial("unix", socket)
 		if err == nil {
-			conn.Close() //nolint:errcheck
+			conn.Close()
 		}
 
 		return err == nil

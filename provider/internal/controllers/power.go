@@ -103,7 +103,7 @@ func (ctrl *PowerController) Settings() controller.QSettings {
 			{Namespace: resources.NamespaceName, Type: resources.MachineStatusType, Kind: controller.InputQMapped},
 		},
 		Outputs:     []controller.Output{{Type: resources.PowerStatusType, Kind: controller.OutputExclusive}},
-		Concurrency: optional.Some(uint(concurrency)), //nolint:gosec // positive
+		Concurrency: optional.Some(uint(concurrency)), // positive
 		RunHook:     ctrl.dropOrphans,
 	}
 }
@@ -357,7 +357,7 @@ func (ctrl *PowerController) read(ctx context.Context, ep power.Endpoint) (resou
 	if err != nil {
 		return resources.PowerUnknown, err
 	}
-	defer c.Close() //nolint:errcheck // a session that fails to close changes nothing read
+	defer c.Close()
 
 	st, err := c.PowerState(ctx)
 	if err != nil {
@@ -384,7 +384,7 @@ func (ctrl *PowerController) act(ctx context.Context, ep power.Endpoint, action 
 	if err != nil {
 		return err
 	}
-	defer c.Close() //nolint:errcheck // the action is done or failed already
+	defer c.Close()
 
 	switch action {
 	case actionOff:

@@ -129,7 +129,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	s.grpc.Stop()
 
 	if err := srv.Shutdown(shutdownCtx); err != nil {
-		srv.Close() //nolint:errcheck
+		srv.Close()
 	}
 
 	if err := <-errCh; err != nil && !errors.Is(err, http.ErrServerClosed) {

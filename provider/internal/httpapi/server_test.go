@@ -69,7 +69,7 @@ func newFixture(t *testing.T) *fixture {
 
 	store, err := resources.Open(t.Context(), t.TempDir())
 	require.NoError(t, err)
-	t.Cleanup(func() { store.Close() }) //nolint:errcheck
+	t.Cleanup(func() { store.Close() })
 
 	assetsDir := t.TempDir()
 	for name, content := range map[string]string{"vmlinuz-amd64": "KERNEL", "initramfs-amd64.xz": "INITRAMFS"} {
@@ -277,7 +277,7 @@ func TestEventSink(t *testing.T) {
 
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() }) //nolint:errcheck
+	t.Cleanup(func() { conn.Close() })
 
 	sink := events.NewEventSinkServiceClient(conn)
 
@@ -313,7 +313,7 @@ func TestEventSink(t *testing.T) {
 	require.NoError(t, err)
 
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close() //nolint:errcheck
+	resp.Body.Close()
 	assert.Equal(t, "ok\n", string(body))
 }
 
@@ -323,7 +323,7 @@ func TestHealthWaitsForTheView(t *testing.T) {
 
 	store, err := resources.Open(t.Context(), t.TempDir())
 	require.NoError(t, err)
-	t.Cleanup(func() { store.Close() }) //nolint:errcheck
+	t.Cleanup(func() { store.Close() })
 
 	view := machineview.New()
 	srv := httpapi.New(httpapi.Options{

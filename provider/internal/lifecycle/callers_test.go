@@ -181,7 +181,7 @@ func newCallers(t *testing.T) *callers {
 	f.agents = agentv1.NewAgentServiceClient(conn)
 
 	t.Cleanup(func() {
-		conn.Close() //nolint:errcheck // the test is over
+		conn.Close()
 		srv.Stop()
 		cancel()
 		wg.Wait()

@@ -19,7 +19,7 @@ func openState(t *testing.T) *resources.Store {
 
 	st, err := resources.Open(t.Context(), t.TempDir())
 	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() }) //nolint:errcheck
+	t.Cleanup(func() { st.Close() })
 
 	return st
 }
@@ -166,7 +166,7 @@ func TestViewSurvivesOverrun(t *testing.T) {
 
 	st, err := resources.Open(ctx, t.TempDir(), resources.WithHistory(16))
 	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() }) //nolint:errcheck
+	t.Cleanup(func() { st.Close() })
 
 	gone := resources.NewMachine("gone")
 	require.NoError(t, st.Create(ctx, gone))

@@ -52,7 +52,7 @@ func TestMutualTLS(t *testing.T) {
 
 	lis, err := tls.Listen("tcp", "127.0.0.1:0", serverCfg)
 	require.NoError(t, err)
-	t.Cleanup(func() { lis.Close() }) //nolint:errcheck
+	t.Cleanup(func() { lis.Close() })
 
 	go func() {
 		for {
@@ -62,7 +62,7 @@ func TestMutualTLS(t *testing.T) {
 			}
 
 			go func() {
-				defer conn.Close() //nolint:errcheck
+				defer conn.Close()
 
 				conn.(*tls.Conn).Handshake() //nolint:errcheck
 				conn.Write([]byte("ok"))     //nolint:errcheck
@@ -91,7 +91,7 @@ func TestMutualTLS(t *testing.T) {
 			return err
 		}
 
-		defer conn.Close() //nolint:errcheck
+		defer conn.Close()
 
 		buf := make([]byte, 2)
 		_, err = conn.Read(buf)

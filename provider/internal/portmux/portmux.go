@@ -43,11 +43,11 @@ func (m *Mux) Plain() net.Listener { return m.plain }
 // Run accepts connections until ctx is done or the root listener fails, then closes
 // everything.
 func (m *Mux) Run(ctx context.Context) error {
-	stop := context.AfterFunc(ctx, func() { m.root.Close() }) //nolint:errcheck
+	stop := context.AfterFunc(ctx, func() { m.root.Close() })
 	defer stop()
 
-	defer m.tls.Close()   //nolint:errcheck
-	defer m.plain.Close() //nolint:errcheck
+	defer m.tls.Close()
+	defer m.plain.Close()
 
 	for {
 		conn, err := m.root.Accept()
@@ -75,7 +75,7 @@ func (m *Mux) route(conn net.Conn) {
 
 	first, err := r.Peek(1)
 	if err != nil {
-		conn.Close() //nolint:errcheck
+		conn.Close()
 
 		return
 	}
@@ -113,7 +113,7 @@ func (l *listener) deliver(conn net.Conn) {
 	select {
 	case l.conns <- conn:
 	case <-l.closed:
-		conn.Close() //nolint:errcheck
+		conn.Close()
 	}
 }
 

@@ -41,7 +41,7 @@ func TestTLSAndPlainOnOnePort(t *testing.T) {
 
 	t.Cleanup(func() {
 		secure.Close()
-		plain.Close() //nolint:errcheck
+		plain.Close()
 		cancel()
 		require.NoError(t, <-done)
 	})
@@ -50,7 +50,7 @@ func TestTLSAndPlainOnOnePort(t *testing.T) {
 		resp, err := client.Get(url)
 		require.NoError(t, err)
 
-		defer resp.Body.Close() //nolint:errcheck
+		defer resp.Body.Close()
 
 		body, err := io.ReadAll(resp.Body)
 		require.NoError(t, err)
@@ -59,7 +59,7 @@ func TestTLSAndPlainOnOnePort(t *testing.T) {
 	}
 
 	addr := root.Addr().String()
-	tlsClient := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a test server's own certificate
+	tlsClient := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // a test server's own certificate
 
 	for range 3 {
 		assert.Equal(t, "plain", get(http.DefaultClient, "http://"+addr+"/"))

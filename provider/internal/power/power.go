@@ -66,7 +66,7 @@ type Endpoint struct {
 	Address  string // host name or IP (or, for KindAPI, the base URL)
 	Port     int    // 0: the backend's default
 	Username string
-	Password string //nolint:gosec // a credential by design; never logged (see String)
+	Password string
 	// Insecure skips TLS verification (Redfish only); off unless the user asks.
 	Insecure bool
 	// SystemID picks the Redfish System to drive; empty: the one matching MachineUUID,

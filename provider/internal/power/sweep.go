@@ -113,7 +113,7 @@ func pollState(ctx context.Context, ep Endpoint, dial Dialers) (State, error) {
 		return StateUnknown, err
 	}
 
-	defer c.Close() //nolint:errcheck // the state is read; a failed goodbye changes nothing
+	defer c.Close()
 
 	st, err := c.PowerState(ctx)
 	if err != nil {

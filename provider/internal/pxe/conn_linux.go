@@ -54,7 +54,7 @@ func listenUDP(ctx context.Context, ifname string, port int) (*net.UDPConn, erro
 	// A burst of PXE clients (a rack powering on) must queue, not drop, while the
 	// readers catch up.
 	if err = conn.SetReadBuffer(readBuffer); err != nil {
-		conn.Close() //nolint:errcheck
+		conn.Close()
 
 		return nil, fmt.Errorf("error sizing the receive buffer of UDP port %d: %w", port, err)
 	}

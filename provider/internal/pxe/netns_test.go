@@ -47,7 +47,7 @@ func newTestNet(t *testing.T) *testNet {
 	}
 
 	var id [4]byte
-	rand.Read(id[:]) //nolint:errcheck // never fails
+	rand.Read(id[:]) // never fails
 
 	n := &testNet{
 		server: "anvil-t-" + hex.EncodeToString(id[:]) + "-s",
@@ -102,7 +102,7 @@ func inNetns(ns string, f func() error) <-chan error {
 		}
 
 		err = unix.Setns(fd, unix.CLONE_NEWNET)
-		unix.Close(fd) //nolint:errcheck
+		unix.Close(fd)
 
 		if err != nil {
 			done <- fmt.Errorf("error entering netns %s: %w", ns, err)
@@ -159,7 +159,7 @@ func newTestClient(t *testing.T, n *testNet, port int) *testClient {
 		t.Fatal(err)
 	}
 
-	t.Cleanup(func() { conn.Close() }) //nolint:errcheck
+	t.Cleanup(func() { conn.Close() })
 
 	return &testClient{conn: conn}
 }

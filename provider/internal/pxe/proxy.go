@@ -81,7 +81,7 @@ func (p *ProxyDHCP) Run(ctx context.Context) error {
 
 	bootConn, err := listenUDP(ctx, p.ifname, p.cfg.pxePort())
 	if err != nil {
-		dhcpConn.Close() //nolint:errcheck
+		dhcpConn.Close()
 
 		return err
 	}
@@ -183,7 +183,7 @@ func serveConns(ctx context.Context, logger *zap.Logger, conns []servedConn) err
 	<-ctx.Done()
 
 	for _, sc := range conns {
-		sc.conn.Close() //nolint:errcheck // unblocks the readers
+		sc.conn.Close() // unblocks the readers
 	}
 
 	wg.Wait()

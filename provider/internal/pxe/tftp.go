@@ -190,7 +190,7 @@ func (t *TFTP) Serve(ctx context.Context, conn *net.UDPConn) error {
 
 	select {
 	case err := <-done:
-		conn.Close() //nolint:errcheck
+		conn.Close()
 
 		if err != nil {
 			return fmt.Errorf("error serving TFTP: %w", err)
@@ -234,7 +234,7 @@ func (t *TFTP) read(name string, rf io.ReaderFrom) error {
 
 		return fmt.Errorf("%s: %w", name, errNotFound)
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
 		t.metrics.tftpErrors.WithLabelValues("refused").Inc()

@@ -68,7 +68,7 @@ func newTFTPFixture(t *testing.T) *tftpFixture {
 
 	random := func(n int) []byte {
 		b := make([]byte, n)
-		rand.Read(b) //nolint:errcheck
+		rand.Read(b)
 
 		return b
 	}

@@ -80,7 +80,7 @@ type BMCSecret = typed.Resource[BMCSecretSpec, BMCSecretExtension]
 
 // BMCSecretSpec holds the password.
 type BMCSecretSpec struct {
-	Password string `yaml:"-" protobuf:"1"` //nolint:gosec // the secret itself, never printed
+	Password string `yaml:"-" protobuf:"1"`
 }
 
 // DeepCopy implements typed.DeepCopyable.

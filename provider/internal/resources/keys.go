@@ -103,13 +103,13 @@ func writeFileSync(path string, data []byte, perm os.FileMode) error {
 	}
 
 	if _, err = f.Write(data); err != nil {
-		f.Close() //nolint:errcheck
+		f.Close()
 
 		return err
 	}
 
 	if err = f.Sync(); err != nil {
-		f.Close() //nolint:errcheck
+		f.Close()
 
 		return err
 	}

@@ -101,7 +101,7 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 	s := &Store{State: state.WrapCore(core), backing: backing, keys: keys}
 
 	if err := s.registerDefinitions(ctx); err != nil {
-		s.Close() //nolint:errcheck
+		s.Close()
 
 		return nil, err
 	}

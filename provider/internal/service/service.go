@@ -79,7 +79,7 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		return err
 	}
 
-	defer store.Close() //nolint:errcheck
+	defer store.Close()
 
 	ca, err := loadAuthority(opts.StateDir)
 	if err != nil {

@@ -24,7 +24,7 @@ type BMC struct {
 	Address  string
 	Port     uint32
 	Username string
-	Password string //nolint:gosec // the credential given, stored encrypted and never logged
+	Password string
 	Insecure bool
 	SystemID string
 }
@@ -147,7 +147,7 @@ type AgentBMC struct {
 	Address  string
 	Port     uint32
 	User     string
-	Password string //nolint:gosec // the provisioned credential, stored encrypted
+	Password string
 }
 
 // StoreAgentBMC records the credentials an agent provisioned in-band. A user's

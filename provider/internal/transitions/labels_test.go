@@ -82,7 +82,7 @@ func TestAcceptPending(t *testing.T) {
 		tr := transitions.New(st, transitions.Options{})
 
 		for _, name := range tc.from {
-			_ = apply(t.Context(), tr, name) //nolint:errcheck // deallocate is refused, which is fine here
+			_ = apply(t.Context(), tr, name) // deallocate is refused, which is fine here
 		}
 
 		before, err := safe.StateGetByID[*resources.MachineIntent](t.Context(), st, machineID)

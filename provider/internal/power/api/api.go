@@ -112,7 +112,7 @@ func (c *client) do(ctx context.Context, method, what string, body, reply any) e
 	if err != nil {
 		return fmt.Errorf("%s %s: %w: %w", method, redactURL(u), power.ErrUnreachable, unwrapURLError(err))
 	}
-	defer resp.Body.Close() //nolint:errcheck
+	defer resp.Body.Close()
 
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxReply))
 	if err != nil {

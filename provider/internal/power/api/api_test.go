@@ -43,7 +43,7 @@ func (f *fakeAPI) handler(t *testing.T) http.Handler {
 			state = "on"
 		}
 
-		json.NewEncoder(w).Encode(powerwire.PowerReply{State: state}) //nolint:errcheck,errchkjson
+		json.NewEncoder(w).Encode(powerwire.PowerReply{State: state}) //nolint:errcheck
 	})
 	mux.HandleFunc("POST /machines/"+uuid+"/power", func(w http.ResponseWriter, r *http.Request) {
 		var req powerwire.PowerRequest
@@ -82,7 +82,7 @@ func dial(t *testing.T, address, user, password string) power.Client {
 
 	c, err := api.Dial(t.Context(), power.Endpoint{Kind: power.KindAPI, Address: address, Username: user, Password: password, MachineUUID: uuid})
 	require.NoError(t, err)
-	t.Cleanup(func() { c.Close() }) //nolint:errcheck
+	t.Cleanup(func() { c.Close() })
 
 	return c
 }
@@ -126,7 +126,7 @@ func TestClientErrors(t *testing.T) {
 	// A listener that accepts and never answers: a BMC that hangs.
 	hung, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	t.Cleanup(func() { hung.Close() }) //nolint:errcheck
+	t.Cleanup(func() { hung.Close() })
 
 	go func() {
 		for {
@@ -143,7 +143,7 @@ func TestClientErrors(t *testing.T) {
 	// and no server of this test (bind(0) hands a released port out again) takes it.
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	require.NoError(t, err)
-	t.Cleanup(func() { unix.Close(fd) }) //nolint:errcheck
+	t.Cleanup(func() { unix.Close(fd) })
 	require.NoError(t, unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
 	sa, err := unix.Getsockname(fd)
 	require.NoError(t, err)

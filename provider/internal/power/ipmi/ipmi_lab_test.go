@@ -27,7 +27,7 @@ func dialSim(t *testing.T, s *sim) power.Client {
 		t.Fatalf("Dial: %v", err)
 	}
 
-	t.Cleanup(func() { c.Close() }) //nolint:errcheck // ends the test's session
+	t.Cleanup(func() { c.Close() })
 
 	return c
 }
@@ -203,7 +203,7 @@ func TestLabWrongCredentialsAgainstIPMISim(t *testing.T) {
 
 			c, err := Dial(ctx, ep)
 			if err == nil {
-				c.Close() //nolint:errcheck // a session the test did not want
+				c.Close()
 				t.Fatal("Dial succeeded with wrong credentials")
 			}
 
@@ -263,7 +263,7 @@ func TestLabSlowBMCAgainstIPMISim(t *testing.T) {
 		{"dial", func(ctx context.Context) error {
 			c, err := Dial(ctx, ep)
 			if err == nil {
-				c.Close() //nolint:errcheck // a session the test did not want
+				c.Close()
 			}
 
 			return err
@@ -298,7 +298,7 @@ func TestLabSlowBMCAgainstIPMISim(t *testing.T) {
 
 	start := time.Now()
 
-	c.Close() //nolint:errcheck // a session the test did not want
+	c.Close()
 
 	if took := time.Since(start); took > closeTimeout+slack {
 		t.Fatalf("Close took %s, want at most %s", took, closeTimeout)

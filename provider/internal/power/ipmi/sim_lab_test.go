@@ -144,7 +144,7 @@ func startRelay(t *testing.T, upstreamPort int) *relay {
 
 	back, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: upstreamPort})
 	if err != nil {
-		front.Close() //nolint:errcheck // a test socket
+		front.Close()
 		t.Fatal(err)
 	}
 
@@ -217,8 +217,8 @@ func startRelay(t *testing.T, upstreamPort int) *relay {
 		}
 		mu.Unlock()
 
-		front.Close() //nolint:errcheck // a test socket
-		back.Close()  //nolint:errcheck // a test socket
+		front.Close()
+		back.Close()
 		wg.Wait()
 	})
 

@@ -43,7 +43,7 @@ func TestLabQEMUBootOverride(t *testing.T) {
 		t.Skip("qemu-system-x86_64 is not installed (Debian qemu-system-x86)")
 	}
 
-	if kernels, _ := filepath.Glob("/boot/vmlinuz-*"); len(kernels) == 0 { //nolint:errcheck // a constant pattern
+	if kernels, _ := filepath.Glob("/boot/vmlinuz-*"); len(kernels) == 0 { // a constant pattern
 		t.Skip("no kernel in /boot for the disk system")
 	}
 
@@ -60,7 +60,7 @@ func TestLabQEMUBootOverride(t *testing.T) {
 	// outlives its BMC, as QEMU runs daemonized.
 	t.Cleanup(func() {
 		if t.Failed() {
-			b, _ := os.ReadFile(serial) //nolint:errcheck // the log is for reading only
+			b, _ := os.ReadFile(serial) // the log is for reading only
 			t.Logf("serial log:\n%s", b)
 		}
 
@@ -78,11 +78,11 @@ func TestLabQEMUBootOverride(t *testing.T) {
 	c, err := Dial(ctx, endpoint(s))
 	require.NoError(t, err)
 
-	defer c.Close() //nolint:errcheck
+	defer c.Close()
 
 	// mark is where the next output starts; boot is one boot's output from there.
 	mark := func() int {
-		b, _ := os.ReadFile(serial) //nolint:errcheck // no log yet: 0
+		b, _ := os.ReadFile(serial) // no log yet: 0
 
 		return len(b)
 	}
@@ -93,7 +93,7 @@ func TestLabQEMUBootOverride(t *testing.T) {
 		deadline := time.Now().Add(timeout)
 
 		for {
-			b, _ := os.ReadFile(serial) //nolint:errcheck // polled until the deadline
+			b, _ := os.ReadFile(serial) // polled until the deadline
 			out := string(b[min(from, len(b)):])
 
 			// From the firmware's start on: a machine stopped mid-boot may have written

@@ -123,7 +123,7 @@ func dial(ctx context.Context, ep power.Endpoint, roots *x509.CertPool) (*client
 	}
 
 	if c.system, err = c.pickSystem(ctx, ep); err != nil {
-		c.Close() //nolint:errcheck
+		c.Close()
 
 		return nil, err
 	}
@@ -229,10 +229,10 @@ func hasSessions(ctx context.Context, hc *http.Client, base string) (bool, error
 		return false, err
 	}
 
-	defer resp.Body.Close() //nolint:errcheck
+	defer resp.Body.Close()
 
 	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10)) //nolint:errcheck // for the message only
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10)) // for the message only
 
 		return false, schemas.ConstructError(resp.StatusCode, b)
 	}

@@ -129,7 +129,7 @@ func TestPowerOnOff(t *testing.T) {
 	c, err := Dial(ctx, endpoint(s))
 	require.NoError(t, err)
 
-	defer c.Close() //nolint:errcheck
+	defer c.Close()
 
 	st, err := c.PowerState(ctx)
 	require.NoError(t, err)
@@ -264,7 +264,7 @@ func TestUnreachable(t *testing.T) {
 	silent, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 
-	t.Cleanup(func() { silent.Close() }) //nolint:errcheck
+	t.Cleanup(func() { silent.Close() })
 
 	go func() {
 		for {
@@ -273,7 +273,7 @@ func TestUnreachable(t *testing.T) {
 				return
 			}
 
-			t.Cleanup(func() { conn.Close() }) //nolint:errcheck
+			t.Cleanup(func() { conn.Close() })
 		}
 	}()
 
@@ -335,7 +335,7 @@ func fakeBMC(t *testing.T, docs map[string]string) (*httptest.Server, *x509.Cert
 		}
 
 		w.WriteHeader(code)
-		_, _ = w.Write([]byte(body)) //nolint:errcheck
+		_, _ = w.Write([]byte(body))
 	}))
 	t.Cleanup(srv.Close)
 
@@ -414,7 +414,7 @@ func TestMalformedReplies(t *testing.T) {
 			if tc.op != nil {
 				require.NoError(t, err)
 
-				defer c.Close() //nolint:errcheck
+				defer c.Close()
 
 				err = tc.op(ctx, c)
 			}
@@ -451,11 +451,11 @@ func TestSlowBMC(t *testing.T) {
 			case <-r.Context().Done():
 			}
 		case r.URL.Path == "/redfish/v1/":
-			_, _ = w.Write([]byte(goodRoot)) //nolint:errcheck
+			_, _ = w.Write([]byte(goodRoot))
 		case r.URL.Path == "/redfish/v1/Systems":
-			_, _ = w.Write([]byte(goodSystems)) //nolint:errcheck
+			_, _ = w.Write([]byte(goodSystems))
 		default:
-			_, _ = w.Write([]byte(goodSystem)) //nolint:errcheck
+			_, _ = w.Write([]byte(goodSystem))
 		}
 	}))
 	t.Cleanup(srv.Close)
@@ -466,7 +466,7 @@ func TestSlowBMC(t *testing.T) {
 	c, err := dial(testContext(t), power.Endpoint{Address: srv.URL}, roots)
 	require.NoError(t, err)
 
-	defer c.Close() //nolint:errcheck
+	defer c.Close()
 
 	slow.Store(true)
 

@@ -35,13 +35,13 @@ func TestMain(m *testing.M) {
 	out, err := exec.Command("go", "build", "-o", labRedfish, "github.com/anvil-metal/anvil/hack/cmd/lab-redfish").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building lab-redfish: %v\n%s", err, out)
-		os.RemoveAll(dir) //nolint:errcheck
+		os.RemoveAll(dir)
 		os.Exit(1)
 	}
 
 	code := m.Run()
 
-	os.RemoveAll(dir) //nolint:errcheck
+	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
@@ -86,7 +86,7 @@ func startService(t *testing.T, args ...string) *service {
 	}()
 
 	t.Cleanup(func() {
-		stdin.Close() //nolint:errcheck
+		stdin.Close()
 
 		select {
 		case <-done:
@@ -110,7 +110,7 @@ func (s *service) host() string { return strings.TrimPrefix(s.URL, "https://") }
 func (s *service) get(t *testing.T, path string, v any) {
 	t.Helper()
 
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the test's own service
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // the test's own service
 
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, s.URL+path, nil)
 	require.NoError(t, err)
@@ -121,12 +121,12 @@ func (s *service) get(t *testing.T, path string, v any) {
 
 	if resp.StatusCode == http.StatusUnauthorized {
 		// A session-only service: a session of the test's own, for this request.
-		resp.Body.Close() //nolint:errcheck
+		resp.Body.Close()
 
 		login, err := hc.Post(s.URL+"/redfish/v1/SessionService/Sessions", "application/json",
 			strings.NewReader(`{"UserName":"`+testUser+`","Password":"`+testPassword+`"}`))
 		require.NoError(t, err)
-		login.Body.Close() //nolint:errcheck
+		login.Body.Close()
 		require.Equal(t, http.StatusCreated, login.StatusCode)
 
 		req.Header.Del("Authorization")
@@ -142,11 +142,11 @@ func (s *service) get(t *testing.T, path string, v any) {
 
 			r, err := hc.Do(logout)
 			require.NoError(t, err)
-			r.Body.Close() //nolint:errcheck
+			r.Body.Close()
 		}()
 	}
 
-	defer resp.Body.Close() //nolint:errcheck
+	defer resp.Body.Close()
 
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
