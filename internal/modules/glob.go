@@ -14,16 +14,19 @@ func match(pattern, name string) bool {
 			case '*':
 				starP, starN = p, n
 				p++
+
 				continue
 			case '?':
 				p++
 				n++
+
 				continue
 			case '[':
 				ok, width := matchClass(pattern[p:], name[n])
 				if width > 0 && ok {
 					p += width
 					n++
+
 					continue
 				}
 				if width == 0 {
@@ -33,6 +36,7 @@ func match(pattern, name string) bool {
 				if c == name[n] {
 					p++
 					n++
+
 					continue
 				}
 			}
@@ -47,6 +51,7 @@ func match(pattern, name string) bool {
 	for p < len(pattern) && pattern[p] == '*' {
 		p++
 	}
+
 	return p == len(pattern)
 }
 
@@ -78,5 +83,6 @@ func matchClass(class string, c byte) (bool, int) {
 			matched = true
 		}
 	}
+
 	return false, 0
 }

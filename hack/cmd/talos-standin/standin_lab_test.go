@@ -118,8 +118,11 @@ func TestLabBootsInQEMU(t *testing.T) {
 	parts := strings.Split(strings.TrimPrefix(chain, p.FactoryURL+"/pxe/"), "/")
 	require.Len(t, parts, 3, chain)
 	schematic := parts[0]
-	require.Eventually(t, func() bool { _, ok := p.Factory.Schematic(schematic); return ok },
-		30*time.Second, 100*time.Millisecond, "the schematic was not registered with the factory")
+	require.Eventually(t, func() bool {
+		_, ok := p.Factory.Schematic(schematic)
+
+		return ok
+	}, 30*time.Second, 100*time.Millisecond, "the schematic was not registered with the factory")
 
 	pxe := string(get(t, chain))
 	t.Logf("factory PXE script:\n%s", pxe)

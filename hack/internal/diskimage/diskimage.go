@@ -162,6 +162,7 @@ func Make(ctx context.Context, path string, opts Options) error {
 	if err := os.Rename(out, path); err != nil {
 		return fmt.Errorf("diskimage: placing image at %s: %w", path, err)
 	}
+
 	return nil
 }
 
@@ -187,6 +188,7 @@ func bootFiles(work string, opts Options) ([]bootFile, error) {
 			return nil, fmt.Errorf("diskimage: writing %s: %w", name, err)
 		}
 	}
+
 	return []bootFile{
 		{filepath.Join(work, "syslinux.cfg"), "/syslinux.cfg"},
 		{filepath.Join(work, "loader.conf"), "/loader/loader.conf"},
@@ -203,6 +205,7 @@ func writeImage(ctx context.Context, path string, diskBytes, partBytes int64, fi
 	}
 	if err := f.Truncate(diskBytes); err != nil {
 		f.Close()
+
 		return fmt.Errorf("diskimage: sizing %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {
@@ -257,6 +260,7 @@ func writeImage(ctx context.Context, path string, diskBytes, partBytes int64, fi
 	if err := run(ctx, "syslinux", "--install", "--offset", fmt.Sprint(partStart*sector), path); err != nil {
 		return fmt.Errorf("diskimage: installing syslinux: %w", err)
 	}
+
 	return nil
 }
 
@@ -270,8 +274,10 @@ func sortedByDepth(set map[string]bool) []string {
 		if di != dj {
 			return di < dj
 		}
+
 		return out[i] < out[j]
 	})
+
 	return out
 }
 
@@ -305,6 +311,7 @@ func writeInitramfs(path, init, machine string) error {
 	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("diskimage: writing %s: %w", path, err)
 	}
+
 	return nil
 }
 
@@ -315,6 +322,7 @@ func BuildInit(ctx context.Context, out string) error {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("diskimage: building %s: %w: %s", InitPackage, err, bytes.TrimSpace(b))
 	}
+
 	return nil
 }
 
@@ -327,6 +335,7 @@ func DefaultKernel() (string, error) {
 	// Versions like 6.1.0-57 sort well enough as strings within one series;
 	// the lab installs one kernel.
 	sort.Strings(m)
+
 	return m[len(m)-1], nil
 }
 
@@ -339,8 +348,10 @@ func writeAt(path string, b []byte, off int64) error {
 	}
 	if _, err := f.WriteAt(b, off); err != nil {
 		f.Close()
+
 		return err
 	}
+
 	return f.Close()
 }
 
@@ -358,5 +369,6 @@ func runIn(ctx context.Context, stdin, name string, args ...string) error {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(b))
 	}
+
 	return nil
 }

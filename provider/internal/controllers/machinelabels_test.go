@@ -47,7 +47,11 @@ func TestMachineLabelsController(t *testing.T) {
 	in.TypedSpec().Labels = map[string]string{"team": "storage", "rack": "r9"}
 	require.NoError(t, st.Create(ctx, in))
 
-	ml = eventually(t, st, "m1", func(ml *resources.MachineLabels) bool { _, ok := ml.Metadata().Labels().Get("team"); return ok })
+	ml = eventually(t, st, "m1", func(ml *resources.MachineLabels) bool {
+		_, ok := ml.Metadata().Labels().Get("team")
+
+		return ok
+	})
 	rack, _ := ml.Metadata().Labels().Get("rack")
 	assert.Equal(t, "r9", rack)
 	assert.Equal(t, map[string]string{"team": "storage", "rack": "r9"}, ml.TypedSpec().User)
@@ -61,7 +65,11 @@ func TestMachineLabelsController(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	ml = eventually(t, st, "m1", func(ml *resources.MachineLabels) bool { _, ok := ml.Metadata().Labels().Get("team"); return !ok })
+	ml = eventually(t, st, "m1", func(ml *resources.MachineLabels) bool {
+		_, ok := ml.Metadata().Labels().Get("team")
+
+		return !ok
+	})
 	rack, _ = ml.Metadata().Labels().Get("rack")
 	assert.Equal(t, "r1", rack)
 

@@ -175,9 +175,17 @@ func (m memLeases) List(context.Context) ([]Lease, error) {
 	return out, nil
 }
 
-func (m memLeases) Put(_ context.Context, l Lease) error { m[l.MAC] = l; return nil }
+func (m memLeases) Put(_ context.Context, l Lease) error {
+	m[l.MAC] = l
 
-func (m memLeases) Delete(_ context.Context, mac string) error { delete(m, mac); return nil }
+	return nil
+}
+
+func (m memLeases) Delete(_ context.Context, mac string) error {
+	delete(m, mac)
+
+	return nil
+}
 
 func TestDHCPServerPoolExhaustionAndDecline(t *testing.T) {
 	t.Parallel()

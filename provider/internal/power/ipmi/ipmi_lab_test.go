@@ -268,7 +268,11 @@ func TestLabSlowBMCAgainstIPMISim(t *testing.T) {
 
 			return err
 		}},
-		{"power state", func(ctx context.Context) error { _, err := c.PowerState(ctx); return err }},
+		{"power state", func(ctx context.Context) error {
+			_, err := c.PowerState(ctx)
+
+			return err
+		}},
 		{"power on", c.PowerOn},
 		{"set PXE once", func(ctx context.Context) error { return c.SetPXEOnce(ctx, power.BootModeUEFI) }},
 	}

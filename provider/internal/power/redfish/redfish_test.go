@@ -381,7 +381,12 @@ func TestMalformedReplies(t *testing.T) {
 		{
 			name: "weird power state",
 			docs: map[string]string{"GET /redfish/v1/": goodRoot, "GET /redfish/v1/Systems": goodSystems, "GET /redfish/v1/Systems/1": strings.Replace(goodSystem, `"On"`, `"Exploded"`, 1)},
-			op:   func(ctx context.Context, c power.Client) error { _, err := c.PowerState(ctx); return err }, wantErr: `power state "Exploded"`,
+			op: func(ctx context.Context, c power.Client) error {
+				_, err := c.PowerState(ctx)
+
+				return err
+			},
+			wantErr: `power state "Exploded"`,
 		},
 		{
 			name: "reset answers 500 with no JSON",
