@@ -100,7 +100,7 @@ func bootDisk(t *testing.T, fw, base, machine string) {
 	t.Cleanup(func() {
 		if !exited {
 			_ = cmd.Process.Kill()
-			<-waitErr
+			<-waitErr //nolint:errcheck // killed: its exit status says so
 		}
 	})
 	want := Line(machine)
@@ -127,6 +127,7 @@ func bootDisk(t *testing.T, fw, base, machine string) {
 			}
 
 			t.Logf("%s: %q after %v, powered off after %v", fw, want, seenAt.Round(time.Millisecond), elapsed.Round(time.Millisecond))
+
 			return
 		case <-tick.C:
 			if seenAt == 0 && strings.Contains(readLog(serial), want) {
@@ -141,6 +142,7 @@ func readLog(path string) string {
 	if err != nil {
 		return fmt.Sprintf("(no serial log: %v)", err)
 	}
+
 	return string(b)
 }
 
@@ -156,7 +158,9 @@ func copyFile(src, dst string) error {
 	}
 	if _, err := io.Copy(out, in); err != nil {
 		out.Close()
+
 		return err
 	}
+
 	return out.Close()
 }
