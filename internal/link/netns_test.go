@@ -180,7 +180,8 @@ func TestChildInNamespace(t *testing.T) {
 	require.NoError(t, err)
 	t.Logf("first address after %v", time.Since(start).Round(time.Millisecond))
 
-	js, _ := json.MarshalIndent(sum, "", "  ")
+	js, err := json.MarshalIndent(sum, "", "  ")
+	require.NoError(t, err)
 	t.Logf("summary: %s", js)
 
 	served, ok := sum.Link(servedLink)

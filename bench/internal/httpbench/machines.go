@@ -48,7 +48,7 @@ func UUID(i int) string {
 
 // MAC is machine i's MAC, in iPXE's hexhyp form.
 func MAC(i int) string {
-	return fmt.Sprintf("02-00-%02x-%02x-%02x-%02x", byte(i>>24), byte(i>>16), byte(i>>8), byte(i))
+	return fmt.Sprintf("02-00-%02x-%02x-%02x-%02x", i>>24&0xff, i>>16&0xff, i>>8&0xff, i&0xff)
 }
 
 // Path is machine i's boot-script request, as iPXE sends it.

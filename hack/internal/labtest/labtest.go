@@ -194,28 +194,28 @@ func (t T) Run(name string, f func(T)) bool {
 
 // Errorf records the failure, then reports it as testing.T does.
 func (t T) Errorf(format string, args ...any) {
-	t.T.Helper()
+	t.Helper()
 	t.record(fmt.Sprintf(format, args...))
 	t.T.Errorf(format, args...)
 }
 
 // Error records the failure, then reports it as testing.T does.
 func (t T) Error(args ...any) {
-	t.T.Helper()
+	t.Helper()
 	t.record(fmt.Sprintln(args...))
 	t.T.Error(args...)
 }
 
 // Fatalf records the failure, then reports it and stops as testing.T does.
 func (t T) Fatalf(format string, args ...any) {
-	t.T.Helper()
+	t.Helper()
 	t.record(fmt.Sprintf(format, args...))
 	t.T.Fatalf(format, args...)
 }
 
 // Fatal records the failure, then reports it and stops as testing.T does.
 func (t T) Fatal(args ...any) {
-	t.T.Helper()
+	t.Helper()
 	t.record(fmt.Sprintln(args...))
 	t.T.Fatal(args...)
 }

@@ -94,13 +94,12 @@ func TestDesignTableCallers(t *testing.T) {
 
 // callers are the provider's parts, wired as the service wires them.
 type callers struct {
-	st      *resources.Store
-	view    *machineview.View
-	http    *httpapi.Server
-	agents  agentv1.AgentServiceClient
-	key     []byte
-	bmcs    *bmcLog
-	machine map[string]bool
+	st     *resources.Store
+	view   *machineview.View
+	http   *httpapi.Server
+	agents agentv1.AgentServiceClient
+	key    []byte
+	bmcs   *bmcLog
 }
 
 func newCallers(t *testing.T) *callers {

@@ -173,7 +173,7 @@ func addBootOptions(cfg *Config, req, resp *dhcpv4.DHCPv4, file string) {
 // server port, to the relay (giaddr:67) when relayed, to ciaddr:68 when the client has an
 // address, else broadcast to 255.255.255.255:68.
 func ReplyTo(cfg *Config, req *dhcpv4.DHCPv4, src netip.AddrPort, bootPort bool) netip.AddrPort {
-	serverPort := uint16(cfg.dhcpPort())
+	serverPort := uint16(cfg.dhcpPort()) //nolint:gosec // Validate keeps it ≤ 65535
 	clientPort := serverPort + 1
 
 	if bootPort {

@@ -3,6 +3,7 @@ package pxe
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"time"
@@ -95,6 +96,12 @@ func (c *Config) Validate() error {
 
 	if !c.ServerIP.Is4() {
 		return fmt.Errorf("server IP %q is not an IPv4 address", c.ServerIP)
+	}
+
+	for _, port := range []int{c.DHCPPort, c.PXEPort} {
+		if port < 0 || port > math.MaxUint16 {
+			return fmt.Errorf("port %d is out of range", port)
+		}
 	}
 
 	// Precomputed once: every reply carries them.

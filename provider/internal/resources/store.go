@@ -18,6 +18,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/state/impl/store/encryption"
 	"github.com/cosi-project/runtime/pkg/state/registry"
 	"go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 const dbFile = "state.db"
@@ -76,7 +77,7 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 		return bbolt.Open(filepath.Join(dir, dbFile), 0o600, &bbolt.Options{Timeout: 5 * time.Second})
 	}, marshaler)
 	if err != nil {
-		if errors.Is(err, bbolt.ErrTimeout) {
+		if errors.Is(err, berrors.ErrTimeout) {
 			return nil, fmt.Errorf("error opening state %s: it is locked by another process", dir)
 		}
 
