@@ -158,7 +158,7 @@ func TestGuard(t *testing.T) {
 		{name: "panic error", fn: func() error { panic(sentinel) }, wantErr: sentinel, wantPanic: true},
 		{name: "nil map write", fn: func() error {
 			var m map[string]int
-			m["x"] = 1
+			m["x"] = 1 //nolint:staticcheck // SA5000: the panic under test
 
 			return nil
 		}, wantPanic: true},

@@ -129,7 +129,7 @@ func (f *Factory) register(w http.ResponseWriter, r *http.Request) {
 	f.mu.Unlock()
 
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(map[string]string{"id": id, "schematic": string(body)}) //nolint:errcheck
+	json.NewEncoder(w).Encode(map[string]string{"id": id, "schematic": string(body)}) //nolint:errcheck,errchkjson // the client went away: nothing to do
 }
 
 // pxe answers GET /pxe/<schematic>/<version>/<platform>-<arch> with the factory's script.
@@ -172,7 +172,7 @@ func (f *Factory) pxe(w http.ResponseWriter, r *http.Request) {
 	}, sc.Customization.ExtraKernelArgs...)
 
 	w.Header().Set("Content-Type", "text/plain")
-	fmt.Fprintf(w, "#!ipxe\nimgfree\nkernel %skernel-%s %s\ninitrd %s%s\nboot\n", image, arch, strings.Join(args, " "), image, initramfs)
+	fmt.Fprintf(w, "#!ipxe\nimgfree\nkernel %skernel-%s %s\ninitrd %s%s\nboot\n", image, arch, strings.Join(args, " "), image, initramfs) //nolint:gosec // a text/plain iPXE script, not HTML
 }
 
 // image answers GET /image/<schematic>/<version>/<file> from the assets directory.

@@ -202,8 +202,8 @@ func routeMessage(ifc *net.Interface, r route) *rtnetlink.RouteMessage {
 	scope := uint8(unix.RT_SCOPE_UNIVERSE)
 	attrs := rtnetlink.RouteAttributes{
 		Dst:      r.Dst.Addr().AsSlice(),
-		OutIface: uint32(ifc.Index),
-		Priority: 1024 + uint32(ifc.Index),
+		OutIface: uint32(ifc.Index),        //nolint:gosec // an ifindex: a positive int32
+		Priority: 1024 + uint32(ifc.Index), //nolint:gosec // an ifindex: a positive int32
 	}
 
 	if r.Gw.IsValid() {
@@ -214,7 +214,7 @@ func routeMessage(ifc *net.Interface, r route) *rtnetlink.RouteMessage {
 
 	return &rtnetlink.RouteMessage{
 		Family:     unix.AF_INET,
-		DstLength:  uint8(r.Dst.Bits()),
+		DstLength:  uint8(r.Dst.Bits()), //nolint:gosec // at most 32
 		Table:      unix.RT_TABLE_MAIN,
 		Protocol:   unix.RTPROT_DHCP,
 		Scope:      scope,

@@ -128,7 +128,7 @@ func (l *Links) AddVeth(name, peer, peerNS string) error {
 
 	peerInfo := &rtnetlink.LinkMessage{
 		Family:     unix.AF_UNSPEC,
-		Attributes: &rtnetlink.LinkAttributes{Name: peer, NetNS: rtnetlink.NetNSForFD(uint32(f.Fd()))},
+		Attributes: &rtnetlink.LinkAttributes{Name: peer, NetNS: rtnetlink.NetNSForFD(uint32(f.Fd()))}, //nolint:gosec // a file descriptor: a small int
 	}
 
 	return l.add(name, &rtnetlink.LinkInfo{Kind: "veth", Data: &driver.Veth{PeerInfo: peerInfo}}, "veth")

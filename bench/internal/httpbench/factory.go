@@ -28,7 +28,7 @@ func StartFactory() (*Factory, error) {
 	f := &Factory{Factory: labfactory.New(), URL: "http://" + lis.Addr().String()}
 	f.srv = &http.Server{Handler: f.Factory, ReadHeaderTimeout: 5 * time.Second}
 
-	go f.srv.Serve(lis) //nolint:errcheck
+	go f.srv.Serve(lis) //nolint:errcheck // returns ErrServerClosed when Close ends it
 
 	return f, nil
 }

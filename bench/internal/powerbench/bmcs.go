@@ -50,7 +50,7 @@ func startFleet(ctx context.Context, n int) (*fleet, error) {
 
 		user, err := b.Users.Add(2, bmcUser)
 		if err != nil {
-			f.stop()
+			_ = f.stop() // the error to report is err
 
 			return nil, fmt.Errorf("error adding the BMC user: %w", err)
 		}
@@ -61,14 +61,14 @@ func startFleet(ctx context.Context, n int) (*fleet, error) {
 
 		conn, err := udp.Listen("127.0.0.1:0")
 		if err != nil {
-			f.stop()
+			_ = f.stop() // the error to report is err
 
 			return nil, fmt.Errorf("error listening for BMC %d: %w", i, err)
 		}
 
 		srv := server.NewServer(b, conn)
 
-		f.ports = append(f.ports, conn.LocalAddr().(*net.UDPAddr).Port)
+		f.ports = append(f.ports, conn.LocalAddr().(*net.UDPAddr).Port) //nolint:forcetypeassert // a UDP socket's address
 		f.chassis = append(f.chassis, ch)
 		f.servers = append(f.servers, srv)
 		f.wg.Add(1)

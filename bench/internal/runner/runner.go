@@ -68,7 +68,7 @@ func Main(ctx context.Context, args []string) error {
 	)
 
 	if err := fs.Parse(args); err != nil {
-		return err //nolint:wrapcheck
+		return err
 	}
 
 	if fs.NArg() != 1 {
@@ -356,7 +356,7 @@ func loadgenMain(ctx context.Context, args []string) error {
 	)
 
 	if err := fs.Parse(args); err != nil {
-		return err //nolint:wrapcheck
+		return err
 	}
 
 	res, err := loadgen.Run(ctx, loadgen.Config{

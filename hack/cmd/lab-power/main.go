@@ -76,7 +76,7 @@ func serve(ctx context.Context, dir, listen string) error {
 		return fmt.Errorf("error creating the logger: %w", err)
 	}
 
-	defer logger.Sync() //nolint:errcheck
+	defer logger.Sync() //nolint:errcheck // syncing stderr fails on terminals (EINVAL); nothing to do at exit
 
 	// Read per request: the lab adds machines while this runs.
 	lookup := func(uuid string) (powerapi.Machine, bool) {
@@ -110,7 +110,7 @@ func serve(ctx context.Context, dir, listen string) error {
 
 	srv := &http.Server{Handler: powerapi.Handler(lookup, logger), ReadHeaderTimeout: 10 * time.Second}
 
-	log.Printf("lab-power: serving the power API of the lab in %s on http://%s", dir, listen)
+	log.Printf("lab-power: serving the power API of the lab in %s on http://%s", dir, listen) //nolint:gosec // its own flags
 
 	errc := make(chan error, 1)
 
@@ -129,7 +129,7 @@ func serve(ctx context.Context, dir, listen string) error {
 		return fmt.Errorf("error stopping the power API: %w", err)
 	}
 
-	<-errc
+	<-errc //nolint:errcheck // ErrServerClosed, after Shutdown
 
 	return nil
 }

@@ -140,7 +140,7 @@ func activeConsoles(logger *zap.Logger) []io.Writer {
 	var ws []io.Writer
 
 	for _, name := range strings.Fields(string(b)) {
-		f, err := os.OpenFile("/dev/"+name, os.O_WRONLY|unix.O_NOCTTY, 0)
+		f, err := os.OpenFile("/dev/"+name, os.O_WRONLY|unix.O_NOCTTY, 0) //nolint:gosec // a console name the kernel listed
 		if err != nil {
 			logger.Warn("error opening a console", zap.String("console", name), zap.Error(err))
 

@@ -50,7 +50,7 @@ func TestRun(t *testing.T) {
 			return
 		}
 
-		w.Write([]byte("hello")) //nolint:errcheck
+		_, _ = w.Write([]byte("hello"))
 	}))
 	t.Cleanup(cfg.Close)
 
@@ -61,7 +61,7 @@ func TestRun(t *testing.T) {
 	srv := grpc.NewServer()
 	events.RegisterEventSinkServiceServer(srv, s)
 
-	go srv.Serve(l) //nolint:errcheck
+	go srv.Serve(l) //nolint:errcheck // ends with Stop
 
 	t.Cleanup(srv.Stop)
 

@@ -487,7 +487,7 @@ func copyFile(src, dst string) error {
 		return fmt.Errorf("error reading %s: %w", src, err)
 	}
 
-	if err := os.WriteFile(dst, b, 0o644); err != nil {
+	if err := os.WriteFile(dst, b, 0o644); err != nil { //nolint:gosec // the lab's own paths
 		return fmt.Errorf("error writing %s: %w", dst, err)
 	}
 

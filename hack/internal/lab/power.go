@@ -239,7 +239,7 @@ func (s *State) registerBMCs(ctx context.Context) error {
 		case OwnerAPI:
 			req.Address = "http://" + PowerAPIListen
 		case OwnerIPMI:
-			req.Address, req.Port = labnet.ProviderAddr, uint32(b.LANPort)
+			req.Address, req.Port = labnet.ProviderAddr, uint32(b.LANPort) //nolint:gosec // BMCLANPortBase + a machine's index
 		}
 
 		reqs, names = append(reqs, req), append(names, m.Name)

@@ -179,7 +179,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(v) //nolint:errcheck,errchkjson
+	json.NewEncoder(w).Encode(v) //nolint:errcheck,errchkjson // the client went away: nothing to do
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {

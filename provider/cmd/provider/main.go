@@ -47,7 +47,7 @@ func newRootCmd() *cobra.Command {
 				return err
 			}
 
-			defer logger.Sync() //nolint:errcheck
+			defer logger.Sync() //nolint:errcheck // syncing stderr fails on terminals (EINVAL); nothing to do at exit
 
 			return service.Run(cmd.Context(), opts, logger)
 		},

@@ -106,7 +106,7 @@ func newFixture(t *testing.T) *fixture {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 
-	go srv.Serve(lis) //nolint:errcheck
+	go srv.Serve(lis) //nolint:errcheck // ends with Stop
 
 	roots := x509.NewCertPool()
 	roots.AddCert(mustParse(t, ca))
@@ -118,7 +118,7 @@ func newFixture(t *testing.T) *fixture {
 		conn.Close()
 		srv.Stop()
 		cancel()
-		<-viewDone
+		<-viewDone //nolint:errcheck // the view's end, not its error, is waited for
 	})
 
 	f.client = agentv1.NewAgentServiceClient(conn)

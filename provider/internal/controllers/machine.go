@@ -83,7 +83,7 @@ func (ctrl *MachineController) Run(ctx context.Context, r controller.Runtime, _ 
 			if ctx.Err() != nil {
 				ctrl.held.Store(obs)
 
-				return nil
+				return nil //nolint:nilerr // stopping is not a failure: the observation is held for the next run
 			}
 
 			return err

@@ -90,7 +90,7 @@ func New(opts Options) *Server {
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	select {
 	case <-s.opts.View.Ready():
-		w.Write([]byte("ok\n")) //nolint:errcheck
+		_, _ = w.Write([]byte("ok\n"))
 	default:
 		http.Error(w, "starting", http.StatusServiceUnavailable)
 	}

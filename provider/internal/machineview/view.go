@@ -97,7 +97,7 @@ func (v *View) ByAddress(addr string) []*Entry {
 func (v *View) NoteAgentBoot(id resource.ID, issued time.Time) {
 	for {
 		prev, loaded := v.agentBoots.LoadOrStore(id, issued)
-		if !loaded || !issued.After(prev.(time.Time)) { //nolint:forcetypeassert
+		if !loaded || !issued.After(prev.(time.Time)) { //nolint:forcetypeassert // agentBoots holds only time.Time
 			return
 		}
 
@@ -116,8 +116,8 @@ func (v *View) AgentBootIssued(id resource.ID) time.Time {
 		newest = e.Machine.AgentBootIssued
 	}
 
-	if noted, ok := v.agentBoots.Load(id); ok && noted.(time.Time).After(newest) { //nolint:forcetypeassert
-		newest = noted.(time.Time) //nolint:forcetypeassert
+	if noted, ok := v.agentBoots.Load(id); ok && noted.(time.Time).After(newest) { //nolint:forcetypeassert // agentBoots holds only time.Time
+		newest = noted.(time.Time) //nolint:forcetypeassert // agentBoots holds only time.Time
 	}
 
 	return newest

@@ -69,7 +69,7 @@ func (m *Mux) Run(ctx context.Context) error {
 }
 
 func (m *Mux) route(conn net.Conn) {
-	conn.SetReadDeadline(time.Now().Add(peekTimeout)) //nolint:errcheck
+	_ = conn.SetReadDeadline(time.Now().Add(peekTimeout)) // fails only on a closed conn, which the read then reports
 
 	r := bufio.NewReaderSize(conn, 512)
 
@@ -80,7 +80,7 @@ func (m *Mux) route(conn net.Conn) {
 		return
 	}
 
-	conn.SetReadDeadline(time.Time{}) //nolint:errcheck
+	_ = conn.SetReadDeadline(time.Time{}) // as above
 
 	target := m.plain
 	if first[0] == tlsHandshake {

@@ -29,7 +29,7 @@ func TestTLSAndPlainOnOnePort(t *testing.T) {
 	go func() { done <- mux.Run(ctx) }()
 
 	handler := func(name string) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, name) }) //nolint:errcheck
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, name) })
 	}
 
 	plain := &http.Server{Handler: handler("plain"), ReadHeaderTimeout: time.Second}
@@ -37,7 +37,7 @@ func TestTLSAndPlainOnOnePort(t *testing.T) {
 	secure.Listener = mux.TLS()
 	secure.StartTLS()
 
-	go plain.Serve(mux.Plain()) //nolint:errcheck
+	go plain.Serve(mux.Plain()) //nolint:errcheck // ends with Close
 
 	t.Cleanup(func() {
 		secure.Close()

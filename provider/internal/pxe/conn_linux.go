@@ -49,7 +49,7 @@ func listenUDP(ctx context.Context, ifname string, port int) (*net.UDPConn, erro
 		return nil, fmt.Errorf("error binding %s UDP port %d: %w", ifname, port, err)
 	}
 
-	conn := pc.(*net.UDPConn) //nolint:forcetypeassert
+	conn := pc.(*net.UDPConn) //nolint:forcetypeassert // what ListenPacket returns for "udp4"
 
 	// A burst of PXE clients (a rack powering on) must queue, not drop, while the
 	// readers catch up.

@@ -198,7 +198,7 @@ func readLoop(ctx context.Context, logger *zap.Logger, sc servedConn) error {
 		n, src, err := sc.conn.ReadFromUDPAddrPort(buf)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return nil //nolint:nilerr // stopping closed the socket: not a failure
 			}
 
 			return fmt.Errorf("error reading from %s: %w", sc.conn.LocalAddr(), err)

@@ -88,7 +88,7 @@ func (env *environment) dhcp(metrics *pxe.Metrics) (*runner, error) {
 	}
 
 	if opts.DisableDHCPProxy {
-		return nil, nil
+		return nil, nil //nolint:nilnil // no DHCP service is what was asked for
 	}
 
 	proxy, err := pxe.NewProxyDHCP(cfg, env.logger.Named("proxydhcp"), metrics)

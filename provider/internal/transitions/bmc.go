@@ -117,7 +117,7 @@ func validateBMC(id string, bmc BMC) (power.Endpoint, error) {
 			// A Redfish service may be given as a URL (http, or a path-less https).
 			u, err := url.Parse(ep.Address)
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" {
-				return ep, fmt.Errorf("Redfish address %q is not a host, an IP or an http(s)://host URL", ep.Address)
+				return ep, fmt.Errorf("Redfish address %q is not a host, an IP or an http(s)://host URL", ep.Address) //nolint:staticcheck // ST1005: Redfish is a name
 			}
 
 			break

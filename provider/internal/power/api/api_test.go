@@ -43,7 +43,7 @@ func (f *fakeAPI) handler(t *testing.T) http.Handler {
 			state = "on"
 		}
 
-		json.NewEncoder(w).Encode(powerwire.PowerReply{State: state}) //nolint:errcheck
+		json.NewEncoder(w).Encode(powerwire.PowerReply{State: state}) //nolint:errcheck // the client went away: nothing to do
 	})
 	mux.HandleFunc("POST /machines/"+uuid+"/power", func(w http.ResponseWriter, r *http.Request) {
 		var req powerwire.PowerRequest
@@ -135,7 +135,7 @@ func TestClientErrors(t *testing.T) {
 				return
 			}
 
-			go func() { io.Copy(io.Discard, conn) }() //nolint:errcheck
+			go func() { _, _ = io.Copy(io.Discard, conn) }()
 		}
 	}()
 
@@ -158,7 +158,7 @@ func TestClientErrors(t *testing.T) {
 			}
 
 			w.WriteHeader(code)
-			io.WriteString(w, body) //nolint:errcheck
+			_, _ = io.WriteString(w, body)
 		}))
 		t.Cleanup(srv.Close)
 

@@ -91,7 +91,7 @@ func startService(t *testing.T, args ...string) *service {
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
-			cmd.Process.Kill() //nolint:errcheck
+			_ = cmd.Process.Kill() // fails only if it is gone already
 			<-done
 		}
 	})
