@@ -124,7 +124,7 @@ func withDevice(ctx context.Context, f func(BMC) error) error {
 		return fmt.Errorf("error opening %s: %w", DevicePath, err)
 	}
 
-	defer c.Close(ctx) //nolint:errcheck
+	defer c.Close(ctx)
 
 	return f(c)
 }

@@ -46,7 +46,7 @@ func TestNetlinkNamespace(t *testing.T) {
 
 	nsFile, err := os.Open("/var/run/netns/" + ns)
 	require.NoError(t, err)
-	t.Cleanup(func() { nsFile.Close() }) //nolint:errcheck
+	t.Cleanup(func() { nsFile.Close() })
 
 	src := testSources(t)
 	src.Netlink = func() (inventory.Netlink, error) {

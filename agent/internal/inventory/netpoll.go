@@ -37,7 +37,7 @@ func (p *netlinkPoller) get(logger *zap.Logger) Netlink {
 // drop closes a connection that failed, so the next tick starts clean.
 func (p *netlinkPoller) drop() {
 	if p.conn != nil {
-		p.conn.Close() //nolint:errcheck
+		p.conn.Close()
 
 		p.conn = nil
 	}

@@ -192,7 +192,7 @@ func cdNoMedia(devPath string) bool {
 		return false
 	}
 
-	defer bd.Close() //nolint:errcheck
+	defer bd.Close()
 
 	return bd.IsCDNoMedia()
 }

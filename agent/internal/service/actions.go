@@ -62,14 +62,14 @@ func (a *machineActions) Kexec(ctx context.Context, k *agentv1.Kexec) error {
 		return err
 	}
 
-	defer kernel.Close() //nolint:errcheck
+	defer kernel.Close()
 
 	initramfs, err := a.download(ctx, k.GetInitramfsUrl(), "initramfs")
 	if err != nil {
 		return err
 	}
 
-	defer initramfs.Close() //nolint:errcheck
+	defer initramfs.Close()
 
 	if a.dryRun {
 		a.logger.Info("dry run: would kexec", zap.String("kernel", k.GetKernelUrl()))
@@ -98,7 +98,7 @@ func (a *machineActions) download(ctx context.Context, url, name string) (*os.Fi
 		return nil, fmt.Errorf("error downloading the %s: %w", name, err)
 	}
 
-	defer resp.Body.Close() //nolint:errcheck
+	defer resp.Body.Close()
 
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("error downloading the %s: %s", name, resp.Status)
@@ -109,16 +109,16 @@ func (a *machineActions) download(ctx context.Context, url, name string) (*os.Fi
 		return nil, err
 	}
 
-	os.Remove(f.Name()) //nolint:errcheck // kept open, gone when closed
+	os.Remove(f.Name()) // kept open, gone when closed
 
 	if _, err = io.Copy(f, io.LimitReader(resp.Body, maxBootFile)); err != nil {
-		f.Close() //nolint:errcheck
+		f.Close()
 
 		return nil, fmt.Errorf("error downloading the %s: %w", name, err)
 	}
 
 	if _, err = f.Seek(0, io.SeekStart); err != nil {
-		f.Close() //nolint:errcheck
+		f.Close()
 
 		return nil, err
 	}
@@ -242,7 +242,7 @@ func (a *machineActions) bootDisks() (map[string]bool, error) {
 		return nil, err
 	}
 
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	return wipe.BootDisks(a.sysfsRoot, f)
 }

@@ -66,7 +66,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("error dialing the provider %s: %w", opts.Config.Provider, err)
 	}
 
-	defer conn.Close() //nolint:errcheck
+	defer conn.Close()
 
 	client := agentv1.NewAgentServiceClient(conn)
 	backoff := backoffFirst

@@ -108,7 +108,7 @@ func TestSamplesVerify(t *testing.T) {
 			f, err := os.OpenFile(path, os.O_RDWR, 0)
 			require.NoError(t, err)
 
-			defer f.Close() //nolint:errcheck
+			defer f.Close()
 
 			s, err := takeSamples(f, size)
 			require.NoError(t, err)

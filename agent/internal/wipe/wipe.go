@@ -63,7 +63,7 @@ func Device(ctx context.Context, path string, mode Mode, progress Progress) (Rep
 		return Report{}, fmt.Errorf("error opening %s: %w", path, err)
 	}
 
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	size, err := deviceSize(f)
 	if err != nil {
@@ -243,12 +243,12 @@ func directWriter(path string, f *os.File) (*os.File, []byte, func()) {
 
 	// Probe one block: some file systems take the open and refuse the write.
 	if _, err = d.WriteAt(alignedZeros[:directBlock], 0); err != nil {
-		d.Close() //nolint:errcheck
+		d.Close()
 
 		return f, zeroBuf, func() {}
 	}
 
-	return d, alignedZeros, func() { d.Close() } //nolint:errcheck
+	return d, alignedZeros, func() { d.Close() }
 }
 
 // directBlock is the alignment direct writes keep (a multiple of every logical block

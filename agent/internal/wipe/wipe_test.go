@@ -40,7 +40,7 @@ func at(t *testing.T, path string, off int64) []byte {
 	f, err := os.Open(path)
 	require.NoError(t, err)
 
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	buf := make([]byte, 512)
 	_, err = f.ReadAt(buf, off)

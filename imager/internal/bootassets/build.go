@@ -242,11 +242,11 @@ func compress(ctx context.Context, opts Options, archive []byte, res *Result, lo
 	if err != nil {
 		return fmt.Errorf("error creating %s: %w", tmp, err)
 	}
-	defer os.Remove(tmp) //nolint:errcheck
+	defer os.Remove(tmp)
 
 	zw, err := initramfs.Compress(out, opts.Compression, opts.ZstdLevel)
 	if err != nil {
-		out.Close() //nolint:errcheck
+		out.Close()
 
 		return err
 	}
@@ -256,13 +256,13 @@ func compress(ctx context.Context, opts Options, archive []byte, res *Result, lo
 	if err := copyProgress(ctx, zw, archive, func(done int) {
 		logf("initramfs: %s of %s compressed (%s)", mib(int64(done)), mib(int64(len(archive))), since(start))
 	}); err != nil {
-		out.Close() //nolint:errcheck
+		out.Close()
 
 		return fmt.Errorf("error compressing the initramfs: %w", err)
 	}
 
 	if err := zw.Close(); err != nil {
-		out.Close() //nolint:errcheck
+		out.Close()
 
 		return fmt.Errorf("error compressing the initramfs: %w", err)
 	}
@@ -327,7 +327,7 @@ func checkAgent(agent string) error {
 		// Not ELF (a script?): the kernel will say; nothing more to check here.
 		return nil
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {

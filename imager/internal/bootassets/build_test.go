@@ -274,7 +274,7 @@ func readInitramfs(t *testing.T, path string, c initramfs.Compression) map[strin
 	f, err := os.Open(path)
 	require.NoError(t, err)
 
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	zr, err := initramfs.Decompress(f, c)
 	require.NoError(t, err)

@@ -77,7 +77,7 @@ func ImageVersion(image string) string {
 	if err != nil {
 		return ""
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	hdr := make([]byte, 0x210)
 	if _, err := f.ReadAt(hdr, 0); err != nil || string(hdr[0x202:0x206]) != "HdrS" {

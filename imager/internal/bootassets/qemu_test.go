@@ -206,7 +206,7 @@ func writeAt(t *testing.T, path string, off int64, s string) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	require.NoError(t, err)
 
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	_, err = f.WriteAt([]byte(s), off)
 	require.NoError(t, err)
@@ -218,7 +218,7 @@ func readAt(t *testing.T, path string, off int64, n int) []byte {
 	f, err := os.Open(path)
 	require.NoError(t, err)
 
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	buf := make([]byte, n)
 	_, err = f.ReadAt(buf, off)

@@ -138,7 +138,7 @@ func (a *Archive) record(name string, ino uint64) (cpio.Record, error) {
 
 	st, err := f.Stat()
 	if err != nil {
-		f.Close() //nolint:errcheck
+		f.Close()
 
 		return cpio.Record{}, fmt.Errorf("error reading %s for %s: %w", e.Source, name, err)
 	}

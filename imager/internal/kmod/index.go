@@ -165,7 +165,7 @@ func eachLine(file string, required bool, fn func(string) error) error {
 
 		return fmt.Errorf("error opening %s: %w", file, err)
 	}
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)

@@ -30,7 +30,7 @@ func main() {
 
 	if asInit {
 		unix.Sync()
-		_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF) //nolint:errcheck // nothing is left to tell
+		_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF) // nothing is left to tell
 	}
 
 	if err != nil {
@@ -111,7 +111,7 @@ func loadModule(path string) error {
 		return fmt.Errorf("error opening module %s: %w", path, err)
 	}
 
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	if err = unix.FinitModule(int(f.Fd()), "", 0); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("error loading module %s: %w", path, err)
