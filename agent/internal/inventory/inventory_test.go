@@ -156,9 +156,9 @@ func TestSMBIOSDumps(t *testing.T) {
 			var wantMiB uint64
 
 			for _, m := range want.MemoryDevices {
-				switch {
-				case m.Size == 0 || m.Size == 0xFFFF:
-				case m.Size == 0x7FFF:
+				switch m.Size {
+				case 0, 0xFFFF:
+				case 0x7FFF:
 					wantMiB += uint64(m.ExtendedSize)
 				default:
 					wantMiB += uint64(m.Size.Megabytes())

@@ -129,8 +129,8 @@ func (ctrl *LinksController) fillDevice(spec *network.LinkStatusSpec, name strin
 		spec.VendorID = fmt.Sprintf("0x%04x", vendor)
 		spec.ProductID = fmt.Sprintf("0x%04x", product)
 		spec.PCIID = fmt.Sprintf("%04X:%04X", vendor, product)
-		spec.Vendor, _ = pcidb.LookupVendor(pcidb.Vendor(vendor))
-		spec.Product, _ = pcidb.LookupProduct(pcidb.Vendor(vendor), pcidb.Product(product))
+		spec.Vendor, _ = pcidb.LookupVendor(pcidb.Vendor(vendor))                           //nolint:gosec // PCI IDs are 16 bits
+		spec.Product, _ = pcidb.LookupProduct(pcidb.Vendor(vendor), pcidb.Product(product)) //nolint:gosec // PCI IDs are 16 bits
 
 		return
 	}

@@ -91,7 +91,7 @@ func (ctrl *MemoryModulesController) fromMeminfo(ctx context.Context, r controll
 
 	if err = safe.WriterModify(ctx, r, hardware.NewMemoryModuleInfo(memoryModuleUnknown), func(res *hardware.MemoryModule) error {
 		*res.TypedSpec() = hardware.MemoryModuleSpec{
-			Size:         uint32(totalKiB / 1024),
+			Size:         uint32(totalKiB / 1024), //nolint:gosec // MiB: 4 PiB fit
 			Manufacturer: memoryModuleUnknown,
 		}
 
@@ -110,7 +110,7 @@ func memoryModuleSpec(in *smbios.MemoryDevice) hardware.MemoryModuleSpec {
 		return hardware.MemoryModuleSpec{}
 	}
 
-	size := uint32(in.Size.Megabytes())
+	size := uint32(in.Size.Megabytes()) //nolint:gosec // SMBIOS sizes are 15 bits
 	if in.Size == 0x7FFF {
 		size = uint32(in.ExtendedSize)
 	}

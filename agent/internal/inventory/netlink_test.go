@@ -36,7 +36,7 @@ func TestNetlinkNamespace(t *testing.T) {
 	}
 
 	ip("netns", "add", ns)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() }) //nolint:errcheck
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
 
 	ip("-n", ns, "link", "set", "lo", "up")
 	ip("-n", ns, "link", "add", "dummy0", "address", "02:00:00:aa:bb:cc", "type", "veth", "peer", "name", "peer0")

@@ -100,8 +100,8 @@ func readPCIDevice(path string) (hardware.PCIDeviceSpec, error) {
 
 	classID := pcidb.Class((class >> 16) & 0xff)
 	subclassID := pcidb.Subclass((class >> 8) & 0xff)
-	vendorID := pcidb.Vendor(vendor)
-	productID := pcidb.Product(product)
+	vendorID := pcidb.Vendor(vendor)    //nolint:gosec // PCI IDs are 16 bits
+	productID := pcidb.Product(product) //nolint:gosec // PCI IDs are 16 bits
 
 	spec := hardware.PCIDeviceSpec{
 		ClassID:    fmt.Sprintf("0x%02x", classID),

@@ -74,7 +74,7 @@ func processorSpec(in *smbios.ProcessorInformation) hardware.ProcessorSpec {
 		ProductName:  in.ProcessorVersion,
 		MaxSpeed:     uint32(in.MaxSpeed),
 		BootSpeed:    uint32(in.CurrentSpeed),
-		Status:       uint32(in.Status),
+		Status:       uint32(in.Status), //nolint:gosec // an SMBIOS byte
 		SerialNumber: in.SerialNumber,
 		AssetTag:     in.AssetTag,
 		PartNumber:   in.PartNumber,

@@ -99,7 +99,7 @@ func (e *Executor) Results() []*agentv1.OrderResult {
 
 	out := make([]*agentv1.OrderResult, 0, len(e.sequence))
 	for _, id := range e.sequence {
-		out = append(out, proto.Clone(e.results[id]).(*agentv1.OrderResult)) //nolint:forcetypeassert
+		out = append(out, proto.Clone(e.results[id]).(*agentv1.OrderResult)) //nolint:forcetypeassert // a clone has its original's type
 	}
 
 	return out

@@ -38,8 +38,8 @@ func (f *fakeActions) Calls() []string {
 	return append([]string(nil), f.calls...)
 }
 
-func (f *fakeActions) Reboot(context.Context) error   { f.record("reboot"); return nil }   //nolint:nlreturn
-func (f *fakeActions) PowerOff(context.Context) error { f.record("poweroff"); return nil } //nolint:nlreturn
+func (f *fakeActions) Reboot(context.Context) error   { f.record("reboot"); return nil }   //nolint:nlreturn // a one-line fake
+func (f *fakeActions) PowerOff(context.Context) error { f.record("poweroff"); return nil } //nolint:nlreturn // a one-line fake
 func (f *fakeActions) Kexec(_ context.Context, k *agentv1.Kexec) error {
 	f.record("kexec " + k.GetKernelUrl())
 

@@ -194,7 +194,7 @@ func (a *machineActions) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.Wi
 			continue
 		}
 
-		entry.Method, entry.Bytes, entry.DurationMs, entry.Verified = r.Method, r.Bytes, uint64(r.Duration.Milliseconds()), r.Verified
+		entry.Method, entry.Bytes, entry.DurationMs, entry.Verified = r.Method, r.Bytes, uint64(r.Duration.Milliseconds()), r.Verified //nolint:gosec // a measured duration: not negative
 		report.Disks = append(report.Disks, entry)
 	}
 

@@ -58,8 +58,8 @@ func (m *machine) did(s string) bool {
 	return false
 }
 
-func (m *machine) Reboot(context.Context) error   { m.record("reboot"); return nil }   //nolint:nlreturn
-func (m *machine) PowerOff(context.Context) error { m.record("poweroff"); return nil } //nolint:nlreturn
+func (m *machine) Reboot(context.Context) error   { m.record("reboot"); return nil }   //nolint:nlreturn // a one-line fake
+func (m *machine) PowerOff(context.Context) error { m.record("poweroff"); return nil } //nolint:nlreturn // a one-line fake
 func (m *machine) Kexec(context.Context, *agentv1.Kexec) error {
 	m.record("kexec")
 
@@ -80,9 +80,9 @@ func (m *machine) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.WipeRepor
 	return &agentv1.WipeReport{GenerationId: w.GetGenerationId(), Disks: []*agentv1.DiskWipe{{Device: "vda", Method: "fast", Verified: "edges"}}}, nil
 }
 
-func (m *machine) GetBMC(context.Context) (*agentv1.BMCInfo, error) { return nil, nil } //nolint:nilnil
+func (m *machine) GetBMC(context.Context) (*agentv1.BMCInfo, error) { return nil, nil } //nolint:nilnil // the fake has no BMC
 func (m *machine) SetBMC(context.Context, *agentv1.SetBMC) (*agentv1.BMCInfo, error) {
-	return nil, nil //nolint:nilnil
+	return nil, nil //nolint:nilnil // the fake has no BMC
 }
 
 func inventory(t *testing.T) func(context.Context) ([][]byte, <-chan struct{}, error) {
@@ -143,8 +143,8 @@ func TestAgentAndProvider(t *testing.T) {
 
 	t.Cleanup(func() {
 		cancel()
-		<-done
-		<-done
+		<-done //nolint:errcheck // waits for the session's end
+		<-done //nolint:errcheck // waits for the session's end
 	})
 
 	result := func(id string, status agentv1.OrderResult_Status) func() bool {
@@ -215,7 +215,7 @@ func TestAgentAndProvider(t *testing.T) {
 
 	for _, c := range []config.Config{forged, stale} {
 		sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
-		go session.Run(sctx, session.Options{Config: c, Executor: orders.New(m, zaptest.NewLogger(t)), Logger: zaptest.NewLogger(t)}) //nolint:errcheck
+		go session.Run(sctx, session.Options{Config: c, Executor: orders.New(m, zaptest.NewLogger(t)), Logger: zaptest.NewLogger(t)}) //nolint:errcheck // refused, or ended by the timeout
 		<-sctx.Done()
 		scancel()
 	}

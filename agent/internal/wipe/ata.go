@@ -80,11 +80,11 @@ func cdb16(tf taskfile) [16]byte {
 		c[2] = 1 << 5 // CK_COND: return the registers, so an abort is seen
 	}
 
-	c[3], c[4] = uint8(tf.features>>8), uint8(tf.features)
-	c[5], c[6] = uint8(tf.count>>8), uint8(tf.count)
-	c[7], c[8] = uint8(tf.lba>>24), uint8(tf.lba)
-	c[9], c[10] = uint8(tf.lba>>32), uint8(tf.lba>>8)
-	c[11], c[12] = uint8(tf.lba>>40), uint8(tf.lba>>16)
+	c[3], c[4] = uint8(tf.features>>8), uint8(tf.features) //nolint:gosec // the registers' bytes: truncation is the point
+	c[5], c[6] = uint8(tf.count>>8), uint8(tf.count)       //nolint:gosec // as above
+	c[7], c[8] = uint8(tf.lba>>24), uint8(tf.lba)          //nolint:gosec // as above
+	c[9], c[10] = uint8(tf.lba>>32), uint8(tf.lba>>8)      //nolint:gosec // as above
+	c[11], c[12] = uint8(tf.lba>>40), uint8(tf.lba>>16)    //nolint:gosec // as above
 	c[13] = tf.device
 	c[14] = tf.command
 
@@ -371,14 +371,14 @@ func (s *sgFile) do(tf taskfile, data []byte, timeout time.Duration) error {
 		InterfaceID:    sgInterface,
 		DxferDirection: sgDxferNone,
 		CmdLen:         uint8(len(cdb)),
-		MxSbLen:        uint8(len(sense)),
+		MxSbLen:        uint8(len(sense)), //nolint:gosec // 32
 		Cmdp:           uintptr(unsafePointer(&cdb[0])),
 		Sbp:            uintptr(unsafePointer(&sense[0])),
-		Timeout:        uint32(timeout / time.Millisecond),
+		Timeout:        uint32(timeout / time.Millisecond), //nolint:gosec // ATA's longest erase time and the margin: under 2^32 ms
 	}
 
 	if len(data) > 0 {
-		hdr.DxferLen = uint32(len(data))
+		hdr.DxferLen = uint32(len(data)) //nolint:gosec // a sector or an identify page
 		hdr.Dxferp = uintptr(unsafePointer(&data[0]))
 		hdr.DxferDirection = sgDxferToDev
 

@@ -23,4 +23,4 @@ func ioctlRet(fd, req, arg uintptr) (uintptr, error) {
 	return r, nil
 }
 
-func unsafePointer[T any](p *T) unsafe.Pointer { return unsafe.Pointer(p) }
+func unsafePointer[T any](p *T) unsafe.Pointer { return unsafe.Pointer(p) } //nolint:gosec // G103: the ioctls' arguments

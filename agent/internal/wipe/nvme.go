@@ -247,13 +247,13 @@ func (n *nvmeFile) namespaceID() (uint32, error) {
 		return 0, err
 	}
 
-	return uint32(r), nil
+	return uint32(r), nil //nolint:gosec // a namespace ID is 32 bits
 }
 
 func (n *nvmeFile) admin(cmd *nvmeCommand, data []byte) error {
 	if len(data) > 0 {
 		cmd.Addr = uint64(uintptr(unsafePointer(&data[0])))
-		cmd.DataLen = uint32(len(data))
+		cmd.DataLen = uint32(len(data)) //nolint:gosec // an identify page
 	}
 
 	r, err := ioctlRet(n.f.Fd(), nvmeIoctlAdminCmd, uintptr(unsafePointer(cmd)))
@@ -268,7 +268,7 @@ func (n *nvmeFile) admin(cmd *nvmeCommand, data []byte) error {
 	}
 
 	if r != 0 {
-		return &nvmeStatusError{op: op, status: uint32(r)}
+		return &nvmeStatusError{op: op, status: uint32(r)} //nolint:gosec // an NVMe status is 32 bits
 	}
 
 	return nil

@@ -359,7 +359,7 @@ func copyFile(src, dst string) error {
 
 func writeFile(dst string, data []byte) error {
 	tmp := dst + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+	if err := os.WriteFile(tmp, data, 0o644); err != nil { //nolint:gosec // the imager's own output paths
 		return fmt.Errorf("error writing %s: %w", dst, err)
 	}
 

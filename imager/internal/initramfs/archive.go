@@ -143,7 +143,7 @@ func (a *Archive) record(name string, ino uint64) (cpio.Record, error) {
 		return cpio.Record{}, fmt.Errorf("error reading %s for %s: %w", e.Source, name, err)
 	}
 
-	info.FileSize = uint64(st.Size())
+	info.FileSize = uint64(st.Size()) //nolint:gosec // a file's size: not negative
 
 	return cpio.Record{ReaderAt: f, Info: info}, nil
 }
