@@ -149,7 +149,7 @@ func (c *client) isOn(ctx context.Context) (bool, error) {
 	err := c.call(ctx, "reading the chassis status", func(ctx context.Context) error {
 		res, err := c.lib.GetChassisStatus(ctx)
 		if err != nil {
-			return err //nolint:wrapcheck // call wraps
+			return err // call wraps
 		}
 
 		on = res.PowerIsOn
@@ -164,7 +164,7 @@ func (c *client) control(ctx context.Context, what string, action chassis.Chassi
 	return c.call(ctx, what, func(ctx context.Context) error {
 		_, err := c.lib.ChassisControl(ctx, action)
 
-		return err //nolint:wrapcheck // call wraps
+		return err // call wraps
 	})
 }
 
@@ -255,7 +255,7 @@ func (c *client) SetPXEOnce(ctx context.Context, mode power.BootMode) error {
 	}
 
 	err := c.call(ctx, "setting the boot flags", func(ctx context.Context) error {
-		return c.lib.SetSystemBootOptionsParamFor(ctx, flags) //nolint:wrapcheck // call wraps
+		return c.lib.SetSystemBootOptionsParamFor(ctx, flags) // call wraps
 	})
 	if err != nil {
 		if isRefusal(err) && !isUnauthorized(err) {
@@ -276,7 +276,7 @@ func (c *client) bootFlags(ctx context.Context) (*types.BootOptionParam_BootFlag
 	flags := &types.BootOptionParam_BootFlags{}
 
 	err := c.call(ctx, "reading the boot flags", func(ctx context.Context) error {
-		return c.lib.GetSystemBootOptionsParamFor(ctx, flags) //nolint:wrapcheck // call wraps
+		return c.lib.GetSystemBootOptionsParamFor(ctx, flags) // call wraps
 	})
 	if err != nil {
 		return nil, err
@@ -330,7 +330,7 @@ func (c *client) release(ctx context.Context) error {
 	c.turn <- struct{}{}
 	defer func() { <-c.turn }()
 
-	return c.lib.Close(ctx) //nolint:wrapcheck // the callers wrap
+	return c.lib.Close(ctx) // the callers wrap
 }
 
 // expiredContext makes release free local resources only.
