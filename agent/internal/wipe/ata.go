@@ -371,7 +371,7 @@ func (s *sgFile) do(tf taskfile, data []byte, timeout time.Duration) error {
 		InterfaceID:    sgInterface,
 		DxferDirection: sgDxferNone,
 		CmdLen:         uint8(len(cdb)),
-		MxSbLen:        uint8(len(sense)), //nolint:gosec // 32
+		MxSbLen:        uint8(len(sense)), //nolint:gosec // the 32-byte sense buffer above
 		Cmdp:           uintptr(unsafePointer(&cdb[0])),
 		Sbp:            uintptr(unsafePointer(&sense[0])),
 		Timeout:        uint32(timeout / time.Millisecond), //nolint:gosec // ATA's longest erase time and the margin: under 2^32 ms
