@@ -59,11 +59,17 @@ build:
 agent-initramfs: setup build
 	$(GO) run ./imager/cmd/imager --agent $(BIN)/metal-agent --out $(OUT)/agent --firmware-dir $(OUT)/firmware
 
-generate: tools
+# Protobuf Go code from api/, and the go:generate code (the resources' deep copies).
+generate: tools $(TOOLS)/deep-copy
 	PATH="$(TOOLS):$$PATH" protoc -I api \
 		--go_out=api --go_opt=paths=source_relative \
 		--go-grpc_out=api --go-grpc_opt=paths=source_relative \
 		$$(find api -name '*.proto' | sort)
+	PATH="$(TOOLS):$$PATH" $(GO) generate ./provider/...
+
+# deep-copy, at the version its tools module pins (hack/tools/deep-copy), as Talos uses it.
+$(TOOLS)/deep-copy: hack/tools/deep-copy/go.mod
+	$(GO) build -C hack/tools/deep-copy -o $@ github.com/siderolabs/deep-copy
 
 lint:
 	@bad=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
