@@ -24,7 +24,7 @@ type resetAction struct {
 func (c *client) load(ctx context.Context) (*schemas.ComputerSystem, resetAction, error) {
 	sys, err := schemas.GetObject[schemas.ComputerSystem](c.api.WithContext(ctx), c.system)
 	if err != nil {
-		return nil, resetAction{}, classify("reading the Redfish system "+c.system, err)
+		return nil, resetAction{}, classify(ctx, "reading the Redfish system "+c.system, err)
 	}
 
 	var doc struct {
@@ -76,7 +76,7 @@ func (c *client) PowerOn(ctx context.Context) error {
 		return nil
 	}
 
-	return c.reset(sys, action, schemas.OnResetType, schemas.ForceOnResetType, schemas.PushPowerButtonResetType)
+	return c.reset(ctx, sys, action, schemas.OnResetType, schemas.ForceOnResetType, schemas.PushPowerButtonResetType)
 }
 
 // PowerOff cuts a running machine's power.
@@ -90,7 +90,7 @@ func (c *client) PowerOff(ctx context.Context) error {
 		return nil
 	}
 
-	return c.reset(sys, action, schemas.ForceOffResetType)
+	return c.reset(ctx, sys, action, schemas.ForceOffResetType)
 }
 
 // PowerCycle restarts a running machine with whatever the BMC offers: ForceRestart,
@@ -102,15 +102,15 @@ func (c *client) PowerCycle(ctx context.Context) error {
 	}
 
 	if st, err := stateOf(sys); err == nil && st == power.StateOff {
-		return c.reset(sys, action, schemas.OnResetType, schemas.ForceOnResetType, schemas.PushPowerButtonResetType)
+		return c.reset(ctx, sys, action, schemas.OnResetType, schemas.ForceOnResetType, schemas.PushPowerButtonResetType)
 	}
 
-	err = c.reset(sys, action, schemas.ForceRestartResetType, schemas.PowerCycleResetType)
+	err = c.reset(ctx, sys, action, schemas.ForceRestartResetType, schemas.PowerCycleResetType)
 	if !errors.Is(err, power.ErrUnsupported) {
 		return err
 	}
 
-	if err := c.reset(sys, action, schemas.ForceOffResetType); err != nil {
+	if err := c.reset(ctx, sys, action, schemas.ForceOffResetType); err != nil {
 		return err
 	}
 
@@ -119,7 +119,7 @@ func (c *client) PowerCycle(ctx context.Context) error {
 		return err
 	}
 
-	return c.reset(sys, action, schemas.OnResetType, schemas.ForceOnResetType)
+	return c.reset(ctx, sys, action, schemas.OnResetType, schemas.ForceOnResetType)
 }
 
 func (c *client) waitOff(ctx context.Context) error {
@@ -146,7 +146,7 @@ func (c *client) waitOff(ctx context.Context) error {
 
 // reset runs the first of the reset types the system offers. A BMC that lists no
 // types is tried type by type, taking a refusal (400, 405, 501) as "not this one".
-func (c *client) reset(sys *schemas.ComputerSystem, action resetAction, types ...schemas.ResetType) error {
+func (c *client) reset(ctx context.Context, sys *schemas.ComputerSystem, action resetAction, types ...schemas.ResetType) error {
 	if action.target == "" {
 		return fmt.Errorf("%w: the Redfish system %s has no Reset action", power.ErrUnsupported, sys.ODataID)
 	}
@@ -168,7 +168,7 @@ func (c *client) reset(sys *schemas.ComputerSystem, action resetAction, types ..
 			}
 		}
 
-		return classify(fmt.Sprintf("resetting %s (%s)", sys.ODataID, rt), err)
+		return classify(ctx, fmt.Sprintf("resetting %s (%s)", sys.ODataID, rt), err)
 	}
 
 	return fmt.Errorf("%w: the Redfish system %s offers none of the reset types %v (it offers %v)",
@@ -210,7 +210,7 @@ func (c *client) SetPXEOnce(ctx context.Context, mode power.BootMode) error {
 	}
 
 	if err := sys.SetBoot(boot); err != nil {
-		return classify("setting the PXE boot override of "+sys.ODataID, err)
+		return classify(ctx, "setting the PXE boot override of "+sys.ODataID, err)
 	}
 
 	return nil
