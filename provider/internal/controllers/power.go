@@ -181,7 +181,7 @@ func (ctrl *PowerController) Reconcile(ctx context.Context, logger *zap.Logger, 
 	status.Backend, status.Endpoint = cfg.TypedSpec().Kind, ep.String()
 	status.Desired = m.DesiredPower(ctrl.Policy)
 
-	if ep.Kind != power.KindNone && status.Desired != "" && cfg.TypedSpec().HasPassword {
+	if ep.Backend != power.BackendNone && status.Desired != "" && cfg.TypedSpec().HasPassword {
 		if ep.Password, err = ctrl.password(ctx, r, id); err != nil {
 			return err
 		}
@@ -208,7 +208,7 @@ func (ctrl *PowerController) Reconcile(ctx context.Context, logger *zap.Logger, 
 // status; it returns when the machine wants looking at again (zero: only on an event).
 func (ctrl *PowerController) drive(ctx context.Context, logger *zap.Logger, m lifecycle.Machine, ep power.Endpoint, status *resources.PowerStatusSpec) time.Time {
 	switch {
-	case ep.Kind == power.KindNone:
+	case ep.Backend == power.BackendNone:
 		status.Condition, status.Error = conditionManual, ""
 
 		return time.Time{}
@@ -359,19 +359,16 @@ func (ctrl *PowerController) read(ctx context.Context, ep power.Endpoint) (resou
 	}
 	defer c.Close() //nolint:errcheck // a session that fails to close changes nothing read
 
-	st, err := c.PowerState(ctx)
+	on, err := c.PowerState(ctx)
 	if err != nil {
 		return resources.PowerUnknown, fmt.Errorf("error reading the power state: %w", err)
 	}
 
-	switch st {
-	case power.StateOn:
+	if on {
 		return resources.PowerOn, nil
-	case power.StateOff:
-		return resources.PowerOff, nil
-	default:
-		return resources.PowerUnknown, nil
 	}
+
+	return resources.PowerOff, nil
 }
 
 // act carries out the action; each BMC call gets the per-call timeout (a PXE override and
@@ -420,13 +417,13 @@ func (ctrl *PowerController) password(ctx context.Context, r controller.Reader, 
 
 // endpoint is how the machine's BMC is reached, without its password.
 func endpoint(id string, cfg *resources.BMCConfigSpec) power.Endpoint {
-	kind := power.Kind(cfg.Kind)
+	kind := power.Backend(cfg.Kind)
 	if kind == "" {
-		kind = power.KindNone
+		kind = power.BackendNone
 	}
 
 	return power.Endpoint{
-		Kind: kind, Address: cfg.Address, Port: int(cfg.Port), Username: cfg.Username,
+		Backend: kind, Address: cfg.Address, Port: int(cfg.Port), Username: cfg.Username,
 		Insecure: cfg.Insecure, SystemID: cfg.SystemID, MachineUUID: id,
 	}
 }

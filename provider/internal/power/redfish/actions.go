@@ -44,22 +44,22 @@ func (c *client) load(ctx context.Context) (*schemas.ComputerSystem, resetAction
 	return sys, resetAction{target: doc.Actions.Reset.Target, allowed: doc.Actions.Reset.Allowed}, nil
 }
 
-func stateOf(sys *schemas.ComputerSystem) (power.State, error) {
+func stateOf(sys *schemas.ComputerSystem) (bool, error) {
 	switch sys.PowerState {
 	case schemas.OnPowerState, schemas.PoweringOnPowerState:
-		return power.StateOn, nil
+		return true, nil
 	case schemas.OffPowerState, schemas.PoweringOffPowerState:
-		return power.StateOff, nil
+		return false, nil
 	default:
-		return power.StateUnknown, fmt.Errorf("the Redfish system %s reports the power state %q", sys.ODataID, sys.PowerState)
+		return false, fmt.Errorf("the Redfish system %s reports the power state %q", sys.ODataID, sys.PowerState)
 	}
 }
 
 // PowerState reads the system's power state.
-func (c *client) PowerState(ctx context.Context) (power.State, error) {
+func (c *client) PowerState(ctx context.Context) (bool, error) {
 	sys, _, err := c.load(ctx)
 	if err != nil {
-		return power.StateUnknown, err
+		return false, err
 	}
 
 	return stateOf(sys)
@@ -72,7 +72,7 @@ func (c *client) PowerOn(ctx context.Context) error {
 		return err
 	}
 
-	if st, err := stateOf(sys); err == nil && st == power.StateOn {
+	if on, err := stateOf(sys); err == nil && on {
 		return nil
 	}
 
@@ -86,7 +86,7 @@ func (c *client) PowerOff(ctx context.Context) error {
 		return err
 	}
 
-	if st, err := stateOf(sys); err == nil && st == power.StateOff {
+	if on, err := stateOf(sys); err == nil && !on {
 		return nil
 	}
 
@@ -101,7 +101,7 @@ func (c *client) PowerCycle(ctx context.Context) error {
 		return err
 	}
 
-	if st, err := stateOf(sys); err == nil && st == power.StateOff {
+	if on, err := stateOf(sys); err == nil && !on {
 		return c.reset(ctx, sys, action, schemas.OnResetType, schemas.ForceOnResetType, schemas.PushPowerButtonResetType)
 	}
 
@@ -127,12 +127,12 @@ func (c *client) waitOff(ctx context.Context) error {
 	defer cancel()
 
 	for {
-		st, err := c.PowerState(ctx)
+		on, err := c.PowerState(ctx)
 		if err != nil {
 			return err
 		}
 
-		if st == power.StateOff {
+		if !on {
 			return nil
 		}
 
