@@ -1,8 +1,14 @@
 # Anvil: bare-metal provisioning for Talos Linux.
 #
-#   make run    the main job (until the lab exists): the provider, standalone, on this host
-#   make test   lint and every test (installs what is missing first)
+#   make demo   the main job: the lab's machines PXE-boot, appear, are accepted and handed to Talos
+#   make test   lint, the unit tests and the lab tests (installs what is missing first)
+#   make unit   every package's fast tests, with the race detector
+#   make lab    the lab tests alone
 #   make bench  the benchmarks, Anvil beside its peers
+#
+# Lab tests are the test files under the build tag "lab" (//go:build lab): they need root,
+# QEMU, network namespaces, loop devices or Debian's daemons (make setup installs them).
+# Their test functions are named TestLab... (the end-to-end flow's keep their names).
 
 GO        ?= go
 OUT       := $(CURDIR)/_out
@@ -31,7 +37,7 @@ GOLANGCI_LINT_MOD     := hack/tools/golangci-lint
 
 COMMANDS := provider anvilctl
 
-.PHONY: all setup setup-bench tools build generate lint test bench run demo e2e figures agent-initramfs clean
+.PHONY: all setup setup-bench tools build generate lint test unit lab bench run demo e2e figures agent-initramfs clean
 
 all: build
 
@@ -60,11 +66,17 @@ build:
 agent-initramfs: setup build
 	$(GO) run ./imager/cmd/imager --agent $(BIN)/metal-agent --out $(OUT)/agent --firmware-dir $(OUT)/firmware
 
-generate: tools
+# Protobuf Go code from api/, and the go:generate code (the resources' deep copies).
+generate: tools $(TOOLS)/deep-copy
 	PATH="$(TOOLS):$$PATH" protoc -I api \
 		--go_out=api --go_opt=paths=source_relative \
 		--go-grpc_out=api --go-grpc_opt=paths=source_relative \
 		$$(find api -name '*.proto' | sort)
+	PATH="$(TOOLS):$$PATH" $(GO) generate ./provider/...
+
+# deep-copy, at the version its tools module pins (hack/tools/deep-copy), as Talos uses it.
+$(TOOLS)/deep-copy: hack/tools/deep-copy/go.mod
+	$(GO) build -C hack/tools/deep-copy -o $@ github.com/siderolabs/deep-copy
 
 # What lint needs, nothing from apt: golangci-lint, rebuilt when missing, when its version
 # changed (the stamp names it) or when its module did.
@@ -92,8 +104,19 @@ lint: lint-tools
 	$(GOLANGCI_LINT) run ./...
 	$(GOLANGCI_LINT) run --build-tags lab ./...
 
-test: setup lint
-	$(GO) test -count=1 -timeout 30m ./...
+# The lab test files, their packages, and their test functions: the lab run runs those
+# only, so that no unit test runs twice.
+LAB_FILES = $(shell grep -rl --include='*_test.go' '^//go:build lab' . | grep -v '^./_out/')
+LAB_PKGS  = $(sort $(dir $(LAB_FILES)))
+LAB_TESTS = $(shell sed -n 's/^func \(Test[A-Za-z0-9_]*\)([a-z]* \*testing\.T).*/\1/p' $(LAB_FILES) | sort -u | paste -sd'|')
+
+test: setup lint unit lab
+
+unit:
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+lab: setup
+	$(GO) test -tags lab -count=1 -timeout 45m -run '^($(LAB_TESTS))$$' $(LAB_PKGS)
 
 bench: setup-bench build
 	$(GO) run ./bench/cmd/bench all
@@ -107,11 +130,11 @@ run: agent-initramfs
 # The end-to-end flow on a lab of its own (hack/e2e; 'make test' runs it too, within
 # go test ./...): timings in _out/e2e/report.txt.
 e2e: setup agent-initramfs
-	$(GO) test -count=1 -timeout 25m -run '^TestE2E$$' -v ./hack/e2e
+	$(GO) test -tags lab -count=1 -timeout 25m -run '^TestE2E$$' -v ./hack/e2e
 
 # The e2e three times, each stage's median in _out/e2e/report.txt (~12 min).
 figures: setup agent-initramfs
-	ANVIL_E2E_RUNS=3 $(GO) test -count=1 -timeout 60m -run '^TestE2E$$' -v ./hack/e2e
+	ANVIL_E2E_RUNS=3 $(GO) test -tags lab -count=1 -timeout 60m -run '^TestE2E$$' -v ./hack/e2e
 
 # The lab with three machines, shown live; it keeps running (go run ./hack/cmd/lab down).
 demo: setup agent-initramfs

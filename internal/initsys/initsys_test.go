@@ -66,16 +66,8 @@ func TestParseMountinfo(t *testing.T) {
 func TestMountAllSkipsMounted(t *testing.T) {
 	t.Parallel()
 
-	// A root whose "mountinfo" says everything is mounted: nothing may be
-	// mounted for real, and every target counts as done.
-	root := t.TempDir()
-	var info strings.Builder
-	for i, m := range Mounts {
-		info.WriteString(strconv.Itoa(i) + " 1 0:1 / " + filepath.Join(root, m.Target) + " rw - tmpfs tmpfs rw\n")
-	}
-
-	require.NoError(t, os.MkdirAll(filepath.Join(root, "proc/self"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(root, "proc/self/mountinfo"), []byte(info.String()), 0o644))
+	// Nothing may be mounted for real, and every target counts as done.
+	root := mountedRoot(t)
 
 	require.NoError(t, MountAll(zap.NewNop(), root, Mounts))
 

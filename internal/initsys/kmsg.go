@@ -138,13 +138,18 @@ func NewKernelLogger(level zapcore.LevelEnabler, kmsg, fallback io.Writer) *zap.
 // kernel log (see KernelLog) where it takes every line, with kmsg returned for other
 // writers; else on console, with a warning saying why, and kmsg nil.
 func PID1Logger(level zapcore.LevelEnabler, console io.Writer) (logger *zap.Logger, kmsg io.Writer) {
-	f, err := OpenKernelLog()
+	return pid1Logger(level, console, func() (io.Writer, error) { return OpenKernelLog() })
+}
+
+// pid1Logger is PID1Logger with the kernel log opened by openKmsg.
+func pid1Logger(level zapcore.LevelEnabler, console io.Writer, openKmsg func() (io.Writer, error)) (*zap.Logger, io.Writer) {
+	kmsg, err := openKmsg()
 	if err != nil {
-		logger = NewLogger(level, console)
+		logger := NewLogger(level, console)
 		logger.Warn("logging on the console", zap.Error(err))
 
 		return logger, nil
 	}
 
-	return NewKernelLogger(level, f, console), f
+	return NewKernelLogger(level, kmsg, console), kmsg
 }

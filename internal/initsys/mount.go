@@ -1,6 +1,7 @@
 // Package initsys does what PID 1 owes Linux: the pseudo filesystems
 // mounted, orphans reaped, a console logger, panics contained, and power
-// off or reboot done cleanly.
+// off or reboot done cleanly. Start and Halt put these in order for the
+// programs that run as init (the agent, the wipe test's init).
 package initsys
 
 import (

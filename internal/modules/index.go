@@ -1,6 +1,9 @@
-// Package modules loads the kernel modules a machine's hardware needs: it
-// matches the modaliases under sysfs against modules.alias, resolves each
-// module's dependencies from modules.dep and loads them with finit_module.
+// Package modules reads a kernel's module index (depmod's modules.dep,
+// modules.alias, modules.builtin, modules.softdep) and loads the modules a
+// machine's hardware needs: it matches the modaliases under sysfs against
+// modules.alias, resolves each module's dependencies from modules.dep and
+// loads them with finit_module. The imager picks the initramfs's modules from
+// the same index.
 package modules
 
 import (
@@ -9,14 +12,18 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"iter"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
 // Index is the parsed depmod output of one kernel release: which modules an
-// alias names, which files a module and its dependencies live in, and which
-// modules are built in. It is read-only after Open and safe to share.
+// alias names, which files a module and its dependencies live in, which
+// modules are built in, and which soft dependencies modules declare. It is
+// read-only after Open and safe to share.
 type Index struct {
 	dir string
 	// aliases holds alias patterns bucketed by the bus before ':'
@@ -24,8 +31,11 @@ type Index struct {
 	// sit in wild and are tried against every modalias.
 	aliases map[string][]alias
 	wild    []alias
-	deps    map[string]moduleFile
-	builtin map[string]bool
+	// modules are in modules.dep order, byName indexes them.
+	modules  []Module
+	byName   map[string]int
+	builtin  map[string]bool
+	softdeps map[string][]string
 }
 
 type alias struct {
@@ -36,20 +46,31 @@ type alias struct {
 	module  string
 }
 
-type moduleFile struct {
-	path string   // relative to the modules directory
-	deps []string // module names, as listed in modules.dep
+// Module is one loadable module as modules.dep lists it.
+type Module struct {
+	// Name is the kernel's name for it ("virtio_net").
+	Name string
+	// Path is its file relative to the modules directory, as modules.dep
+	// spells it ("kernel/drivers/net/virtio_net.ko.xz").
+	Path string
+	// File is Path under the index's directory: the file to open.
+	File string
+	// Deps names the modules it needs, in modules.dep order (the deepest
+	// last).
+	Deps []string
 }
 
-// Open reads modules.alias, modules.dep and modules.builtin from dir (such
-// as /lib/modules/6.1.0-57-amd64). A missing modules.builtin is treated as
-// empty; the other two are required.
+// Open reads modules.dep, modules.alias and, where present, modules.builtin
+// and modules.softdep from dir (such as /lib/modules/6.1.0-57-amd64). Lines
+// it cannot read are skipped: a module they name is then unknown where it is
+// asked for (ErrUnknownModule), which the caller can report.
 func Open(dir string) (*Index, error) {
 	ix := &Index{
-		dir:     dir,
-		aliases: make(map[string][]alias),
-		deps:    make(map[string]moduleFile),
-		builtin: make(map[string]bool),
+		dir:      dir,
+		aliases:  make(map[string][]alias),
+		byName:   make(map[string]int),
+		builtin:  make(map[string]bool),
+		softdeps: make(map[string][]string),
 	}
 
 	if err := readLines(filepath.Join(dir, "modules.dep"), ix.addDep); err != nil {
@@ -60,11 +81,13 @@ func Open(dir string) (*Index, error) {
 		return nil, err
 	}
 
-	err := readLines(filepath.Join(dir, "modules.builtin"), func(line string) {
-		ix.builtin[Name(line)] = true
-	})
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
+	for file, add := range map[string]func(string){
+		"modules.builtin": func(line string) { ix.builtin[Name(line)] = true },
+		"modules.softdep": ix.addSoftdep,
+	} {
+		if err := readLines(filepath.Join(dir, file), add); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
 	}
 
 	return ix, nil
@@ -73,16 +96,45 @@ func Open(dir string) (*Index, error) {
 // Dir returns the modules directory the index was read from.
 func (ix *Index) Dir() string { return ix.dir }
 
+// Len is the number of loadable modules.
+func (ix *Index) Len() int { return len(ix.modules) }
+
+// Modules yields the loadable modules in modules.dep order.
+func (ix *Index) Modules() iter.Seq[Module] {
+	return func(yield func(Module) bool) {
+		for _, m := range ix.modules {
+			if !yield(m) {
+				return
+			}
+		}
+	}
+}
+
+// Module returns the loadable module called name (any spelling Name takes).
+func (ix *Index) Module(name string) (Module, bool) {
+	i, ok := ix.byName[Name(name)]
+	if !ok {
+		return Module{}, false
+	}
+
+	return ix.modules[i], true
+}
+
 // Name turns a module file path or a module name spelled with dashes into
 // the kernel's name for it: "kernel/drivers/net/virtio_net.ko.xz" and
 // "virtio-net" both become "virtio_net".
 func Name(s string) string {
-	s = filepath.Base(strings.TrimSpace(s))
-	if i := strings.Index(s, ".ko"); i >= 0 {
-		s = s[:i]
+	s = path.Base(filepath.ToSlash(strings.TrimSpace(s)))
+
+	for _, ext := range compressions {
+		if strings.HasSuffix(s, ".ko"+ext) {
+			s = strings.TrimSuffix(s, ext)
+
+			break
+		}
 	}
 
-	return strings.ReplaceAll(s, "-", "_")
+	return strings.ReplaceAll(strings.TrimSuffix(s, ".ko"), "-", "_")
 }
 
 func (ix *Index) addDep(line string) {
@@ -91,12 +143,21 @@ func (ix *Index) addDep(line string) {
 		return
 	}
 
-	var deps []string
+	file = strings.TrimSpace(file)
+	m := Module{Name: Name(file), Path: file, File: filepath.Join(ix.dir, filepath.FromSlash(file))}
+
 	for _, d := range strings.Fields(rest) {
-		deps = append(deps, Name(d))
+		m.Deps = append(m.Deps, Name(d))
 	}
 
-	ix.deps[Name(file)] = moduleFile{path: strings.TrimSpace(file), deps: deps}
+	if i, dup := ix.byName[m.Name]; dup {
+		ix.modules[i] = m
+
+		return
+	}
+
+	ix.byName[m.Name] = len(ix.modules)
+	ix.modules = append(ix.modules, m)
 }
 
 func (ix *Index) addAlias(line string) {
@@ -119,6 +180,46 @@ func (ix *Index) addAlias(line string) {
 	}
 
 	ix.aliases[bus] = append(ix.aliases[bus], a)
+}
+
+// addSoftdep reads "softdep <module> pre: a b post: c".
+func (ix *Index) addSoftdep(line string) {
+	f := strings.Fields(line)
+	if len(f) < 2 || f[0] != "softdep" {
+		return
+	}
+
+	name := Name(f[1])
+
+	for _, dep := range f[2:] {
+		if dep != "pre:" && dep != "post:" {
+			ix.softdeps[name] = append(ix.softdeps[name], dep)
+		}
+	}
+}
+
+// Softdeps returns the soft dependencies modules.softdep gives the module, pre:
+// and post: alike, as written there: module names or aliases (see Resolve).
+func (ix *Index) Softdeps(name string) []string { return ix.softdeps[Name(name)] }
+
+// Resolve turns a module name or an alias, as a soft dependency names it, into
+// the loadable modules it stands for, sorted: modprobe takes either.
+func (ix *Index) Resolve(target string) []string {
+	if m, ok := ix.Module(target); ok {
+		return []string{m.Name}
+	}
+
+	var names []string
+
+	for _, n := range ix.Match(target) {
+		if _, ok := ix.byName[n]; ok {
+			names = append(names, n)
+		}
+	}
+
+	slices.Sort(names)
+
+	return names
 }
 
 // Match returns the modules whose alias patterns match modalias, each once,
@@ -174,23 +275,24 @@ func (ix *Index) Closure(name string) ([]Module, error) {
 			return nil
 		}
 
-		mf, ok := ix.deps[n]
+		i, ok := ix.byName[n]
 		if !ok {
 			return fmt.Errorf("module %s: %w", n, ErrUnknownModule)
 		}
 
+		m := ix.modules[i]
 		state[n] = 1
 
 		// modules.dep lists the deepest dependency last, as modprobe loads
 		// them in reverse; visit in that order too.
-		for i := len(mf.deps) - 1; i >= 0; i-- {
-			if err := visit(mf.deps[i], append(chain[:len(chain):len(chain)], n)); err != nil {
+		for i := len(m.Deps) - 1; i >= 0; i-- {
+			if err := visit(m.Deps[i], append(chain[:len(chain):len(chain)], n)); err != nil {
 				return err
 			}
 		}
 
 		state[n] = 2
-		out = append(out, Module{Name: n, Path: filepath.Join(ix.dir, mf.path)})
+		out = append(out, m)
 
 		return nil
 	}
@@ -205,12 +307,6 @@ func (ix *Index) Closure(name string) ([]Module, error) {
 // ErrUnknownModule is returned for a module neither in modules.dep nor
 // built in.
 var ErrUnknownModule = errors.New("not in modules.dep nor modules.builtin")
-
-// Module is one loadable module: its kernel name and its file.
-type Module struct {
-	Name string
-	Path string
-}
 
 func readLines(path string, fn func(string)) error {
 	f, err := os.Open(path)

@@ -96,7 +96,83 @@ func TestIndexClosure(t *testing.T) {
 
 	got, err := ix.Closure("virtio_blk")
 	require.NoError(t, err)
-	assert.Equal(t, filepath.Join("testdata", "kernel/drivers/block/virtio_blk.ko.xz"), got[len(got)-1].Path)
+	assert.Equal(t, Module{
+		Name: "virtio_blk",
+		Path: "kernel/drivers/block/virtio_blk.ko.xz",
+		File: filepath.Join("testdata", "kernel/drivers/block/virtio_blk.ko.xz"),
+		Deps: []string{"virtio", "virtio_ring"},
+	}, got[len(got)-1])
+}
+
+func TestIndexModules(t *testing.T) {
+	t.Parallel()
+
+	ix := openFixture(t)
+
+	var names []string
+	for m := range ix.Modules() {
+		names = append(names, m.Name)
+	}
+
+	require.Len(t, names, ix.Len())
+	assert.Equal(t, []string{"virtio_pci", "virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_ring", "virtio"}, names[:5], "modules.dep order")
+	assert.Equal(t, "crc32c_intel", names[len(names)-1])
+
+	for _, tc := range []struct {
+		name   string
+		want   Module
+		wantOK bool
+	}{
+		{
+			name:   "net-failover",
+			want:   Module{Name: "net_failover", Path: "kernel/drivers/net/net_failover.ko", File: filepath.Join("testdata", "kernel/drivers/net/net_failover.ko"), Deps: []string{"failover"}},
+			wantOK: true,
+		},
+		{
+			name:   "crc32c_intel",
+			want:   Module{Name: "crc32c_intel", Path: "kernel/arch/x86/crypto/crc32c-intel.ko.zst", File: filepath.Join("testdata", "kernel/arch/x86/crypto/crc32c-intel.ko.zst")},
+			wantOK: true,
+		},
+		{name: "nvme"}, // built in: not a loadable module
+		{name: "ghost"},
+	} {
+		m, ok := ix.Module(tc.name)
+		assert.Equal(t, tc.wantOK, ok, tc.name)
+		assert.Equal(t, tc.want, m, tc.name)
+	}
+}
+
+func TestIndexSoftdeps(t *testing.T) {
+	t.Parallel()
+
+	ix := openFixture(t)
+
+	for _, tc := range []struct {
+		module string
+		want   []string
+	}{
+		{"ext4", []string{"crypto-crc32c"}},
+		{"ipmi_msghandler", []string{"ipmi_devintf"}},
+		{"virtio_blk", []string{"crc32c", "tun", "nothere"}},
+		{"virtio-blk", []string{"crc32c", "tun", "nothere"}},
+		{"virtio_net", nil},
+	} {
+		assert.Equal(t, tc.want, ix.Softdeps(tc.module), tc.module)
+	}
+
+	for _, tc := range []struct {
+		target string
+		want   []string
+	}{
+		{"tun", []string{"tun"}},
+		{"curve25519-x86_64", []string{"curve25519_x86_64"}},
+		{"crypto-crc32c", []string{"crc32c_generic", "crc32c_intel"}},
+		{"crc32c", []string{"crc32c_intel"}},
+		{"fs-ext4", nil}, // built in
+		{"nothere", nil},
+	} {
+		assert.Equal(t, tc.want, ix.Resolve(tc.target), tc.target)
+	}
 }
 
 func TestName(t *testing.T) {
@@ -106,8 +182,13 @@ func TestName(t *testing.T) {
 		"kernel/drivers/net/virtio_net.ko":                "virtio_net",
 		"kernel/drivers/block/virtio_blk.ko.xz":           "virtio_blk",
 		"kernel/arch/x86/crypto/curve25519-x86_64.ko.zst": "curve25519_x86_64",
-		"snd-hda-intel": "snd_hda_intel",
-		" tun ":         "tun",
+		"kernel/drivers/usb/storage/usb-storage.ko":       "usb_storage",
+		"kernel/lib/lib_c.ko.gz":                          "lib_c",
+		"x.ko.zst":                                        "x",
+		"snd-hda-intel":                                   "snd_hda_intel",
+		"e1000e":                                          "e1000e",
+		" tun ":                                           "tun",
+		"nls_koi8-r.ko":                                   "nls_koi8_r",
 	} {
 		assert.Equal(t, want, Name(in), in)
 	}
@@ -117,5 +198,5 @@ func TestOpenMissing(t *testing.T) {
 	t.Parallel()
 
 	_, err := Open(t.TempDir())
-	require.Error(t, err)
+	assert.ErrorContains(t, err, "modules.dep")
 }

@@ -56,16 +56,16 @@ type recorder struct {
 }
 
 func (r *recorder) Load(m Module) error {
-	if _, err := os.Stat(filepath.Dir(m.Path)); err == nil {
-		return fmt.Errorf("fixture path %s should not exist", m.Path)
+	if _, err := os.Stat(filepath.Dir(m.File)); err == nil {
+		return fmt.Errorf("fixture path %s should not exist", m.File)
 	}
 
 	if r.exists[m.Name] {
-		return fmt.Errorf("finit_module %s: %w", m.Path, unix.EEXIST)
+		return fmt.Errorf("finit_module %s: %w", m.File, unix.EEXIST)
 	}
 
 	if r.broken[m.Name] {
-		return fmt.Errorf("finit_module %s: %w", m.Path, unix.ENOEXEC)
+		return fmt.Errorf("finit_module %s: %w", m.File, unix.ENOEXEC)
 	}
 
 	r.loaded = append(r.loaded, m.Name)

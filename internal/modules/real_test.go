@@ -60,7 +60,7 @@ func TestRealAliases(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, closure)
 	assert.Equal(t, "virtio_net", closure[len(closure)-1].Name)
-	assert.FileExists(t, closure[len(closure)-1].Path)
+	assert.FileExists(t, closure[len(closure)-1].File)
 
 	for _, n := range Always {
 		if ix.Builtin(n) {

@@ -38,23 +38,10 @@ func main() {
 // runPID1 runs the agent as init: it never returns, since PID 1 exiting is a kernel
 // panic; on a fatal error it waits, then reboots, so the machine PXE-boots again.
 func runPID1() {
-	console, err := initsys.OpenConsole()
-	if err != nil {
-		console = os.Stderr
-	}
+	pid1 := initsys.Start(zapcore.InfoLevel)
+	logger := pid1.Logger
 
-	logger := initsys.NewLogger(zapcore.InfoLevel, console)
-
-	// The pseudo filesystems first, for the kernel log (the service's mounts then find
-	// them mounted).
-	if err := initsys.MountAll(logger, "/", initsys.Mounts); err != nil {
-		logger.Error("error mounting", zap.Error(err))
-	}
-
-	// Through the kernel's log, which prints every line whole on every console.
-	logger, _ = initsys.PID1Logger(zapcore.InfoLevel, console)
-
-	err = initsys.Guard(logger, func() error {
+	err := initsys.Guard(logger, func() error {
 		return service.Run(context.Background(), service.Options{
 			PID1: true, Modules: true, Network: true, Sources: inventory.DefaultSources(), Logger: logger,
 		})
@@ -63,11 +50,7 @@ func runPID1() {
 	logger.Error("the agent stopped; rebooting in 60 s", zap.Error(err))
 	time.Sleep(time.Minute)
 
-	if err = initsys.Reboot(); err != nil {
-		logger.Error("error rebooting", zap.Error(err))
-	}
-
-	select {}
+	initsys.Halt(logger, initsys.Reboot)
 }
 
 func newRootCmd() *cobra.Command {

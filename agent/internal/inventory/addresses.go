@@ -18,6 +18,8 @@ import (
 type AddressesController struct {
 	Netlink  func() (Netlink, error)
 	Interval time.Duration
+
+	firstPass
 }
 
 // Name implements controller.Controller.
@@ -35,7 +37,7 @@ func (ctrl *AddressesController) Outputs() []controller.Output {
 func (ctrl *AddressesController) Run(ctx context.Context, r controller.Runtime, logger *zap.Logger) error {
 	p := netlinkPoller{dial: ctrl.Netlink}
 
-	return p.poll(ctx, r, logger, ctrl.Interval, func(conn Netlink) (error, error) {
+	return p.poll(ctx, r, logger, ctrl.Interval, &ctrl.firstPass, func(conn Netlink) (error, error) {
 		names, err := linkNames(conn)
 		if err != nil {
 			return fmt.Errorf("error listing links: %w", err), nil

@@ -24,6 +24,8 @@ type Disk struct {
 type DisksController struct {
 	List     func(ctx context.Context, logger *zap.Logger) ([]Disk, error)
 	Interval time.Duration
+
+	firstPass
 }
 
 // Name implements controller.Controller.
@@ -42,7 +44,9 @@ func (ctrl *DisksController) Run(ctx context.Context, r controller.Runtime, logg
 	ticker := time.NewTicker(ctrl.Interval)
 	defer ticker.Stop()
 
-	for waitTick(ctx, r, ticker.C) {
+	pace := ctrl.pacer(ticker.C)
+
+	for pace.next(ctx, r) {
 		disks, err := ctrl.List(ctx, logger)
 		if err != nil {
 			// Keep the last known disks rather than report none.

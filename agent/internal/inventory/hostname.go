@@ -19,6 +19,8 @@ type HostnameController struct {
 	Hostname func() (string, error)
 	ProcRoot string
 	Interval time.Duration
+
+	firstPass
 }
 
 // Name implements controller.Controller.
@@ -37,7 +39,9 @@ func (ctrl *HostnameController) Run(ctx context.Context, r controller.Runtime, l
 	ticker := time.NewTicker(ctrl.Interval)
 	defer ticker.Stop()
 
-	for waitTick(ctx, r, ticker.C) {
+	pace := ctrl.pacer(ticker.C)
+
+	for pace.next(ctx, r) {
 		hostname, err := ctrl.Hostname()
 		if err != nil {
 			logger.Warn("error reading hostname", zap.Error(err))

@@ -51,15 +51,26 @@ func testSources(t *testing.T) inventory.Sources {
 func runInventory(t *testing.T, src inventory.Sources) func() *inventory.Inventory {
 	t.Helper()
 
+	snapshot, _ := runCollector(t, src)
+
+	return snapshot
+}
+
+// runCollector is runInventory that also returns the collector.
+func runCollector(t *testing.T, src inventory.Sources) (func() *inventory.Inventory, *inventory.Collector) {
+	t.Helper()
+
 	ctx, cancel := context.WithCancel(t.Context())
 
 	st, err := inventory.NewState(ctx)
 	require.NoError(t, err)
 
+	c := inventory.NewCollector(st, src, zaptest.NewLogger(t))
+
 	var wg sync.WaitGroup
 
 	wg.Go(func() {
-		assert.NoError(t, inventory.Run(ctx, st, src, zaptest.NewLogger(t)))
+		assert.NoError(t, c.Run(ctx))
 	})
 
 	t.Cleanup(func() {
@@ -72,7 +83,7 @@ func runInventory(t *testing.T, src inventory.Sources) func() *inventory.Invento
 		require.NoError(t, err)
 
 		return inv
-	}
+	}, c
 }
 
 // eventually waits for cond over fresh snapshots.

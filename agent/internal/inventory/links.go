@@ -24,6 +24,8 @@ type LinksController struct {
 	Netlink   func() (Netlink, error)
 	SysfsRoot string
 	Interval  time.Duration
+
+	firstPass
 }
 
 // Name implements controller.Controller.
@@ -41,7 +43,7 @@ func (ctrl *LinksController) Outputs() []controller.Output {
 func (ctrl *LinksController) Run(ctx context.Context, r controller.Runtime, logger *zap.Logger) error {
 	p := netlinkPoller{dial: ctrl.Netlink}
 
-	return p.poll(ctx, r, logger, ctrl.Interval, func(conn Netlink) (error, error) {
+	return p.poll(ctx, r, logger, ctrl.Interval, &ctrl.firstPass, func(conn Netlink) (error, error) {
 		links, err := conn.Links()
 		if err != nil {
 			return fmt.Errorf("error listing links: %w", err), nil

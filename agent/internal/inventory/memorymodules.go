@@ -26,6 +26,8 @@ const memoryModuleUnknown = "UNKNOWN"
 type MemoryModulesController struct {
 	SMBIOS   *smbiosLoader
 	ProcRoot string
+
+	firstPass
 }
 
 // Name implements controller.Controller.
@@ -41,7 +43,9 @@ func (ctrl *MemoryModulesController) Outputs() []controller.Output {
 
 // Run implements controller.Controller; SMBIOS is read once.
 func (ctrl *MemoryModulesController) Run(ctx context.Context, r controller.Runtime, logger *zap.Logger) error {
-	for waitTick(ctx, r, nil) {
+	pace := ctrl.pacer(nil)
+
+	for pace.next(ctx, r) {
 		var devices []smbios.MemoryDevice
 
 		info, err := ctrl.SMBIOS.load(logger)

@@ -44,16 +44,19 @@ func (p *netlinkPoller) drop() {
 }
 
 // poll calls reconcile on the first event and every interval until ctx is
-// done. A source error is logged and retried on the next tick.
+// done, telling pass when the first call has ended. A source error is logged
+// and retried on the next tick.
 func (p *netlinkPoller) poll(ctx context.Context, r controller.Runtime, logger *zap.Logger, interval time.Duration,
-	reconcile func(conn Netlink) (sourceErr, stateErr error),
+	pass *firstPass, reconcile func(conn Netlink) (sourceErr, stateErr error),
 ) error {
 	defer p.drop()
 
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 
-	for waitTick(ctx, r, ticker.C) {
+	pace := pass.pacer(ticker.C)
+
+	for pace.next(ctx, r) {
 		conn := p.get(logger)
 		if conn == nil {
 			continue

@@ -23,6 +23,8 @@ import (
 type PCIDevicesController struct {
 	SysfsRoot string
 	Interval  time.Duration
+
+	firstPass
 }
 
 // Name implements controller.Controller.
@@ -44,7 +46,9 @@ func (ctrl *PCIDevicesController) Run(ctx context.Context, r controller.Runtime,
 
 	dir := filepath.Join(ctrl.SysfsRoot, "bus", "pci", "devices")
 
-	for waitTick(ctx, r, ticker.C) {
+	pace := ctrl.pacer(ticker.C)
+
+	for pace.next(ctx, r) {
 		entries, err := os.ReadDir(dir)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			logger.Warn("error scanning PCI devices", zap.String("dir", dir), zap.Error(err))

@@ -15,6 +15,8 @@ import (
 // hardware.Processor named after its socket, as Talos does ("CPU 1" → "CPU-1").
 type ProcessorsController struct {
 	SMBIOS *smbiosLoader
+
+	firstPass
 }
 
 // Name implements controller.Controller.
@@ -30,7 +32,9 @@ func (ctrl *ProcessorsController) Outputs() []controller.Output {
 
 // Run implements controller.Controller; SMBIOS is read once.
 func (ctrl *ProcessorsController) Run(ctx context.Context, r controller.Runtime, logger *zap.Logger) error {
-	for waitTick(ctx, r, nil) {
+	pace := ctrl.pacer(nil)
+
+	for pace.next(ctx, r) {
 		info, err := ctrl.SMBIOS.load(logger)
 		if err != nil {
 			logger.Warn("no SMBIOS processor information", zap.Error(err))

@@ -19,6 +19,8 @@ import (
 type RoutesController struct {
 	Netlink  func() (Netlink, error)
 	Interval time.Duration
+
+	firstPass
 }
 
 // Name implements controller.Controller.
@@ -36,7 +38,7 @@ func (ctrl *RoutesController) Outputs() []controller.Output {
 func (ctrl *RoutesController) Run(ctx context.Context, r controller.Runtime, logger *zap.Logger) error {
 	p := netlinkPoller{dial: ctrl.Netlink}
 
-	return p.poll(ctx, r, logger, ctrl.Interval, func(conn Netlink) (error, error) {
+	return p.poll(ctx, r, logger, ctrl.Interval, &ctrl.firstPass, func(conn Netlink) (error, error) {
 		names, err := linkNames(conn)
 		if err != nil {
 			return fmt.Errorf("error listing links: %w", err), nil

@@ -88,12 +88,27 @@ func Register(ctx context.Context, st state.State) error {
 	return nil
 }
 
-// Controllers returns one controller per inventory resource type, reading src.
-func Controllers(src Sources) []controller.Controller {
+// Collector runs the inventory's controllers on a state and knows which have finished
+// their first pass over their source.
+type Collector struct {
+	st          state.State
+	logger      *zap.Logger
+	controllers []controller.Controller
+	passes      *firstPasses
+}
+
+// passingController is an inventory controller: it tells when its first pass is done.
+type passingController interface {
+	controller.Controller
+	onFirstPass(report func())
+}
+
+// NewCollector returns a collector of src's inventory into st; start it with Run.
+func NewCollector(st state.State, src Sources, logger *zap.Logger) *Collector {
 	src = src.withDefaults()
 	smbiosInfo := &smbiosLoader{read: src.SMBIOS}
 
-	return []controller.Controller{
+	ctrls := []passingController{
 		&SystemInformationController{SMBIOS: smbiosInfo},
 		&ProcessorsController{SMBIOS: smbiosInfo},
 		&MemoryModulesController{SMBIOS: smbiosInfo, ProcRoot: src.ProcRoot},
@@ -104,16 +119,35 @@ func Controllers(src Sources) []controller.Controller {
 		&RoutesController{Netlink: src.Netlink, Interval: src.Interval},
 		&HostnameController{Hostname: src.Hostname, ProcRoot: src.ProcRoot, Interval: src.Interval},
 	}
+
+	c := &Collector{st: st, logger: logger}
+	names := make([]string, 0, len(ctrls))
+
+	for _, ctrl := range ctrls {
+		name := ctrl.Name()
+		names = append(names, name)
+		c.controllers = append(c.controllers, ctrl)
+
+		ctrl.onFirstPass(func() { c.passes.done(name) })
+	}
+
+	// Pending from the start, so that a WaitFirstPass before Run waits too.
+	c.passes = newFirstPasses(names)
+
+	return c
 }
 
-// Run runs the inventory controllers on st until ctx is done.
-func Run(ctx context.Context, st state.State, src Sources, logger *zap.Logger) error {
-	rt, err := runtime.NewRuntime(st, logger)
+// Controllers returns the collector's controllers, one per inventory resource type.
+func (c *Collector) Controllers() []controller.Controller { return c.controllers }
+
+// Run runs the controllers until ctx is done.
+func (c *Collector) Run(ctx context.Context) error {
+	rt, err := runtime.NewRuntime(c.st, c.logger)
 	if err != nil {
 		return fmt.Errorf("error creating controller runtime: %w", err)
 	}
 
-	for _, ctrl := range Controllers(src) {
+	for _, ctrl := range c.controllers {
 		if err := rt.RegisterController(ctrl); err != nil {
 			return fmt.Errorf("error registering controller %s: %w", ctrl.Name(), err)
 		}
@@ -126,15 +160,10 @@ func Run(ctx context.Context, st state.State, src Sources, logger *zap.Logger) e
 	return nil
 }
 
-// waitTick waits for the next reason to read the source again: the first
-// run event, a tick, or the end. It reports false when ctx is done.
-func waitTick(ctx context.Context, r controller.Runtime, tick <-chan time.Time) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-r.EventCh():
-	case <-tick:
-	}
-
-	return true
+// WaitFirstPass waits until every controller has read its source once, so that a
+// snapshot taken then holds the whole machine (disks included), but no longer than
+// timeout or ctx: a source that hangs must not hold the snapshot forever. It returns
+// the controllers that had not finished their first pass, sorted; none when all had.
+func (c *Collector) WaitFirstPass(ctx context.Context, timeout time.Duration) []string {
+	return c.passes.wait(ctx, timeout)
 }

@@ -53,7 +53,7 @@ func TestDefinitions(t *testing.T) {
 	slices.Sort(names)
 	assert.Equal(t, []string{"hardware", "meta", "network", "runtime"}, names)
 
-	for _, ctrl := range inventory.Controllers(inventory.Sources{}) {
+	for _, ctrl := range inventory.NewCollector(st, inventory.Sources{}, nil).Controllers() {
 		for _, out := range ctrl.Outputs() {
 			assert.Contains(t, got, out.Type, ctrl.Name())
 		}

@@ -14,6 +14,8 @@ import (
 // singleton hardware.SystemInformation.
 type SystemInformationController struct {
 	SMBIOS *smbiosLoader
+
+	firstPass
 }
 
 // Name implements controller.Controller.
@@ -32,7 +34,9 @@ func (ctrl *SystemInformationController) Outputs() []controller.Output {
 // Run implements controller.Controller. SMBIOS does not change, so it runs
 // once on the first event and then waits for the end.
 func (ctrl *SystemInformationController) Run(ctx context.Context, r controller.Runtime, logger *zap.Logger) error {
-	for waitTick(ctx, r, nil) {
+	pace := ctrl.pacer(nil)
+
+	for pace.next(ctx, r) {
 		info, err := ctrl.SMBIOS.load(logger)
 		if err != nil {
 			// Without SMBIOS (no firmware tables, corrupt dump) the machine is

@@ -129,26 +129,14 @@ func (a *machineActions) download(ctx context.Context, url, name string) (*os.Fi
 // mountinfoPath tells BootDisks what the agent runs from.
 const mountinfoPath = "/proc/self/mountinfo"
 
-// Wipe wipes every disk that can hold a tenant's data: not read-only media, not CD-ROMs,
-// not the disk the agent booted from, and not removable media unless the order says so.
-// A secure erase a disk cannot do falls back to zeroes, the strongest wipe left, and
-// the report's method says so: a wipe the provider can never see done would hold the
-// machine forever.
+// Wipe wipes the disks wipe.Plan says to, and reports why it left the others alone.
 func (a *machineActions) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.WipeReport, error) {
-	var mode wipe.Mode
-
-	switch w.GetMode() {
-	case agentv1.Wipe_MODE_FAST:
-		mode = wipe.ModeFast
-	case agentv1.Wipe_MODE_ZEROES:
-		mode = wipe.ModeZeroes
-	case agentv1.Wipe_MODE_SECURE_ERASE:
-		mode = wipe.ModeSecureErase
-	default:
-		return nil, fmt.Errorf("wipe mode %s is not supported by this agent", w.GetMode())
+	mode, err := wipeMode(w.GetMode())
+	if err != nil {
+		return nil, err
 	}
 
-	disks, err := inventory.SysBlockDisks(ctx, a.logger, a.sysfsRoot, a.devRoot)
+	found, err := inventory.SysBlockDisks(ctx, a.logger, a.sysfsRoot, a.devRoot)
 	if err != nil {
 		return nil, fmt.Errorf("error listing disks: %w", err)
 	}
@@ -159,43 +147,49 @@ func (a *machineActions) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.Wi
 		return nil, fmt.Errorf("error finding the disk the agent booted from: %w", err)
 	}
 
+	disks := make([]wipe.Disk, 0, len(found))
+	sizes := make(map[string]uint64, len(found))
+
+	for _, d := range found {
+		disk := wipe.Disk{
+			Name: d.ID, Size: d.Spec.Size, CDROM: d.Spec.CDROM, Readonly: d.Spec.Readonly, Transport: d.Spec.Transport,
+		}
+
+		if removable, why := wipe.Removable(a.sysfsRoot, d.ID, d.Spec.Transport); removable {
+			disk.Removable = why
+		}
+
+		disks = append(disks, disk)
+		sizes[d.ID] = d.Spec.Size
+	}
+
+	steps, err := wipe.Plan(disks, wipe.Order{Mode: mode, IncludeRemovable: w.GetIncludeRemovable(), BootDisks: bootDisks})
+	if err != nil {
+		return nil, fmt.Errorf("error planning the wipe: %w", err)
+	}
+
 	report := &agentv1.WipeReport{GenerationId: w.GetGenerationId()}
 
 	var errs []error
 
-	for _, d := range disks {
-		entry := &agentv1.DiskWipe{Device: d.ID}
-		removable, why := wipe.Removable(a.sysfsRoot, d.ID, d.Spec.Transport)
-
-		switch {
-		case d.Spec.CDROM:
-			entry.Skipped = "CD-ROM"
-		case d.Spec.Readonly:
-			entry.Skipped = "read-only"
-		case d.Spec.Size == 0:
-			entry.Skipped = "no medium"
-		case bootDisks[d.ID]:
-			entry.Skipped = wipe.SkipBootDisk
-		case removable && !w.GetIncludeRemovable():
-			entry.Skipped = wipe.SkipRemovable + " (" + why + ")"
-		}
-
-		if entry.Skipped != "" {
-			a.logger.Info("not wiping disk", zap.String("disk", d.ID), zap.String("reason", entry.Skipped))
-			report.Disks = append(report.Disks, entry)
+	for _, step := range steps {
+		if step.Skip != "" {
+			a.logger.Info("not wiping disk", zap.String("disk", step.Disk), zap.String("reason", step.Skip))
+			report.Disks = append(report.Disks, &agentv1.DiskWipe{Device: step.Disk, Skipped: step.Skip})
 
 			continue
 		}
 
-		r, err := a.wipeDisk(ctx, d, mode)
+		r, err := a.wipeDisk(ctx, step, sizes[step.Disk])
 		if err != nil {
 			errs = append(errs, err)
 
 			continue
 		}
 
-		entry.Method, entry.Bytes, entry.DurationMs, entry.Verified = r.Method, r.Bytes, uint64(r.Duration.Milliseconds()), r.Verified //nolint:gosec // a measured duration: not negative
-		report.Disks = append(report.Disks, entry)
+		report.Disks = append(report.Disks, &agentv1.DiskWipe{
+			Device: step.Disk, Method: r.Method, Bytes: r.Bytes, DurationMs: uint64(r.Duration.Milliseconds()), Verified: r.Verified,
+		})
 	}
 
 	// A wipe that failed on any disk is not done: the provider orders it again.
@@ -206,24 +200,41 @@ func (a *machineActions) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.Wi
 	return report, nil
 }
 
-func (a *machineActions) wipeDisk(ctx context.Context, d inventory.Disk, mode wipe.Mode) (wipe.Report, error) {
-	path := filepath.Join(a.devRoot, d.ID)
+// wipeMode is the wipe package's name for the order's mode.
+func wipeMode(m agentv1.Wipe_Mode) (wipe.Mode, error) {
+	switch m {
+	case agentv1.Wipe_MODE_FAST:
+		return wipe.ModeFast, nil
+	case agentv1.Wipe_MODE_ZEROES:
+		return wipe.ModeZeroes, nil
+	case agentv1.Wipe_MODE_SECURE_ERASE:
+		return wipe.ModeSecureErase, nil
+	default:
+		return "", fmt.Errorf("wipe mode %s is not supported by this agent", m)
+	}
+}
+
+// wipeDisk wipes one disk as planned: in the step's mode, or in its fallback where the
+// drive cannot do a secure erase, saying why in the method.
+func (a *machineActions) wipeDisk(ctx context.Context, step wipe.Step, size uint64) (wipe.Report, error) {
+	path := filepath.Join(a.devRoot, step.Disk)
 	progress := func(dev string, done, total uint64) {
 		a.logger.Info("wipe progress", zap.String("disk", dev), zap.Uint64("done", done), zap.Uint64("total", total))
 	}
 
-	a.logger.Info("wiping disk", zap.String("disk", d.ID), zap.String("mode", string(mode)), zap.Uint64("size", d.Spec.Size))
+	a.logger.Info("wiping disk", zap.String("disk", step.Disk), zap.String("mode", string(step.Mode)), zap.Uint64("size", size))
 
-	r, err := wipe.Device(ctx, path, mode, progress)
-	if mode != wipe.ModeSecureErase || !errors.Is(err, wipe.ErrSecureEraseUnsupported) {
+	r, err := wipe.Device(ctx, path, step.Mode, progress)
+	if step.Fallback == "" || !errors.Is(err, wipe.ErrSecureEraseUnsupported) {
 		return r, err
 	}
 
-	a.logger.Warn("secure erase not supported, writing zeroes instead", zap.String("disk", d.ID), zap.Error(err))
+	a.logger.Warn("secure erase not supported, wiping in the fallback mode instead", zap.String("disk", step.Disk),
+		zap.String("mode", string(step.Fallback)), zap.Error(err))
 
-	r, zerr := wipe.Device(ctx, path, wipe.ModeZeroes, progress)
-	if zerr != nil {
-		return r, zerr
+	r, ferr := wipe.Device(ctx, path, step.Fallback, progress)
+	if ferr != nil {
+		return r, ferr
 	}
 
 	r.Method += " (" + err.Error() + ")"

@@ -32,6 +32,11 @@ var Version = "dev"
 // provider anyway (a link may be configured by hand outside an initramfs).
 const addressWait = 2 * time.Minute
 
+// firstPassWait bounds how long the first registration waits for the inventory's first
+// pass: generous (a disk scan behind a slow controller takes seconds), but a source that
+// hangs must not keep the machine from registering at all.
+const firstPassWait = time.Minute
+
 // inventoryCheck is how often the inventory is compared with what was reported.
 const inventoryCheck = 10 * time.Second
 
@@ -95,8 +100,10 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("error creating the inventory state: %w", err)
 	}
 
+	collector := inventory.NewCollector(st, opts.Sources, logger.Named("inventory"))
+
 	go func() {
-		if err := inventory.Run(ctx, st, opts.Sources, logger.Named("inventory")); err != nil {
+		if err := collector.Run(ctx); err != nil {
 			logger.Error("inventory stopped", zap.Error(err))
 		}
 	}()
@@ -106,6 +113,13 @@ func Run(ctx context.Context, opts Options) error {
 	}, logger.Named("orders"))
 
 	go executor.Run(ctx)
+
+	// The first registration is what the provider first knows of the machine: it waits
+	// for every collector's first pass, or a machine would show without its disks.
+	if late := collector.WaitFirstPass(ctx, firstPassWait); len(late) > 0 {
+		logger.Warn("registering before every inventory collector has read its source once", zap.Strings("late", late),
+			zap.Duration("waited", firstPassWait))
+	}
 
 	return session.Run(ctx, session.Options{
 		Config:       cfg,

@@ -1,7 +1,8 @@
+//go:build lab
+
 package wipe_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -18,6 +19,7 @@ import (
 	"github.com/u-root/u-root/pkg/cpio"
 
 	"github.com/anvil-metal/anvil/agent/internal/wipe"
+	"github.com/anvil-metal/anvil/internal/modules"
 )
 
 // TestSecureEraseNVMeQEMU boots Debian's kernel in QEMU with an emulated NVMe drive and
@@ -36,9 +38,13 @@ func TestSecureEraseNVMeQEMU(t *testing.T) {
 
 	kernel := kernels[len(kernels)-1]
 	release := strings.TrimPrefix(filepath.Base(kernel), "vmlinuz-")
-	modDir := filepath.Join("/lib/modules", release)
 
-	mods, err := moduleChain(modDir, "kernel/drivers/nvme/host/nvme.ko")
+	index, err := modules.Open(filepath.Join("/lib/modules", release))
+	if err != nil {
+		t.Skipf("no modules for %s: %v", release, err)
+	}
+
+	mods, err := index.Closure("nvme")
 	if err != nil {
 		t.Skipf("no nvme module for %s: %v", release, err)
 	}
@@ -54,7 +60,7 @@ func TestSecureEraseNVMeQEMU(t *testing.T) {
 	require.NoError(t, err, "building wipe-disk: %s", out)
 
 	initrd := filepath.Join(dir, "initrd.cpio")
-	writeInitramfs(t, initrd, initBin, modDir, mods)
+	writeInitramfs(t, initrd, initBin, mods)
 
 	const size = 64 << 20
 
@@ -111,13 +117,13 @@ func TestSecureEraseNVMeQEMU(t *testing.T) {
 	}
 }
 
+// findReport reads the guest's report off its serial console, where the kernel's log
+// put it (after its time stamp).
 func findReport(t *testing.T, log string) wipe.Report {
 	t.Helper()
 
-	sc := bufio.NewScanner(strings.NewReader(log))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if rest, ok := strings.CutPrefix(line, "WIPE-REPORT "); ok {
+	for line := range strings.Lines(log) {
+		if _, rest, ok := strings.Cut(strings.TrimSpace(line), "WIPE-REPORT "); ok {
 			var r wipe.Report
 			require.NoError(t, json.Unmarshal([]byte(rest), &r))
 
@@ -130,32 +136,9 @@ func findReport(t *testing.T, log string) wipe.Report {
 	return wipe.Report{}
 }
 
-// moduleChain is module and what it depends on, in load order, from modules.dep.
-func moduleChain(modDir, module string) ([]string, error) {
-	b, err := os.ReadFile(filepath.Join(modDir, "modules.dep"))
-	if err != nil {
-		return nil, err
-	}
-
-	for line := range strings.Lines(string(b)) {
-		name, deps, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || name != module {
-			continue
-		}
-
-		// modules.dep lists what a module needs nearest first: load them from the end.
-		chain := strings.Fields(deps)
-		for i, j := 0, len(chain)-1; i < j; i, j = i+1, j-1 {
-			chain[i], chain[j] = chain[j], chain[i]
-		}
-
-		return append(chain, name), nil
-	}
-
-	return nil, fmt.Errorf("%s is not in modules.dep", module)
-}
-
-func writeInitramfs(t *testing.T, path, initBin, modDir string, mods []string) {
+// writeInitramfs writes wipe-disk as /init and mods, decompressed, into /modules, named so
+// that name order is load order.
+func writeInitramfs(t *testing.T, path, initBin string, mods []modules.Module) {
 	t.Helper()
 
 	bin, err := os.ReadFile(initBin)
@@ -167,12 +150,10 @@ func writeInitramfs(t *testing.T, path, initBin, modDir string, mods []string) {
 	}
 
 	for i, m := range mods {
-		if strings.HasSuffix(m, ".ko") {
-			content, err := os.ReadFile(filepath.Join(modDir, m))
-			require.NoError(t, err)
+		content, err := modules.ReadDecompressed(m.File)
+		require.NoError(t, err)
 
-			records = append(records, cpio.StaticFile(fmt.Sprintf("modules/%02d-%s", i, filepath.Base(m)), string(content), 0o644))
-		}
+		records = append(records, cpio.StaticFile(fmt.Sprintf("modules/%02d-%s.ko", i, m.Name), string(content), 0o644))
 	}
 
 	f, err := os.Create(path)

@@ -9,12 +9,6 @@ import (
 	"strings"
 )
 
-// Reasons a disk is left alone, as reported to the provider.
-const (
-	SkipBootDisk  = "the agent booted from it"
-	SkipRemovable = "removable media"
-)
-
 // bootMounts are the mount points that say where the running system came from: its root
 // and the partitions its kernel is loaded from.
 var bootMounts = map[string]bool{"/": true, "/boot": true, "/boot/efi": true, "/efi": true}

@@ -320,6 +320,9 @@ func startProvider(ctx context.Context, cfg Config, port int, factoryURL, pprofA
 		"--api-advertise-address", "127.0.0.1",
 		"--api-port", strconv.Itoa(port),
 		"--disable-dhcp-proxy", "--disable-tftp",
+		// The seeded machines have no BMC: nothing for an agent to provision, so an
+		// allocated machine boots Talos (the mix's talos scripts), not the agent first.
+		"--provision-bmc-credentials=false",
 		"--agent-assets-dir", assets,
 		"--image-factory-base-url", factoryURL,
 		// Only ever written into scripts, never fetched by the benchmark.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/anvil-metal/anvil/imager/internal/initramfs"
 	"github.com/anvil-metal/anvil/imager/internal/kmod"
+	"github.com/anvil-metal/anvil/internal/modules"
 )
 
 // DefaultCmdline is the agent's kernel command line; the provider appends its anvil.*
@@ -137,17 +138,17 @@ func Collect(opts Options, logf func(string, ...any)) (*initramfs.Archive, *Resu
 	a.CharDev("dev/console", 0o600, 5, 1)
 	a.CharDev("dev/null", 0o666, 1, 3)
 
-	ix, err := kmod.Load(opts.Kernel.ModulesDir)
+	ix, err := modules.Open(opts.Kernel.ModulesDir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("error reading the modules tree: %w", err)
 	}
 
-	sel, err := ix.Select(opts.Modules)
+	sel, err := kmod.Select(ix, opts.Modules)
 	if err != nil {
 		return nil, nil, fmt.Errorf("error selecting modules: %w", err)
 	}
 
-	logf("modules: scanned %d in %s, %d patterns → %d modules with dependencies", len(ix.Order), opts.Kernel.ModulesDir, len(opts.Modules), len(sel.Names))
+	logf("modules: scanned %d in %s, %d patterns → %d modules with dependencies", ix.Len(), opts.Kernel.ModulesDir, len(opts.Modules), len(sel.Names))
 
 	if len(sel.Builtin) > 0 {
 		logf("modules: built into the kernel: %s", strings.Join(sel.Builtin, " "))
@@ -157,7 +158,7 @@ func Collect(opts Options, logf func(string, ...any)) (*initramfs.Archive, *Resu
 		logf("warning: no module matches: %s", strings.Join(sel.Unmatched, " "))
 	}
 
-	modules, err := sel.Modules()
+	modFiles, err := sel.Modules()
 	if err != nil {
 		return nil, nil, fmt.Errorf("error collecting modules: %w", err)
 	}
@@ -168,11 +169,11 @@ func Collect(opts Options, logf func(string, ...any)) (*initramfs.Archive, *Resu
 	}
 
 	modRoot := "lib/modules/" + opts.Kernel.Version
-	for _, f := range append(modules, index...) {
+	for _, f := range append(modFiles, index...) {
 		add(a, modRoot+"/"+f.Name, f)
 	}
 
-	res.Modules = len(modules)
+	res.Modules = len(modFiles)
 
 	wanted, err := sel.Firmware()
 	if err != nil {

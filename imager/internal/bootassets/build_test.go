@@ -19,6 +19,7 @@ import (
 	"github.com/anvil-metal/anvil/imager/internal/initramfs"
 	"github.com/anvil-metal/anvil/imager/internal/kmod"
 	"github.com/anvil-metal/anvil/imager/internal/kmod/kmodtest"
+	"github.com/anvil-metal/anvil/internal/modules"
 )
 
 func TestBuild(t *testing.T) {
@@ -200,7 +201,7 @@ func TestBuildRealKernel(t *testing.T) {
 	shipped := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimSpace(string(files[mods+"modules.dep"].data)), "\n") {
 		target, deps, _ := strings.Cut(line, ":")
-		shipped[kmod.Name(target)] = true
+		shipped[modules.Name(target)] = true
 
 		for _, p := range append(strings.Fields(deps), target) {
 			assert.Contains(t, files, mods+p, "modules.dep names a module not shipped")
@@ -213,7 +214,7 @@ func TestBuildRealKernel(t *testing.T) {
 
 	for _, line := range strings.Split(string(files[mods+"modules.alias"].data), "\n") {
 		if f := strings.Fields(line); len(f) == 3 && f[0] == "alias" {
-			assert.True(t, shipped[kmod.Name(f[2])], "modules.alias names %s, not shipped", f[2])
+			assert.True(t, shipped[modules.Name(f[2])], "modules.alias names %s, not shipped", f[2])
 		}
 	}
 

@@ -1,16 +1,9 @@
 package kmod
 
 import (
-	"bytes"
-	"compress/gzip"
-	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"strings"
 
-	"github.com/klauspost/compress/zstd"
-	"github.com/ulikunitz/xz"
+	"github.com/anvil-metal/anvil/internal/modules"
 )
 
 // File is one file to ship, at Name relative to the tree it belongs in.
@@ -32,13 +25,11 @@ func (s *Selection) Modules() ([]File, error) {
 	files := make([]File, 0, len(s.Names))
 
 	for _, name := range s.Names {
-		m := s.Index.Modules[name]
-		src := filepath.Join(s.Index.Dir, filepath.FromSlash(m.Path))
-
-		f := File{Name: plainPath(m.Path), Source: src}
+		m, _ := s.Index.Module(name)
+		f := File{Name: plainPath(m.Path), Source: m.File}
 
 		if f.Name != m.Path {
-			data, err := ReadDecompressed(src)
+			data, err := modules.ReadDecompressed(m.File)
 			if err != nil {
 				return nil, err
 			}
@@ -50,45 +41,6 @@ func (s *Selection) Modules() ([]File, error) {
 	}
 
 	return files, nil
-}
-
-// ReadDecompressed reads a file, decompressing it by its extension (.xz, .zst, .gz).
-func ReadDecompressed(file string) ([]byte, error) {
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("error reading %s: %w", file, err)
-	}
-
-	var r io.Reader
-
-	switch filepath.Ext(file) {
-	case ".xz":
-		r, err = xz.NewReader(bytes.NewReader(raw))
-	case ".zst":
-		var d *zstd.Decoder
-
-		d, err = zstd.NewReader(bytes.NewReader(raw))
-		if err == nil {
-			defer d.Close()
-		}
-
-		r = d
-	case ".gz":
-		r, err = gzip.NewReader(bytes.NewReader(raw))
-	default:
-		return raw, nil
-	}
-
-	if err != nil {
-		return nil, fmt.Errorf("error decompressing %s: %w", file, err)
-	}
-
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return nil, fmt.Errorf("error decompressing %s: %w", file, err)
-	}
-
-	return data, nil
 }
 
 // plainPath strips a compression suffix: kernel/x/y.ko.xz → kernel/x/y.ko.

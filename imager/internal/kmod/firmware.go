@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/anvil-metal/anvil/internal/modules"
 )
 
 // Firmware returns the firmware files the selected modules ask for (their modinfo
@@ -20,9 +22,9 @@ func (s *Selection) Firmware() (map[string][]string, error) {
 	wanted := map[string][]string{}
 
 	for _, name := range s.Names {
-		m := s.Index.Modules[name]
+		m, _ := s.Index.Module(name)
 
-		data, err := ReadDecompressed(filepath.Join(s.Index.Dir, filepath.FromSlash(m.Path)))
+		data, err := modules.ReadDecompressed(m.File)
 		if err != nil {
 			return nil, err
 		}
@@ -123,7 +125,7 @@ func firmwareFile(dir, name string) (File, bool, error) {
 			return File{Source: src}, true, nil
 		}
 
-		data, err := ReadDecompressed(src)
+		data, err := modules.ReadDecompressed(src)
 		if err != nil {
 			return File{}, false, err
 		}

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/anvil-metal/anvil/internal/modules"
 )
 
 // IndexFiles renders the modules tree's index files for the selection:
@@ -24,16 +26,17 @@ func (s *Selection) IndexFiles() ([]File, error) {
 
 	dep := &strings.Builder{}
 
-	for _, name := range s.Index.Order {
-		if !s.set[name] {
+	for m := range s.Index.Modules() {
+		if !s.set[m.Name] {
 			continue
 		}
 
-		m := s.Index.Modules[name]
 		fmt.Fprintf(dep, "%s:", plainPath(m.Path))
 
-		for _, d := range m.Deps {
-			fmt.Fprintf(dep, " %s", plainPath(s.Index.Modules[d].Path))
+		for _, name := range m.Deps {
+			// Select took every dependency, so the index knows it.
+			d, _ := s.Index.Module(name)
+			fmt.Fprintf(dep, " %s", plainPath(d.Path))
 		}
 
 		dep.WriteString("\n")
@@ -50,23 +53,23 @@ func (s *Selection) IndexFiles() ([]File, error) {
 		{"modules.alias", func(line string) (string, bool) {
 			f := strings.Fields(line)
 
-			return line, len(f) != 3 || f[0] != "alias" || s.set[Name(f[2])]
+			return line, len(f) != 3 || f[0] != "alias" || s.set[modules.Name(f[2])]
 		}},
 		{"modules.softdep", s.softdepLine},
 		{"modules.devname", func(line string) (string, bool) {
 			f := strings.Fields(line)
 
-			return line, len(f) == 0 || strings.HasPrefix(line, "#") || s.set[Name(f[0])]
+			return line, len(f) == 0 || strings.HasPrefix(line, "#") || s.set[modules.Name(f[0])]
 		}},
 		{"modules.order", func(line string) (string, bool) {
-			return plainPath(line), s.set[Name(line)]
+			return plainPath(line), s.set[modules.Name(line)]
 		}},
 		{"modules.builtin", nil},
 		{"modules.builtin.modinfo", nil},
 	}
 
 	for _, f := range filters {
-		data, err := os.ReadFile(filepath.Join(s.Index.Dir, f.name))
+		data, err := os.ReadFile(filepath.Join(s.Index.Dir(), f.name))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -93,7 +96,7 @@ func (s *Selection) softdepLine(line string) (string, bool) {
 		return line, true
 	}
 
-	if !s.set[Name(f[1])] {
+	if !s.set[modules.Name(f[1])] {
 		return "", false
 	}
 
@@ -106,7 +109,7 @@ func (s *Selection) softdepLine(line string) (string, bool) {
 			continue
 		}
 
-		resolved := s.Index.resolve(t)
+		resolved := s.Index.Resolve(t)
 		if len(resolved) > 0 && s.set[resolved[0]] {
 			kept = append(kept, t)
 		}

@@ -2,6 +2,7 @@ package kmod_test
 
 import (
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,23 +13,13 @@ import (
 
 	"github.com/anvil-metal/anvil/imager/internal/kmod"
 	"github.com/anvil-metal/anvil/imager/internal/kmod/kmodtest"
+	"github.com/anvil-metal/anvil/internal/modules"
 )
-
-func TestName(t *testing.T) {
-	for in, want := range map[string]string{
-		"kernel/drivers/usb/storage/usb-storage.ko": "usb_storage",
-		"kernel/lib/lib_c.ko.xz":                    "lib_c",
-		"x.ko.zst":                                  "x",
-		"e1000e":                                    "e1000e",
-	} {
-		assert.Equal(t, want, kmod.Name(in), in)
-	}
-}
 
 func TestSelect(t *testing.T) {
 	tree := kmodtest.Write(t, t.TempDir())
 
-	ix, err := kmod.Load(tree.ModulesDir)
+	ix, err := modules.Open(tree.ModulesDir)
 	require.NoError(t, err)
 
 	for _, tc := range []struct {
@@ -50,7 +41,7 @@ func TestSelect(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sel, err := ix.Select(tc.patterns)
+			sel, err := kmod.Select(ix, tc.patterns)
 			require.NoError(t, err)
 
 			assert.Equal(t, tc.want, sel.Names)
@@ -59,8 +50,26 @@ func TestSelect(t *testing.T) {
 		})
 	}
 
-	_, err = ix.Select([]string{"[bad"})
+	_, err = kmod.Select(ix, []string{"[bad"})
 	assert.Error(t, err)
+}
+
+// TestSelectUnknownDependency: a module whose dependency the tree lacks cannot be shipped
+// so that it loads.
+func TestSelectUnknownDependency(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "modules.dep"), []byte("kernel/a.ko: kernel/b.ko kernel/ghost.ko\nkernel/b.ko:\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "modules.alias"), nil, 0o644))
+
+	ix, err := modules.Open(dir)
+	require.NoError(t, err)
+
+	_, err = kmod.Select(ix, []string{"a"})
+	assert.ErrorContains(t, err, "a needs ghost, which is neither in modules.dep nor built in")
+
+	sel, err := kmod.Select(ix, []string{"b"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"b"}, sel.Names)
 }
 
 // TestIndexFiles checks the rendered index is closed: every module it names is shipped,
@@ -68,10 +77,10 @@ func TestSelect(t *testing.T) {
 func TestIndexFiles(t *testing.T) {
 	tree := kmodtest.Write(t, t.TempDir())
 
-	ix, err := kmod.Load(tree.ModulesDir)
+	ix, err := modules.Open(tree.ModulesDir)
 	require.NoError(t, err)
 
-	sel, err := ix.Select([]string{"net_a"})
+	sel, err := kmod.Select(ix, []string{"net_a"})
 	require.NoError(t, err)
 
 	modules, err := sel.Modules()
@@ -126,10 +135,10 @@ func TestIndexFiles(t *testing.T) {
 func TestFirmware(t *testing.T) {
 	tree := kmodtest.Write(t, t.TempDir())
 
-	ix, err := kmod.Load(tree.ModulesDir)
+	ix, err := modules.Open(tree.ModulesDir)
 	require.NoError(t, err)
 
-	sel, err := ix.Select([]string{"net_a"})
+	sel, err := kmod.Select(ix, []string{"net_a"})
 	require.NoError(t, err)
 
 	wanted, err := sel.Firmware()
@@ -149,11 +158,6 @@ func TestFirmware(t *testing.T) {
 
 	_, _, err = kmod.FirmwareFiles(tree.FirmwareDir, []string{"../../etc/shadow"})
 	assert.Error(t, err)
-}
-
-func TestLoadErrors(t *testing.T) {
-	_, err := kmod.Load(t.TempDir())
-	assert.ErrorContains(t, err, "modules.dep")
 }
 
 func firstLine(s string) string {

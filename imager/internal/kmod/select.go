@@ -1,3 +1,7 @@
+// Package kmod picks the kernel modules the agent's initramfs ships, from the kernel's
+// module index (internal/modules): a selection by name with its full dependency closure,
+// the index files rendered for the selection, the module files, and the firmware they
+// ask for.
 package kmod
 
 import (
@@ -5,6 +9,8 @@ import (
 	"path"
 	"sort"
 	"strings"
+
+	"github.com/anvil-metal/anvil/internal/modules"
 )
 
 // DefaultPatterns are the modules the agent needs on common server hardware: NICs, storage
@@ -32,7 +38,7 @@ var DefaultPatterns = []string{
 
 // Selection is a closed set of modules: every dependency of a member is a member.
 type Selection struct {
-	Index *Index
+	Index *modules.Index
 	// Names of the selected modules, sorted.
 	Names []string
 	// Builtin are patterns naming modules built into the kernel (nothing to ship).
@@ -46,8 +52,9 @@ type Selection struct {
 // Select picks the modules whose names match patterns (path.Match globs over normalised
 // names; a pattern with a '/' is a path prefix, e.g. "kernel/drivers/net/ethernet/"), then
 // adds their dependencies from modules.dep and their soft dependencies, transitively,
-// because modprobe would load those too and the agent loads by the same closure.
-func (ix *Index) Select(patterns []string) (*Selection, error) {
+// because modprobe would load those too. A dependency the index does not know is an
+// error: the initramfs would ship a module that cannot load.
+func Select(ix *modules.Index, patterns []string) (*Selection, error) {
 	s := &Selection{Index: ix, set: map[string]bool{}}
 
 	var queue []string
@@ -60,8 +67,8 @@ func (ix *Index) Select(patterns []string) (*Selection, error) {
 
 		matched := false
 
-		for _, name := range ix.Order {
-			ok, err := matches(p, ix.Modules[name])
+		for m := range ix.Modules() {
+			ok, err := matches(p, m)
 			if err != nil {
 				return nil, fmt.Errorf("error matching module pattern %q: %w", p, err)
 			}
@@ -69,18 +76,20 @@ func (ix *Index) Select(patterns []string) (*Selection, error) {
 			if ok {
 				matched = true
 
-				queue = append(queue, name)
+				queue = append(queue, m.Name)
 			}
 		}
 
 		switch {
 		case matched:
-		case ix.Builtin[Name(p)]:
+		case ix.Builtin(p):
 			s.Builtin = append(s.Builtin, p)
 		default:
 			s.Unmatched = append(s.Unmatched, p)
 		}
 	}
+
+	wantedBy := map[string]string{}
 
 	for len(queue) > 0 {
 		name := queue[0]
@@ -90,11 +99,24 @@ func (ix *Index) Select(patterns []string) (*Selection, error) {
 			continue
 		}
 
-		s.set[name] = true
-		queue = append(queue, ix.Modules[name].Deps...)
+		m, ok := ix.Module(name)
+		if !ok {
+			if ix.Builtin(name) {
+				continue
+			}
 
-		for _, soft := range ix.softdeps[name] {
-			queue = append(queue, ix.resolve(soft)...)
+			return nil, fmt.Errorf("error selecting modules: %s needs %s, which is neither in modules.dep nor built in", wantedBy[name], name)
+		}
+
+		s.set[name] = true
+
+		for _, dep := range m.Deps {
+			queue = append(queue, dep)
+			wantedBy[dep] = name
+		}
+
+		for _, soft := range ix.Softdeps(name) {
+			queue = append(queue, ix.Resolve(soft)...)
 		}
 	}
 
@@ -107,7 +129,7 @@ func (ix *Index) Select(patterns []string) (*Selection, error) {
 	return s, nil
 }
 
-func matches(pattern string, m *Module) (bool, error) {
+func matches(pattern string, m modules.Module) (bool, error) {
 	if strings.Contains(pattern, "/") {
 		return strings.HasPrefix(m.Path, pattern), nil
 	}

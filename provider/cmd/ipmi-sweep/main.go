@@ -76,17 +76,17 @@ func run(ctx context.Context) error {
 	targets := make([]power.Target, len(req.Targets))
 	for i, t := range req.Targets {
 		targets[i] = power.Target{ID: t.ID, Endpoint: power.Endpoint{
-			Kind: power.KindIPMI, Address: t.Address, Port: t.Port, Username: t.Username, Password: t.Password,
+			Backend: power.BackendIPMI, Address: t.Address, Port: t.Port, Username: t.Username, Password: t.Password,
 		}}
 	}
 
 	start := time.Now()
-	obs := power.Sweep(ctx, targets, power.Dialers{power.KindIPMI: ipmi.Dial},
+	obs := power.Sweep(ctx, targets, power.Dialers{power.BackendIPMI: ipmi.Dial},
 		power.SweepOptions{Concurrency: req.Concurrency, Timeout: timeout})
 	res := response{TookNS: time.Since(start), Observations: make([]observation, len(obs))}
 
 	for i, o := range obs {
-		res.Observations[i] = observation{ID: o.ID, State: string(o.State), TookNS: o.Took}
+		res.Observations[i] = observation{ID: o.ID, State: stateName(o), TookNS: o.Took}
 		if o.Err != nil {
 			res.Observations[i].Err = o.Err.Error()
 		}
@@ -97,4 +97,16 @@ func run(ctx context.Context) error {
 	}
 
 	return nil
+}
+
+// stateName is the power state as the report says it: on, off, or "" when unread.
+func stateName(o power.Observation) string {
+	switch {
+	case o.Err != nil:
+		return ""
+	case o.On:
+		return "on"
+	default:
+		return "off"
+	}
 }

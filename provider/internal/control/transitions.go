@@ -146,14 +146,14 @@ func (t *Transitions) SetBMC(ctx context.Context, req *controlv1.SetBMCRequest) 
 	}
 
 	ep, err := t.svc.SetBMC(ctx, id, transitions.BMC{
-		Kind: power.Kind(req.GetKind()), Address: req.GetAddress(), Port: req.GetPort(), Username: req.GetUsername(),
+		Backend: power.Backend(req.GetKind()), Address: req.GetAddress(), Port: req.GetPort(), Username: req.GetUsername(),
 		Password: req.GetPassword(), Insecure: req.GetInsecure(), SystemID: req.GetSystemId(),
 	})
 	if err != nil {
 		return nil, statusOf(err)
 	}
 
-	return &controlv1.SetBMCResponse{MachineId: id, Kind: string(ep.Kind), Endpoint: ep.String()}, nil
+	return &controlv1.SetBMCResponse{MachineId: id, Kind: string(ep.Backend), Endpoint: ep.String()}, nil
 }
 
 // SetLabels implements controlv1.TransitionServiceServer.

@@ -2,12 +2,10 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/controller"
-	"github.com/cosi-project/runtime/pkg/controller/generic"
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
@@ -181,7 +179,7 @@ func (ctrl *PowerController) Reconcile(ctx context.Context, logger *zap.Logger, 
 	status.Backend, status.Endpoint = cfg.TypedSpec().Kind, ep.String()
 	status.Desired = m.DesiredPower(ctrl.Policy)
 
-	if ep.Kind != power.KindNone && status.Desired != "" && cfg.TypedSpec().HasPassword {
+	if ep.Backend != power.BackendNone && status.Desired != "" && cfg.TypedSpec().HasPassword {
 		if ep.Password, err = ctrl.password(ctx, r, id); err != nil {
 			return err
 		}
@@ -208,7 +206,7 @@ func (ctrl *PowerController) Reconcile(ctx context.Context, logger *zap.Logger, 
 // status; it returns when the machine wants looking at again (zero: only on an event).
 func (ctrl *PowerController) drive(ctx context.Context, logger *zap.Logger, m lifecycle.Machine, ep power.Endpoint, status *resources.PowerStatusSpec) time.Time {
 	switch {
-	case ep.Kind == power.KindNone:
+	case ep.Backend == power.BackendNone:
 		status.Condition, status.Error = conditionManual, ""
 
 		return time.Time{}
@@ -269,168 +267,6 @@ func (ctrl *PowerController) drive(ctx context.Context, logger *zap.Logger, m li
 	return now.Add(min(settleAfter, ctrl.pollInterval()))
 }
 
-// readDue says whether the BMC should be read now: never read, read too long ago, or
-// not (yet) where the machine's state wants it.
-func readDue(s resources.PowerStatusSpec, reboot bool, now time.Time, poll time.Duration) bool {
-	return s.ObservedAt.IsZero() || now.Sub(s.ObservedAt) >= poll || s.State != s.Desired || reboot
-}
-
-// nextAction is what to do to a machine now, given what is wanted and seen; a reboot
-// request wins over the rest, and nothing happens within minInterval of the last action.
-func nextAction(desired, observed resources.PowerState, rebootWanted bool, last, now time.Time, minInterval time.Duration) string {
-	if desired == "" || (!last.IsZero() && now.Sub(last) < minInterval) {
-		return actionNone
-	}
-
-	switch {
-	case rebootWanted:
-		return actionReboot
-	case desired == resources.PowerOn && observed == resources.PowerOff:
-		return actionOn
-	case desired == resources.PowerOff && observed == resources.PowerOn:
-		return actionOff
-	}
-
-	return actionNone
-}
-
-// nextWake is when a machine with nothing to do now wants looking at again: its next
-// poll, or sooner the end of the rate limit that holds back an action it wants.
-func (ctrl *PowerController) nextWake(s resources.PowerStatusSpec, reboot bool, now time.Time) time.Time {
-	wake := s.ObservedAt.Add(ctrl.pollInterval())
-
-	held := !s.LastActionAt.IsZero() && now.Sub(s.LastActionAt) < ctrl.MinActionInterval
-	wants := reboot || (s.State != s.Desired && s.State != resources.PowerUnknown)
-
-	if held && wants {
-		if end := s.LastActionAt.Add(ctrl.MinActionInterval); end.Before(wake) {
-			wake = end
-		}
-	}
-
-	return wake
-}
-
-// retryAt is when a failing BMC may be tried again: the last attempt, plus a wait that
-// doubles with each failure in a row. Zero when it is not failing.
-func retryAt(s resources.PowerStatusSpec) time.Time {
-	if s.Failures == 0 {
-		return time.Time{}
-	}
-
-	last := s.ObservedAt
-	if s.LastActionAt.After(last) {
-		last = s.LastActionAt
-	}
-
-	return last.Add(min(backoffBase<<min(s.Failures, 10), backoffMax))
-}
-
-// failed records a BMC failure on the status.
-func failed(s *resources.PowerStatusSpec, err error) {
-	s.Failures++
-	s.Error = err.Error()
-	s.State = resources.PowerUnknown
-
-	switch {
-	case errors.Is(err, power.ErrUnauthorized):
-		s.Condition = conditionUnauthorized
-	case errors.Is(err, power.ErrUnreachable):
-		s.Condition = conditionUnreachable
-	case errors.Is(err, power.ErrUnsupported):
-		s.Condition = conditionUnsupported
-	default:
-		s.Condition = conditionError
-	}
-}
-
-func succeeded(s *resources.PowerStatusSpec) {
-	s.Failures, s.Error, s.Condition = 0, "", conditionOK
-}
-
-// read reads the BMC's power state within the per-call timeout.
-func (ctrl *PowerController) read(ctx context.Context, ep power.Endpoint) (resources.PowerState, error) {
-	ctx, cancel := context.WithTimeout(ctx, ctrl.timeout())
-	defer cancel()
-
-	c, err := ctrl.Dialers.Dial(ctx, ep)
-	if err != nil {
-		return resources.PowerUnknown, err
-	}
-	defer c.Close()
-
-	st, err := c.PowerState(ctx)
-	if err != nil {
-		return resources.PowerUnknown, fmt.Errorf("error reading the power state: %w", err)
-	}
-
-	switch st {
-	case power.StateOn:
-		return resources.PowerOn, nil
-	case power.StateOff:
-		return resources.PowerOff, nil
-	default:
-		return resources.PowerUnknown, nil
-	}
-}
-
-// act carries out the action; each BMC call gets the per-call timeout (a PXE override and
-// a power-on are two calls).
-func (ctrl *PowerController) act(ctx context.Context, ep power.Endpoint, action string) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*ctrl.timeout())
-	defer cancel()
-
-	c, err := ctrl.Dialers.Dial(ctx, ep)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-
-	switch action {
-	case actionOff:
-		return c.PowerOff(ctx)
-	case actionOn, actionReboot:
-		// The provider decides what the machine boots: PXE first, whatever the disk holds.
-		if err := c.SetPXEOnce(ctx, ctrl.BootMode); err != nil && !errors.Is(err, power.ErrUnsupported) {
-			return fmt.Errorf("error setting the next boot to PXE: %w", err)
-		}
-
-		if action == actionOn {
-			return c.PowerOn(ctx)
-		}
-
-		return c.PowerCycle(ctx)
-	}
-
-	return nil
-}
-
-func (ctrl *PowerController) password(ctx context.Context, r controller.Reader, id string) (string, error) {
-	secret, err := safe.ReaderGetByID[*resources.BMCSecret](ctx, r, id)
-
-	switch {
-	case state.IsNotFoundError(err):
-		return "", nil
-	case err != nil:
-		return "", fmt.Errorf("error reading the BMC secret of machine %s: %w", id, err)
-	}
-
-	return secret.TypedSpec().Password, nil
-}
-
-// endpoint is how the machine's BMC is reached, without its password.
-func endpoint(id string, cfg *resources.BMCConfigSpec) power.Endpoint {
-	kind := power.Kind(cfg.Kind)
-	if kind == "" {
-		kind = power.KindNone
-	}
-
-	return power.Endpoint{
-		Kind: kind, Address: cfg.Address, Port: int(cfg.Port), Username: cfg.Username,
-		Insecure: cfg.Insecure, SystemID: cfg.SystemID, MachineUUID: id,
-	}
-}
-
 func (ctrl *PowerController) clock() Clock {
 	if ctrl.Clock == nil {
 		return realClock{}
@@ -453,23 +289,4 @@ func (ctrl *PowerController) timeout() time.Duration {
 	}
 
 	return ctrl.Timeout
-}
-
-// optionalSpec reads the spec of the machine's resource of type R, nil when there is none.
-func optionalSpec[S any, R interface {
-	generic.ResourceWithRD
-	TypedSpec() *S
-}](ctx context.Context, r controller.Reader, id string) (*S, error) {
-	res, err := safe.ReaderGetByID[R](ctx, r, id)
-
-	switch {
-	case state.IsNotFoundError(err):
-		return nil, nil //nolint:nilnil // absent is an answer
-	case err != nil:
-		var zero R
-
-		return nil, fmt.Errorf("error reading %s of machine %s: %w", zero.ResourceDefinition().Type, id, err)
-	}
-
-	return res.TypedSpec(), nil
 }

@@ -82,12 +82,12 @@ func (b *fakeBMC) call(name string, apply func()) error {
 	return nil
 }
 
-func (b *fakeBMC) PowerState(context.Context) (power.State, error) {
-	st := power.StateOff
+func (b *fakeBMC) PowerState(context.Context) (bool, error) {
+	st := false
 
 	err := b.call("state", func() {
 		if b.f.on[b.id] {
-			st = power.StateOn
+			st = true
 		}
 	})
 

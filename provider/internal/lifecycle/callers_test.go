@@ -122,7 +122,7 @@ func newCallers(t *testing.T) *callers {
 	rt, err := runtime.NewRuntime(st, zaptest.NewLogger(t).Named("runtime"))
 	require.NoError(t, err)
 	require.NoError(t, rt.RegisterQController(&controllers.PowerController{
-		Dialers: power.Dialers{power.KindIPMI: f.bmcs.dial}, Policy: policy, Timeout: time.Second,
+		Dialers: power.Dialers{power.BackendIPMI: f.bmcs.dial}, Policy: policy, Timeout: time.Second,
 	}))
 
 	wg.Go(func() { rt.Run(ctx) }) //nolint:errcheck // returns nil when ctx ends
@@ -319,15 +319,15 @@ type fakeBMC struct {
 	id  string
 }
 
-func (c *fakeBMC) PowerState(context.Context) (power.State, error) {
+func (c *fakeBMC) PowerState(context.Context) (bool, error) {
 	c.log.mu.Lock()
 	defer c.log.mu.Unlock()
 
 	if slices.Contains(c.log.on, c.id) {
-		return power.StateOn, nil
+		return true, nil
 	}
 
-	return power.StateOff, nil
+	return false, nil
 }
 
 func (c *fakeBMC) PowerOn(context.Context) error {

@@ -10,16 +10,6 @@ import (
 	"strconv"
 )
 
-// State is a machine's power as its BMC reports it.
-type State string
-
-// States.
-const (
-	StateUnknown State = ""
-	StateOn      State = "on"
-	StateOff     State = "off"
-)
-
 // BootMode is the firmware flavour a PXE-once override asks for.
 type BootMode string
 
@@ -34,8 +24,8 @@ const (
 // slow or refuses the credentials returns an error (wrapping ErrUnreachable or
 // ErrUnauthorized where the backend can tell), never blocks past ctx.
 type Client interface {
-	// PowerState reads the current power state.
-	PowerState(ctx context.Context) (State, error)
+	// PowerState reads whether the machine is powered on.
+	PowerState(ctx context.Context) (on bool, err error)
 	// PowerOn powers the machine on; on an already running machine it does nothing.
 	PowerOn(ctx context.Context) error
 	// PowerOff powers the machine off at once (not a graceful shutdown).
@@ -49,21 +39,21 @@ type Client interface {
 	Close() error
 }
 
-// Kind names a backend.
-type Kind string
+// Backend names how a BMC is spoken to.
+type Backend string
 
 // Backends.
 const (
-	KindNone    Kind = "none"
-	KindIPMI    Kind = "ipmi"
-	KindRedfish Kind = "redfish"
-	KindAPI     Kind = "api"
+	BackendNone    Backend = "none"
+	BackendIPMI    Backend = "ipmi"
+	BackendRedfish Backend = "redfish"
+	BackendAPI     Backend = "api"
 )
 
 // Endpoint is where and how to reach one machine's BMC.
 type Endpoint struct {
-	Kind     Kind
-	Address  string // host name or IP (or, for KindAPI, the base URL)
+	Backend  Backend
+	Address  string // host name or IP (or, for BackendAPI, the base URL)
 	Port     int    // 0: the backend's default
 	Username string
 	Password string
@@ -87,7 +77,7 @@ func (e Endpoint) String() string {
 		host = e.Username + "@" + host
 	}
 
-	return string(e.Kind) + "://" + host
+	return string(e.Backend) + "://" + host
 }
 
 // Errors a backend wraps so that callers can tell what went wrong without parsing text.
@@ -107,17 +97,17 @@ type Dialer func(ctx context.Context, ep Endpoint) (Client, error)
 
 // Dialers maps each backend kind to its dialer; the wiring fills it, so that this package
 // does not import its backends.
-type Dialers map[Kind]Dialer
+type Dialers map[Backend]Dialer
 
 // Dial opens a client for ep with the dialer of its kind.
 func (d Dialers) Dial(ctx context.Context, ep Endpoint) (Client, error) {
-	if ep.Kind == KindNone || ep.Kind == "" {
+	if ep.Backend == BackendNone || ep.Backend == "" {
 		return nil, ErrManual
 	}
 
-	dial, ok := d[ep.Kind]
+	dial, ok := d[ep.Backend]
 	if !ok {
-		return nil, fmt.Errorf("no power backend %q", ep.Kind)
+		return nil, fmt.Errorf("no power backend %q", ep.Backend)
 	}
 
 	c, err := dial(ctx, ep)

@@ -73,7 +73,7 @@ func (p *RedfishFirst) Dial(ctx context.Context, ep Endpoint) (Client, error) {
 
 func (p *RedfishFirst) redfishEndpoint(ep Endpoint) Endpoint {
 	rf := ep
-	rf.Kind = KindRedfish
+	rf.Backend = BackendRedfish
 
 	scheme := "http://"
 	if p.HTTPS {

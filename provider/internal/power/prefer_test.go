@@ -38,7 +38,7 @@ type nopClient struct{ power.Client }
 func TestRedfishFirst(t *testing.T) {
 	t.Parallel()
 
-	ep := power.Endpoint{Kind: power.KindIPMI, Address: "10.0.0.5", Port: 623, Username: "anvil", Password: "pw", MachineUUID: "m1"}
+	ep := power.Endpoint{Backend: power.BackendIPMI, Address: "10.0.0.5", Port: 623, Username: "anvil", Password: "pw", MachineUUID: "m1"}
 	refused := fmt.Errorf("connection refused: %w", power.ErrUnreachable)
 
 	for _, tc := range []struct {
@@ -77,7 +77,7 @@ func TestRedfishFirst(t *testing.T) {
 
 			if len(rf.calls) > 0 {
 				got := rf.calls[0]
-				assert.Equal(t, power.KindRedfish, got.Kind)
+				assert.Equal(t, power.BackendRedfish, got.Backend)
 				assert.Equal(t, "https://10.0.0.5", got.Address)
 				assert.Equal(t, 8443, got.Port)
 				assert.True(t, got.Insecure)
@@ -98,7 +98,7 @@ func TestRedfishFirstIPv6(t *testing.T) {
 	rf := &recordingDialer{}
 	p := &power.RedfishFirst{Redfish: rf.dial, IPMI: rf.dial}
 
-	_, err := p.Dial(t.Context(), power.Endpoint{Kind: power.KindIPMI, Address: "fd00::5"})
+	_, err := p.Dial(t.Context(), power.Endpoint{Backend: power.BackendIPMI, Address: "fd00::5"})
 	require.NoError(t, err)
 	assert.Equal(t, "http://[fd00::5]", rf.calls[0].Address)
 }

@@ -15,10 +15,11 @@ type Target struct {
 
 // Observation is what polling one target found.
 type Observation struct {
-	ID    string
-	State State
-	Err   error
-	Took  time.Duration
+	ID string
+	// On is whether the machine is powered on (when Err is nil).
+	On   bool
+	Err  error
+	Took time.Duration
 }
 
 // SweepOptions bound a sweep.
@@ -102,23 +103,23 @@ func observe(ctx context.Context, t Target, dial Dialers, timeout time.Duration)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	st, err := pollState(ctx, t.Endpoint, dial)
+	on, err := pollState(ctx, t.Endpoint, dial)
 
-	return Observation{ID: t.ID, State: st, Err: err, Took: time.Since(start)}
+	return Observation{ID: t.ID, On: on, Err: err, Took: time.Since(start)}
 }
 
-func pollState(ctx context.Context, ep Endpoint, dial Dialers) (State, error) {
+func pollState(ctx context.Context, ep Endpoint, dial Dialers) (bool, error) {
 	c, err := dial.Dial(ctx, ep)
 	if err != nil {
-		return StateUnknown, err
+		return false, err
 	}
 
 	defer c.Close()
 
-	st, err := c.PowerState(ctx)
+	on, err := c.PowerState(ctx)
 	if err != nil {
-		return StateUnknown, fmt.Errorf("error reading the power state from %s: %w", ep, err)
+		return false, fmt.Errorf("error reading the power state from %s: %w", ep, err)
 	}
 
-	return st, nil
+	return on, nil
 }

@@ -52,20 +52,20 @@ func (f *fakeBMCs) dial(ctx context.Context, ep power.Endpoint) (power.Client, e
 		return nil, ctx.Err()
 	}
 
-	return &fakeClient{f: f, state: power.State(ep.Address)}, nil
+	return &fakeClient{f: f, on: ep.Address == "on"}, nil
 }
 
 type fakeClient struct {
 	power.Client // only PowerState and Close are called
 
-	f     *fakeBMCs
-	state power.State
+	f  *fakeBMCs
+	on bool
 }
 
-func (c *fakeClient) PowerState(ctx context.Context) (power.State, error) {
+func (c *fakeClient) PowerState(ctx context.Context) (bool, error) {
 	defer c.f.enter()()
 
-	return c.state, ctx.Err()
+	return c.on, ctx.Err()
 }
 
 func (c *fakeClient) Close() error {
@@ -77,7 +77,7 @@ func (c *fakeClient) Close() error {
 func targets(addrs ...string) []power.Target {
 	ts := make([]power.Target, len(addrs))
 	for i, a := range addrs {
-		ts[i] = power.Target{ID: "m" + strconv.Itoa(i), Endpoint: power.Endpoint{Kind: power.KindIPMI, Address: a}}
+		ts[i] = power.Target{ID: "m" + strconv.Itoa(i), Endpoint: power.Endpoint{Backend: power.BackendIPMI, Address: a}}
 	}
 
 	return ts
@@ -87,12 +87,12 @@ func TestSweepStatesInOrder(t *testing.T) {
 	f := &fakeBMCs{}
 	ts := targets("on", "off", "refuse", "on", "off")
 
-	obs := power.Sweep(context.Background(), ts, power.Dialers{power.KindIPMI: f.dial}, power.SweepOptions{Concurrency: 2})
+	obs := power.Sweep(context.Background(), ts, power.Dialers{power.BackendIPMI: f.dial}, power.SweepOptions{Concurrency: 2})
 
 	want := []struct {
-		state power.State
-		err   error
-	}{{power.StateOn, nil}, {power.StateOff, nil}, {power.StateUnknown, errRefused}, {power.StateOn, nil}, {power.StateOff, nil}}
+		on  bool
+		err error
+	}{{true, nil}, {false, nil}, {false, errRefused}, {true, nil}, {false, nil}}
 
 	if len(obs) != len(want) {
 		t.Fatalf("%d observations, want %d", len(obs), len(want))
@@ -103,8 +103,8 @@ func TestSweepStatesInOrder(t *testing.T) {
 			t.Errorf("observation %d is of %q, want %q (target order)", i, o.ID, ts[i].ID)
 		}
 
-		if o.State != want[i].state || !errors.Is(o.Err, want[i].err) || (want[i].err == nil) != (o.Err == nil) {
-			t.Errorf("%s: state %q err %v, want %q err %v", o.ID, o.State, o.Err, want[i].state, want[i].err)
+		if o.On != want[i].on || !errors.Is(o.Err, want[i].err) || (want[i].err == nil) != (o.Err == nil) {
+			t.Errorf("%s: on %t err %v, want on %t err %v", o.ID, o.On, o.Err, want[i].on, want[i].err)
 		}
 	}
 
@@ -144,7 +144,7 @@ func TestSweepBoundsConcurrencyAndTimeout(t *testing.T) {
 			go func() {
 				defer close(swept)
 
-				power.Sweep(ctx, targets(addrs...), power.Dialers{power.KindIPMI: f.dial},
+				power.Sweep(ctx, targets(addrs...), power.Dialers{power.BackendIPMI: f.dial},
 					power.SweepOptions{Concurrency: tc.concurrency, Timeout: time.Hour})
 			}()
 
@@ -163,7 +163,7 @@ func TestSweepBoundsConcurrencyAndTimeout(t *testing.T) {
 			f = &fakeBMCs{}
 
 			start := time.Now()
-			obs := power.Sweep(context.Background(), targets(addrs...), power.Dialers{power.KindIPMI: f.dial},
+			obs := power.Sweep(context.Background(), targets(addrs...), power.Dialers{power.BackendIPMI: f.dial},
 				power.SweepOptions{Concurrency: tc.concurrency, Timeout: timeout})
 			took := time.Since(start)
 
@@ -214,7 +214,7 @@ func TestSweepStopsWithCtx(t *testing.T) {
 	}()
 
 	start := time.Now()
-	obs := power.Sweep(ctx, targets(addrs...), power.Dialers{power.KindIPMI: f.dial}, power.SweepOptions{Concurrency: 4, Timeout: time.Hour})
+	obs := power.Sweep(ctx, targets(addrs...), power.Dialers{power.BackendIPMI: f.dial}, power.SweepOptions{Concurrency: 4, Timeout: time.Hour})
 	took := time.Since(start)
 
 	wg.Wait()

@@ -44,9 +44,6 @@ type BMCConfigSpec struct {
 	HasPassword bool `yaml:"hasPassword" protobuf:"9"`
 }
 
-// DeepCopy implements typed.DeepCopyable.
-func (s BMCConfigSpec) DeepCopy() BMCConfigSpec { return s }
-
 // NewBMCConfig returns an empty BMCConfig for the machine.
 func NewBMCConfig(id resource.ID) *BMCConfig {
 	return typed.NewResource[BMCConfigSpec, BMCConfigExtension](
@@ -82,9 +79,6 @@ type BMCSecret = typed.Resource[BMCSecretSpec, BMCSecretExtension]
 type BMCSecretSpec struct {
 	Password string `yaml:"-" protobuf:"1"`
 }
-
-// DeepCopy implements typed.DeepCopyable.
-func (s BMCSecretSpec) DeepCopy() BMCSecretSpec { return s }
 
 // NewBMCSecret returns an empty BMCSecret for the machine.
 func NewBMCSecret(id resource.ID) *BMCSecret {
@@ -133,9 +127,6 @@ type PowerStatusSpec struct {
 	Failures  uint32 `yaml:"failures,omitempty" protobuf:"10"`
 	Condition string `yaml:"condition,omitempty" protobuf:"11"` // ok, unreachable, unauthorized, unsupported, manual, error
 }
-
-// DeepCopy implements typed.DeepCopyable.
-func (s PowerStatusSpec) DeepCopy() PowerStatusSpec { return s }
 
 // NewPowerStatus returns an empty PowerStatus for the machine.
 func NewPowerStatus(id resource.ID) *PowerStatus {

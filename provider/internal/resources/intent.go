@@ -1,8 +1,6 @@
 package resources
 
 import (
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/resource"
@@ -83,20 +81,6 @@ type Allocation struct {
 	// Config is the Talos machine configuration served by the metadata server.
 	Config      string    `yaml:"config,omitempty" protobuf:"6"`
 	AllocatedAt time.Time `yaml:"allocatedAt" protobuf:"7"`
-}
-
-// DeepCopy implements typed.DeepCopyable.
-func (s MachineIntentSpec) DeepCopy() MachineIntentSpec {
-	if s.Allocation != nil {
-		a := *s.Allocation
-		a.Extensions = slices.Clone(a.Extensions)
-		a.KernelArgs = slices.Clone(a.KernelArgs)
-		s.Allocation = &a
-	}
-
-	s.Labels = maps.Clone(s.Labels)
-
-	return s
 }
 
 // NewMachineIntent returns a pending MachineIntent for the machine.

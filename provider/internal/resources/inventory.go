@@ -1,7 +1,6 @@
 package resources
 
 import (
-	"slices"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/resource"
@@ -105,26 +104,6 @@ type PCIInventory struct {
 type BMCInventory struct {
 	Address string `yaml:"address,omitempty" protobuf:"1"`
 	Port    uint32 `yaml:"port,omitempty" protobuf:"2"`
-}
-
-// DeepCopy implements typed.DeepCopyable.
-func (s MachineInventorySpec) DeepCopy() MachineInventorySpec {
-	s.CPUs = slices.Clone(s.CPUs)
-	s.Memory = slices.Clone(s.Memory)
-	s.Disks = slices.Clone(s.Disks)
-	s.PCIDevices = slices.Clone(s.PCIDevices)
-
-	s.NICs = slices.Clone(s.NICs)
-	for i := range s.NICs {
-		s.NICs[i].Addresses = slices.Clone(s.NICs[i].Addresses)
-	}
-
-	if s.BMC != nil {
-		bmc := *s.BMC
-		s.BMC = &bmc
-	}
-
-	return s
 }
 
 // NewMachineInventory returns an empty inventory for the machine.

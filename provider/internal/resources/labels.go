@@ -119,15 +119,6 @@ type MachineLabelsSpec struct {
 	FromInventory bool `yaml:"fromInventory" protobuf:"4"`
 }
 
-// DeepCopy implements typed.DeepCopyable.
-func (s MachineLabelsSpec) DeepCopy() MachineLabelsSpec {
-	s.Static = maps.Clone(s.Static)
-	s.Derived = maps.Clone(s.Derived)
-	s.User = maps.Clone(s.User)
-
-	return s
-}
-
 // Effective is the machine's label set: static, then derived, then the user's, a later
 // source winning (derived keys are reserved, so only a user label overrides a static one).
 func (s MachineLabelsSpec) Effective() map[string]string {

@@ -25,9 +25,6 @@ type DHCPLeaseSpec struct {
 	Expires  time.Time `yaml:"expires" protobuf:"4"`
 }
 
-// DeepCopy implements typed.DeepCopyable.
-func (s DHCPLeaseSpec) DeepCopy() DHCPLeaseSpec { return s }
-
 // NewDHCPLease returns an empty lease for the MAC address.
 func NewDHCPLease(mac resource.ID) *DHCPLease {
 	return typed.NewResource[DHCPLeaseSpec, DHCPLeaseExtension](

@@ -1,7 +1,6 @@
 package resources
 
 import (
-	"slices"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/resource"
@@ -41,13 +40,6 @@ type MachineSpec struct {
 	// AgentBootIssued is when the newest agent boot token was issued: older tokens are
 	// superseded.
 	AgentBootIssued time.Time `yaml:"agentBootIssued,omitempty" protobuf:"9"`
-}
-
-// DeepCopy implements typed.DeepCopyable.
-func (s MachineSpec) DeepCopy() MachineSpec {
-	s.MACs = slices.Clone(s.MACs)
-
-	return s
 }
 
 // NewMachine returns an empty Machine resource with the given ID.

@@ -1,7 +1,6 @@
 package resources
 
 import (
-	"slices"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/resource"
@@ -25,14 +24,6 @@ type SchematicSpec struct {
 	RegisteredAt time.Time `yaml:"registeredAt,omitempty" protobuf:"4"`
 	// LastError is why the last registration failed.
 	LastError string `yaml:"lastError,omitempty" protobuf:"5"`
-}
-
-// DeepCopy implements typed.DeepCopyable.
-func (s SchematicSpec) DeepCopy() SchematicSpec {
-	s.Extensions = slices.Clone(s.Extensions)
-	s.KernelArgs = slices.Clone(s.KernelArgs)
-
-	return s
 }
 
 // NewSchematic returns an empty Schematic resource.

@@ -1,7 +1,6 @@
 package resources
 
 import (
-	"slices"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/resource"
@@ -51,17 +50,6 @@ type DiskWiped struct {
 	DurationMs uint64 `yaml:"durationMs,omitempty" protobuf:"4"`
 	Verified   string `yaml:"verified,omitempty" protobuf:"5"`
 	Skipped    string `yaml:"skipped,omitempty" protobuf:"6"`
-}
-
-// DeepCopy implements typed.DeepCopyable.
-func (s MachineStatusSpec) DeepCopy() MachineStatusSpec {
-	if s.LastWipe != nil {
-		w := *s.LastWipe
-		w.Disks = slices.Clone(w.Disks)
-		s.LastWipe = &w
-	}
-
-	return s
 }
 
 // NewMachineStatus returns an empty MachineStatus for the machine.

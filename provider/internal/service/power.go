@@ -16,9 +16,9 @@ import (
 // credentials) where they speak it.
 func powerDialers(opts Options) power.Dialers {
 	d := power.Dialers{
-		power.KindIPMI:    ipmi.Dial,
-		power.KindRedfish: redfish.Dial,
-		power.KindAPI:     api.Dial,
+		power.BackendIPMI:    ipmi.Dial,
+		power.BackendRedfish: redfish.Dial,
+		power.BackendAPI:     api.Dial,
 	}
 
 	if opts.RedfishUseAlways || opts.RedfishUseWhenAvailable {
@@ -26,7 +26,7 @@ func powerDialers(opts Options) power.Dialers {
 			Redfish: redfish.Dial, IPMI: ipmi.Dial, Always: opts.RedfishUseAlways,
 			Port: opts.RedfishPort, HTTPS: opts.RedfishUseHTTPS, Insecure: opts.RedfishInsecureSkipTLSVerify,
 		}
-		d[power.KindIPMI] = prefer.Dial
+		d[power.BackendIPMI] = prefer.Dial
 	}
 
 	return d

@@ -25,7 +25,7 @@ func TestNewPowerController(t *testing.T) {
 	assert.Equal(t, 30*time.Second, ctrl.PollInterval)
 	assert.Equal(t, time.Minute, ctrl.MinActionInterval)
 
-	for _, kind := range []power.Kind{power.KindIPMI, power.KindRedfish, power.KindAPI} {
+	for _, kind := range []power.Backend{power.BackendIPMI, power.BackendRedfish, power.BackendAPI} {
 		assert.Contains(t, ctrl.Dialers, kind)
 	}
 

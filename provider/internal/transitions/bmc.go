@@ -19,8 +19,8 @@ import (
 
 // BMC is how to reach a machine's BMC, as a person gives it.
 type BMC struct {
-	// Kind is the power backend: ipmi, redfish, api or none.
-	Kind     power.Kind
+	// Backend is how the BMC is spoken to: ipmi, redfish, api or none.
+	Backend  power.Backend
 	Address  string
 	Port     uint32
 	Username string
@@ -55,7 +55,7 @@ func (s *Service) SetBMC(ctx context.Context, id string, bmc BMC) (power.Endpoin
 
 	if _, err := safe.StateModifyWithResult(ctx, s.st, resources.NewBMCConfig(id), func(c *resources.BMCConfig) error {
 		*c.TypedSpec() = resources.BMCConfigSpec{
-			Kind: string(ep.Kind), Address: ep.Address, Port: bmc.Port, Username: ep.Username,
+			Kind: string(ep.Backend), Address: ep.Address, Port: bmc.Port, Username: ep.Username,
 			Insecure: ep.Insecure, SystemID: ep.SystemID, Source: resources.BMCSourceUser, UpdatedAt: s.now(),
 			HasPassword: bmc.Password != "",
 		}
@@ -96,7 +96,7 @@ func (s *Service) RemoveBMC(ctx context.Context, id string) error {
 // validateBMC checks a BMC and returns it as an endpoint.
 func validateBMC(id string, bmc BMC) (power.Endpoint, error) {
 	ep := power.Endpoint{
-		Kind: bmc.Kind, Address: strings.TrimSpace(bmc.Address), Port: int(bmc.Port),
+		Backend: bmc.Backend, Address: strings.TrimSpace(bmc.Address), Port: int(bmc.Port),
 		Username: bmc.Username, Password: bmc.Password, Insecure: bmc.Insecure, SystemID: bmc.SystemID,
 		MachineUUID: id,
 	}
@@ -105,15 +105,15 @@ func validateBMC(id string, bmc BMC) (power.Endpoint, error) {
 		return ep, fmt.Errorf("port %d is out of range", bmc.Port)
 	}
 
-	switch ep.Kind {
-	case power.KindNone:
+	switch ep.Backend {
+	case power.BackendNone:
 		return ep, nil
-	case power.KindRedfish, power.KindIPMI:
+	case power.BackendRedfish, power.BackendIPMI:
 		if ep.Address == "" {
 			return ep, errors.New("a BMC address is required")
 		}
 
-		if ep.Kind == power.KindRedfish && strings.Contains(ep.Address, "://") {
+		if ep.Backend == power.BackendRedfish && strings.Contains(ep.Address, "://") {
 			// A Redfish service may be given as a URL (http, or a path-less https).
 			u, err := url.Parse(ep.Address)
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" {
@@ -126,13 +126,13 @@ func validateBMC(id string, bmc BMC) (power.Endpoint, error) {
 		if strings.ContainsAny(ep.Address, "/ ") || (strings.Contains(ep.Address, ":") && net.ParseIP(ep.Address) == nil) {
 			return ep, fmt.Errorf("BMC address %q is not a host name or IP (give the port apart)", ep.Address)
 		}
-	case power.KindAPI:
+	case power.BackendAPI:
 		u, err := url.Parse(ep.Address)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return ep, fmt.Errorf("power API address %q is not an http(s) URL", ep.Address)
 		}
 	default:
-		return ep, fmt.Errorf("BMC kind %q is not one of ipmi, redfish, api, none", ep.Kind)
+		return ep, fmt.Errorf("BMC kind %q is not one of ipmi, redfish, api, none", ep.Backend)
 	}
 
 	if strings.ContainsAny(ep.Username, "\n\r\x00") {
@@ -183,7 +183,7 @@ func (s *Service) StoreAgentBMC(ctx context.Context, id string, bmc AgentBMC) (b
 
 	if _, err = safe.StateModifyWithResult(ctx, s.st, resources.NewBMCConfig(id), func(c *resources.BMCConfig) error {
 		spec := c.TypedSpec()
-		spec.Kind = string(power.KindIPMI)
+		spec.Kind = string(power.BackendIPMI)
 		if spec.Address == "" {
 			spec.Address = bmc.Address
 		}

@@ -29,20 +29,20 @@ func TestSetBMC(t *testing.T) {
 		code transitions.Code
 		want string // the endpoint answered
 	}{
-		{"ipmi", machineID, transitions.BMC{Kind: power.KindIPMI, Address: "10.0.0.5", Port: 623, Username: "admin", Password: "s3cret-bmc"}, notRefused, "ipmi://admin@10.0.0.5:623"},
-		{"redfish insecure", machineID, transitions.BMC{Kind: power.KindRedfish, Address: "bmc-1.example", Username: "root", Password: "s3cret-bmc", Insecure: true}, notRefused, "redfish://root@bmc-1.example"},
-		{"api", unknown, transitions.BMC{Kind: power.KindAPI, Address: "http://10.77.0.1:8090"}, notRefused, "api://http://10.77.0.1:8090"},
-		{"redfish URL", machineID, transitions.BMC{Kind: power.KindRedfish, Address: "http://10.77.0.1:8000"}, notRefused, "redfish://http://10.77.0.1:8000"},
-		{"redfish URL with a path", machineID, transitions.BMC{Kind: power.KindRedfish, Address: "https://bmc/redfish/v1"}, transitions.CodeInvalid, ""},
-		{"ipmi URL", machineID, transitions.BMC{Kind: power.KindIPMI, Address: "http://10.0.0.5"}, transitions.CodeInvalid, ""},
-		{"ipv6", machineID, transitions.BMC{Kind: power.KindIPMI, Address: "fd00::5"}, notRefused, "ipmi://fd00::5"},
-		{"none", machineID, transitions.BMC{Kind: power.KindNone}, notRefused, "none://"},
-		{"unknown kind", machineID, transitions.BMC{Kind: power.Kind("telnet"), Address: "x"}, transitions.CodeInvalid, ""},
-		{"no address", machineID, transitions.BMC{Kind: power.KindIPMI}, transitions.CodeInvalid, ""},
-		{"port in address", machineID, transitions.BMC{Kind: power.KindIPMI, Address: "10.0.0.5:623"}, transitions.CodeInvalid, ""},
-		{"port out of range", machineID, transitions.BMC{Kind: power.KindIPMI, Address: "10.0.0.5", Port: 70000}, transitions.CodeInvalid, ""},
-		{"api not a URL", machineID, transitions.BMC{Kind: power.KindAPI, Address: "10.77.0.1:8090"}, transitions.CodeInvalid, ""},
-		{"no machine id", "", transitions.BMC{Kind: power.KindIPMI, Address: "10.0.0.5"}, transitions.CodeInvalid, ""},
+		{"ipmi", machineID, transitions.BMC{Backend: power.BackendIPMI, Address: "10.0.0.5", Port: 623, Username: "admin", Password: "s3cret-bmc"}, notRefused, "ipmi://admin@10.0.0.5:623"},
+		{"redfish insecure", machineID, transitions.BMC{Backend: power.BackendRedfish, Address: "bmc-1.example", Username: "root", Password: "s3cret-bmc", Insecure: true}, notRefused, "redfish://root@bmc-1.example"},
+		{"api", unknown, transitions.BMC{Backend: power.BackendAPI, Address: "http://10.77.0.1:8090"}, notRefused, "api://http://10.77.0.1:8090"},
+		{"redfish URL", machineID, transitions.BMC{Backend: power.BackendRedfish, Address: "http://10.77.0.1:8000"}, notRefused, "redfish://http://10.77.0.1:8000"},
+		{"redfish URL with a path", machineID, transitions.BMC{Backend: power.BackendRedfish, Address: "https://bmc/redfish/v1"}, transitions.CodeInvalid, ""},
+		{"ipmi URL", machineID, transitions.BMC{Backend: power.BackendIPMI, Address: "http://10.0.0.5"}, transitions.CodeInvalid, ""},
+		{"ipv6", machineID, transitions.BMC{Backend: power.BackendIPMI, Address: "fd00::5"}, notRefused, "ipmi://fd00::5"},
+		{"none", machineID, transitions.BMC{Backend: power.BackendNone}, notRefused, "none://"},
+		{"unknown kind", machineID, transitions.BMC{Backend: power.Backend("telnet"), Address: "x"}, transitions.CodeInvalid, ""},
+		{"no address", machineID, transitions.BMC{Backend: power.BackendIPMI}, transitions.CodeInvalid, ""},
+		{"port in address", machineID, transitions.BMC{Backend: power.BackendIPMI, Address: "10.0.0.5:623"}, transitions.CodeInvalid, ""},
+		{"port out of range", machineID, transitions.BMC{Backend: power.BackendIPMI, Address: "10.0.0.5", Port: 70000}, transitions.CodeInvalid, ""},
+		{"api not a URL", machineID, transitions.BMC{Backend: power.BackendAPI, Address: "10.77.0.1:8090"}, transitions.CodeInvalid, ""},
+		{"no machine id", "", transitions.BMC{Backend: power.BackendIPMI, Address: "10.0.0.5"}, transitions.CodeInvalid, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -73,7 +73,7 @@ func TestSetBMC(t *testing.T) {
 
 			cfg, err := safe.StateGetByID[*resources.BMCConfig](ctx, st, tc.id)
 			require.NoError(t, err)
-			assert.Equal(t, string(tc.req.Kind), cfg.TypedSpec().Kind)
+			assert.Equal(t, string(tc.req.Backend), cfg.TypedSpec().Kind)
 			assert.Equal(t, resources.BMCSourceUser, cfg.TypedSpec().Source)
 			assert.Equal(t, tc.req.Password != "", cfg.TypedSpec().HasPassword)
 
@@ -105,9 +105,9 @@ func TestStoreAgentBMC(t *testing.T) {
 		wantSecret string
 	}{
 		{"nothing given", nil, true, resources.BMCConfigSpec{Kind: "ipmi", Address: "192.0.2.9", Port: 623, Username: "anvil", Source: resources.BMCSourceAgent, HasPassword: true}, "agent-pw"},
-		{"address given", &transitions.BMC{Kind: power.KindIPMI, Address: "10.77.0.1", Port: 62300}, true,
+		{"address given", &transitions.BMC{Backend: power.BackendIPMI, Address: "10.77.0.1", Port: 62300}, true,
 			resources.BMCConfigSpec{Kind: "ipmi", Address: "10.77.0.1", Port: 62300, Username: "anvil", Source: resources.BMCSourceAgent, HasPassword: true}, "agent-pw"},
-		{"credentials given", &transitions.BMC{Kind: power.KindIPMI, Address: "10.77.0.1", Username: "admin", Password: "user-pw"}, false,
+		{"credentials given", &transitions.BMC{Backend: power.BackendIPMI, Address: "10.77.0.1", Username: "admin", Password: "user-pw"}, false,
 			resources.BMCConfigSpec{Kind: "ipmi", Address: "10.77.0.1", Username: "admin", Source: resources.BMCSourceUser, HasPassword: true}, "user-pw"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

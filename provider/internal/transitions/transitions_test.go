@@ -423,7 +423,7 @@ func TestManagedBy(t *testing.T) {
 	require.NoError(t, err)
 	_, err = local.SetWipeMode(ctx, machineID, resources.WipeModeZeroes)
 	require.NoError(t, err)
-	_, err = local.SetBMC(ctx, machineID, transitions.BMC{Kind: power.KindIPMI, Address: "10.0.0.5", Username: "admin", Password: "pw"})
+	_, err = local.SetBMC(ctx, machineID, transitions.BMC{Backend: power.BackendIPMI, Address: "10.0.0.5", Username: "admin", Password: "pw"})
 	require.NoError(t, err)
 
 	owner := local.Owner()

@@ -43,19 +43,19 @@ func Dial(_ context.Context, ep power.Endpoint) (power.Client, error) {
 	return &client{base: u, ep: ep, http: &http.Client{Timeout: 30 * time.Second}}, nil
 }
 
-func (c *client) PowerState(ctx context.Context) (power.State, error) {
+func (c *client) PowerState(ctx context.Context) (bool, error) {
 	var reply powerwire.PowerReply
 	if err := c.do(ctx, http.MethodGet, "power", nil, &reply); err != nil {
-		return power.StateUnknown, err
+		return false, err
 	}
 
 	switch reply.State {
 	case "on":
-		return power.StateOn, nil
+		return true, nil
 	case "off":
-		return power.StateOff, nil
+		return false, nil
 	default:
-		return power.StateUnknown, fmt.Errorf("power API answered an unknown power state %q", reply.State)
+		return false, fmt.Errorf("power API answered an unknown power state %q", reply.State)
 	}
 }
 

@@ -80,7 +80,7 @@ func (f *fakeAPI) handler(t *testing.T) http.Handler {
 func dial(t *testing.T, address, user, password string) power.Client {
 	t.Helper()
 
-	c, err := api.Dial(t.Context(), power.Endpoint{Kind: power.KindAPI, Address: address, Username: user, Password: password, MachineUUID: uuid})
+	c, err := api.Dial(t.Context(), power.Endpoint{Backend: power.BackendAPI, Address: address, Username: user, Password: password, MachineUUID: uuid})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 
@@ -99,14 +99,14 @@ func TestClient(t *testing.T) {
 
 	st, err := c.PowerState(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, power.StateOff, st)
+	assert.False(t, st)
 
 	require.NoError(t, c.SetPXEOnce(ctx, power.BootModeUEFI))
 	require.NoError(t, c.PowerOn(ctx))
 
 	st, err = c.PowerState(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, power.StateOn, st)
+	assert.True(t, st)
 
 	require.NoError(t, c.PowerCycle(ctx))
 	require.NoError(t, c.PowerOff(ctx))
@@ -214,9 +214,9 @@ func TestDialValidates(t *testing.T) {
 	t.Parallel()
 
 	for _, ep := range []power.Endpoint{
-		{Kind: power.KindAPI, Address: "10.0.0.1:8090", MachineUUID: uuid},
-		{Kind: power.KindAPI, Address: "ftp://x", MachineUUID: uuid},
-		{Kind: power.KindAPI, Address: "http://10.0.0.1:8090"},
+		{Backend: power.BackendAPI, Address: "10.0.0.1:8090", MachineUUID: uuid},
+		{Backend: power.BackendAPI, Address: "ftp://x", MachineUUID: uuid},
+		{Backend: power.BackendAPI, Address: "http://10.0.0.1:8090"},
 	} {
 		_, err := api.Dial(t.Context(), ep)
 		assert.Error(t, err, ep.Address)

@@ -130,17 +130,13 @@ func (c *client) call(ctx context.Context, what string, fn func(ctx context.Cont
 }
 
 // PowerState reads the chassis power state.
-func (c *client) PowerState(ctx context.Context) (power.State, error) {
+func (c *client) PowerState(ctx context.Context) (bool, error) {
 	on, err := c.isOn(ctx)
 	if err != nil {
-		return power.StateUnknown, fmt.Errorf("%s: %w", c.desc, err)
+		return false, fmt.Errorf("%s: %w", c.desc, err)
 	}
 
-	if on {
-		return power.StateOn, nil
-	}
-
-	return power.StateOff, nil
+	return on, nil
 }
 
 func (c *client) isOn(ctx context.Context) (bool, error) {

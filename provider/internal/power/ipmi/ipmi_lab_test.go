@@ -47,7 +47,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func stateOf(t *testing.T, c power.Client) power.State {
+func stateOf(t *testing.T, c power.Client) bool {
 	t.Helper()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -68,8 +68,8 @@ func TestLabPowerAgainstIPMISim(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	if st := stateOf(t, c); st != power.StateOff {
-		t.Fatalf("fresh simulator: state %q, want off", st)
+	if stateOf(t, c) {
+		t.Fatal("fresh simulator: on, want off")
 	}
 
 	if s.machinePID() != 0 {
@@ -80,14 +80,14 @@ func TestLabPowerAgainstIPMISim(t *testing.T) {
 	steps := []struct {
 		name    string
 		do      func(context.Context) error
-		want    power.State
+		want    bool
 		running bool
 	}{
-		{"on", c.PowerOn, power.StateOn, true},
-		{"on again does nothing", c.PowerOn, power.StateOn, true},
-		{"off", c.PowerOff, power.StateOff, false},
-		{"off again does nothing", c.PowerOff, power.StateOff, false},
-		{"cycle of an off machine", c.PowerCycle, power.StateOn, true},
+		{"on", c.PowerOn, true, true},
+		{"on again does nothing", c.PowerOn, true, true},
+		{"off", c.PowerOff, false, false},
+		{"off again does nothing", c.PowerOff, false, false},
+		{"cycle of an off machine", c.PowerCycle, true, true},
 	}
 
 	for _, step := range steps {
@@ -119,8 +119,8 @@ func TestLabPowerAgainstIPMISim(t *testing.T) {
 		return pid != 0 && pid != first
 	})
 
-	if st := stateOf(t, c); st != power.StateOn {
-		t.Fatalf("after the cycle: state %q, want on", st)
+	if !stateOf(t, c) {
+		t.Fatal("after the cycle: off, want on")
 	}
 
 	// This simulator (no chassis program) refuses boot options: a refusal the caller can

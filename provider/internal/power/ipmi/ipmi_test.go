@@ -51,7 +51,7 @@ func TestUnreachable(t *testing.T) {
 
 			start := time.Now()
 
-			c, err := Dial(ctx, power.Endpoint{Kind: power.KindIPMI, Address: "127.0.0.1", Port: tc.port, Username: testUser, Password: testPassword})
+			c, err := Dial(ctx, power.Endpoint{Backend: power.BackendIPMI, Address: "127.0.0.1", Port: tc.port, Username: testUser, Password: testPassword})
 			if err == nil {
 				c.Close()
 				t.Fatal("Dial succeeded")

@@ -100,7 +100,7 @@ func startSim(t *testing.T, mode simMode) *sim {
 }
 
 func (s *sim) endpoint() power.Endpoint {
-	return power.Endpoint{Kind: power.KindIPMI, Address: "127.0.0.1", Port: s.Config.LANPort, Username: simUser, Password: simPassword}
+	return power.Endpoint{Backend: power.BackendIPMI, Address: "127.0.0.1", Port: s.Config.LANPort, Username: simUser, Password: simPassword}
 }
 
 // machinePID is the pid of the running machine (the start command's sleep), or 0.

@@ -24,7 +24,7 @@ type resetAction struct {
 func (c *client) load(ctx context.Context) (*schemas.ComputerSystem, resetAction, error) {
 	sys, err := schemas.GetObject[schemas.ComputerSystem](c.api.WithContext(ctx), c.system)
 	if err != nil {
-		return nil, resetAction{}, classify("reading the Redfish system "+c.system, err)
+		return nil, resetAction{}, classify(ctx, "reading the Redfish system "+c.system, err)
 	}
 
 	var doc struct {
@@ -44,22 +44,22 @@ func (c *client) load(ctx context.Context) (*schemas.ComputerSystem, resetAction
 	return sys, resetAction{target: doc.Actions.Reset.Target, allowed: doc.Actions.Reset.Allowed}, nil
 }
 
-func stateOf(sys *schemas.ComputerSystem) (power.State, error) {
+func stateOf(sys *schemas.ComputerSystem) (bool, error) {
 	switch sys.PowerState {
 	case schemas.OnPowerState, schemas.PoweringOnPowerState:
-		return power.StateOn, nil
+		return true, nil
 	case schemas.OffPowerState, schemas.PoweringOffPowerState:
-		return power.StateOff, nil
+		return false, nil
 	default:
-		return power.StateUnknown, fmt.Errorf("the Redfish system %s reports the power state %q", sys.ODataID, sys.PowerState)
+		return false, fmt.Errorf("the Redfish system %s reports the power state %q", sys.ODataID, sys.PowerState)
 	}
 }
 
 // PowerState reads the system's power state.
-func (c *client) PowerState(ctx context.Context) (power.State, error) {
+func (c *client) PowerState(ctx context.Context) (bool, error) {
 	sys, _, err := c.load(ctx)
 	if err != nil {
-		return power.StateUnknown, err
+		return false, err
 	}
 
 	return stateOf(sys)
@@ -72,11 +72,11 @@ func (c *client) PowerOn(ctx context.Context) error {
 		return err
 	}
 
-	if st, err := stateOf(sys); err == nil && st == power.StateOn {
+	if on, err := stateOf(sys); err == nil && on {
 		return nil
 	}
 
-	return c.reset(sys, action, schemas.OnResetType, schemas.ForceOnResetType, schemas.PushPowerButtonResetType)
+	return c.reset(ctx, sys, action, schemas.OnResetType, schemas.ForceOnResetType, schemas.PushPowerButtonResetType)
 }
 
 // PowerOff cuts a running machine's power.
@@ -86,11 +86,11 @@ func (c *client) PowerOff(ctx context.Context) error {
 		return err
 	}
 
-	if st, err := stateOf(sys); err == nil && st == power.StateOff {
+	if on, err := stateOf(sys); err == nil && !on {
 		return nil
 	}
 
-	return c.reset(sys, action, schemas.ForceOffResetType)
+	return c.reset(ctx, sys, action, schemas.ForceOffResetType)
 }
 
 // PowerCycle restarts a running machine with whatever the BMC offers: ForceRestart,
@@ -101,16 +101,16 @@ func (c *client) PowerCycle(ctx context.Context) error {
 		return err
 	}
 
-	if st, err := stateOf(sys); err == nil && st == power.StateOff {
-		return c.reset(sys, action, schemas.OnResetType, schemas.ForceOnResetType, schemas.PushPowerButtonResetType)
+	if on, err := stateOf(sys); err == nil && !on {
+		return c.reset(ctx, sys, action, schemas.OnResetType, schemas.ForceOnResetType, schemas.PushPowerButtonResetType)
 	}
 
-	err = c.reset(sys, action, schemas.ForceRestartResetType, schemas.PowerCycleResetType)
+	err = c.reset(ctx, sys, action, schemas.ForceRestartResetType, schemas.PowerCycleResetType)
 	if !errors.Is(err, power.ErrUnsupported) {
 		return err
 	}
 
-	if err := c.reset(sys, action, schemas.ForceOffResetType); err != nil {
+	if err := c.reset(ctx, sys, action, schemas.ForceOffResetType); err != nil {
 		return err
 	}
 
@@ -119,7 +119,7 @@ func (c *client) PowerCycle(ctx context.Context) error {
 		return err
 	}
 
-	return c.reset(sys, action, schemas.OnResetType, schemas.ForceOnResetType)
+	return c.reset(ctx, sys, action, schemas.OnResetType, schemas.ForceOnResetType)
 }
 
 func (c *client) waitOff(ctx context.Context) error {
@@ -127,12 +127,12 @@ func (c *client) waitOff(ctx context.Context) error {
 	defer cancel()
 
 	for {
-		st, err := c.PowerState(ctx)
+		on, err := c.PowerState(ctx)
 		if err != nil {
 			return err
 		}
 
-		if st == power.StateOff {
+		if !on {
 			return nil
 		}
 
@@ -146,7 +146,7 @@ func (c *client) waitOff(ctx context.Context) error {
 
 // reset runs the first of the reset types the system offers. A BMC that lists no
 // types is tried type by type, taking a refusal (400, 405, 501) as "not this one".
-func (c *client) reset(sys *schemas.ComputerSystem, action resetAction, types ...schemas.ResetType) error {
+func (c *client) reset(ctx context.Context, sys *schemas.ComputerSystem, action resetAction, types ...schemas.ResetType) error {
 	if action.target == "" {
 		return fmt.Errorf("%w: the Redfish system %s has no Reset action", power.ErrUnsupported, sys.ODataID)
 	}
@@ -168,7 +168,7 @@ func (c *client) reset(sys *schemas.ComputerSystem, action resetAction, types ..
 			}
 		}
 
-		return classify(fmt.Sprintf("resetting %s (%s)", sys.ODataID, rt), err)
+		return classify(ctx, fmt.Sprintf("resetting %s (%s)", sys.ODataID, rt), err)
 	}
 
 	return fmt.Errorf("%w: the Redfish system %s offers none of the reset types %v (it offers %v)",
@@ -210,7 +210,7 @@ func (c *client) SetPXEOnce(ctx context.Context, mode power.BootMode) error {
 	}
 
 	if err := sys.SetBoot(boot); err != nil {
-		return classify("setting the PXE boot override of "+sys.ODataID, err)
+		return classify(ctx, "setting the PXE boot override of "+sys.ODataID, err)
 	}
 
 	return nil

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 
@@ -47,7 +48,7 @@ func statusOf(err error) int {
 
 // unreachable tells a BMC that did not answer (refused, timed out, cut off).
 func unreachable(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return true
 	}
 
@@ -70,11 +71,15 @@ func unreachable(err error) bool {
 	return errors.As(err, &opErr) || (errors.As(err, &netErr) && netErr.Timeout())
 }
 
-// classify wraps err with what was being done and the power error it amounts to.
-func classify(doing string, err error) error {
+// classify wraps err with what was being done and the power error it amounts to. A call
+// whose time ran out is a BMC that did not answer in time, however the transport put it
+// (a deadline, or the connection cut off under it).
+func classify(ctx context.Context, doing string, err error) error {
 	var verr *tls.CertificateVerificationError
 
 	switch code := statusOf(err); {
+	case ctx.Err() != nil:
+		return fmt.Errorf("error %s: %w: %w (%w)", doing, power.ErrUnreachable, ctx.Err(), err)
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
 		return fmt.Errorf("error %s: %w: %w", doing, power.ErrUnauthorized, err)
 	case errors.As(err, &verr):

@@ -119,7 +119,7 @@ func TestLabQEMUBootOverride(t *testing.T) {
 			st, err := c.PowerState(ctx)
 			require.NoError(t, err)
 
-			if st == power.StateOff {
+			if !st {
 				return
 			}
 
@@ -152,7 +152,7 @@ func TestLabQEMUBootOverride(t *testing.T) {
 
 	st, err := c.PowerState(ctx)
 	require.NoError(t, err)
-	t.Logf("power state when cycled: %s", st)
+	t.Logf("powered on when cycled: %t", st)
 
 	require.NoError(t, c.SetPXEOnce(ctx, power.BootModeLegacy))
 

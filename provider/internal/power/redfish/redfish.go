@@ -101,7 +101,7 @@ func dial(ctx context.Context, ep power.Endpoint, roots *x509.CertPool) (*client
 	if err != nil {
 		hc.CloseIdleConnections()
 
-		return nil, classify("reading the Redfish service root", err)
+		return nil, classify(ctx, "reading the Redfish service root", err)
 	}
 
 	// A session where the BMC has them: one login instead of the password in every
@@ -119,7 +119,7 @@ func dial(ctx context.Context, ep power.Endpoint, roots *x509.CertPool) (*client
 	if err != nil {
 		hc.CloseIdleConnections()
 
-		return nil, classify("connecting to the Redfish service", err)
+		return nil, classify(ctx, "connecting to the Redfish service", err)
 	}
 
 	if c.system, err = c.pickSystem(ctx, ep); err != nil {
@@ -167,7 +167,7 @@ func baseURL(ep power.Endpoint) (string, error) {
 func (c *client) pickSystem(ctx context.Context, ep power.Endpoint) (string, error) {
 	systems, err := c.api.WithContext(ctx).Service.Systems()
 	if err != nil {
-		return "", classify("listing the Redfish systems", err)
+		return "", classify(ctx, "listing the Redfish systems", err)
 	}
 
 	var found []string

@@ -1,7 +1,8 @@
 // Command wipe-disk wipes the devices it is given with package wipe and prints one JSON
 // report per device: for the benchmark (bench/run.sh wipe) and, run as PID 1 of a tiny
-// initramfs, for the QEMU test of secure erase. As PID 1 it mounts /proc, /sys and /dev,
-// loads the modules in /modules (in name order), waits for the devices, and powers off.
+// initramfs, for the QEMU test of secure erase. As PID 1 (internal/initsys) it mounts the
+// pseudo filesystems, loads the modules in /modules (in name order), waits for the
+// devices, reports through the kernel's log, and powers off.
 package main
 
 import (
@@ -10,35 +11,54 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
 
 	"github.com/anvil-metal/anvil/agent/internal/wipe"
+	"github.com/anvil-metal/anvil/internal/initsys"
+	"github.com/anvil-metal/anvil/internal/modules"
 )
 
+// modulesDir holds the modules PID 1 loads, named so that name order is load order.
+const modulesDir = "/modules"
+
 func main() {
-	asInit := os.Getpid() == 1
+	if initsys.IsPID1() {
+		runPID1()
+	}
 
-	err := run(asInit, os.Args[1:])
-	if err != nil {
+	if err := run(context.Background(), os.Stdout, os.Args[1:]); err != nil {
 		fmt.Println("WIPE-ERROR", err)
-	}
-
-	if asInit {
-		unix.Sync()
-		_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF) // nothing is left to tell
-	}
-
-	if err != nil {
 		os.Exit(1)
 	}
 }
 
-func run(asInit bool, args []string) error {
+// runPID1 never returns: PID 1 exiting panics the kernel.
+func runPID1() {
+	pid1 := initsys.Start(zapcore.InfoLevel)
+
+	err := initsys.Guard(pid1.Logger, func() error {
+		if err := loadModules(pid1.Logger, modulesDir); err != nil {
+			return err
+		}
+
+		return run(context.Background(), pid1.Out, os.Args[1:])
+	})
+	if err != nil {
+		fmt.Fprintln(pid1.Out, "WIPE-ERROR", err)
+	}
+
+	initsys.Halt(pid1.Logger, initsys.PowerOff)
+}
+
+func run(ctx context.Context, out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("wipe-disk", flag.ContinueOnError)
 	mode := fs.String("mode", string(wipe.ModeFast), "fast, zeroes or secure-erase")
 	wait := fs.Duration("wait", time.Minute, "how long to wait for the devices to appear")
@@ -47,16 +67,13 @@ func run(asInit bool, args []string) error {
 		return err
 	}
 
-	ctx := context.Background()
-
-	if asInit {
-		if err := setUp(); err != nil {
-			return err
-		}
-	}
-
 	for _, dev := range fs.Args() {
-		if err := waitFor(dev, *wait); err != nil {
+		waitCtx, cancel := context.WithTimeout(ctx, *wait)
+		err := initsys.WaitPath(waitCtx, dev)
+
+		cancel()
+
+		if err != nil {
 			return err
 		}
 
@@ -70,69 +87,29 @@ func run(asInit bool, args []string) error {
 			return fmt.Errorf("error encoding the report: %w", err)
 		}
 
-		fmt.Println("WIPE-REPORT", string(b))
+		fmt.Fprintln(out, "WIPE-REPORT", string(b))
 	}
 
 	return nil
 }
 
-func setUp() error {
-	for _, m := range []struct{ src, dir, typ string }{
-		{"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"}, {"devtmpfs", "/dev", "devtmpfs"},
-	} {
-		if err := os.MkdirAll(m.dir, 0o755); err != nil {
-			return fmt.Errorf("error creating %s: %w", m.dir, err)
-		}
-
-		if err := unix.Mount(m.src, m.dir, m.typ, 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
-			return fmt.Errorf("error mounting %s: %w", m.dir, err)
-		}
-	}
-
-	mods, err := filepath.Glob("/modules/*.ko")
+// loadModules loads every module in dir in name order; one already loaded is fine.
+func loadModules(logger *zap.Logger, dir string) error {
+	files, err := filepath.Glob(filepath.Join(dir, "*.ko"))
 	if err != nil {
 		return fmt.Errorf("error listing modules: %w", err)
 	}
 
-	sort.Strings(mods)
+	slices.Sort(files)
 
-	for _, m := range mods {
-		if err := loadModule(m); err != nil {
-			return err
+	for _, f := range files {
+		err := modules.Finit{}.Load(modules.Module{File: f})
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("error loading module %s: %w", f, err)
 		}
+
+		logger.Info("loaded kernel module", zap.String("file", f))
 	}
 
 	return nil
-}
-
-func loadModule(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("error opening module %s: %w", path, err)
-	}
-
-	defer f.Close()
-
-	if err = unix.FinitModule(int(f.Fd()), "", 0); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("error loading module %s: %w", path, err)
-	}
-
-	return nil
-}
-
-func waitFor(dev string, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-
-	for {
-		_, err := os.Stat(dev)
-		if err == nil {
-			return nil
-		}
-
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not appear within %s: %w", dev, limit, err)
-		}
-
-		time.Sleep(100 * time.Millisecond)
-	}
 }

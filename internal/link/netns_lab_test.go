@@ -1,3 +1,5 @@
+//go:build lab
+
 package link
 
 import (
@@ -34,11 +36,11 @@ const (
 	leaseHostID = "anvil-node-1"
 )
 
-// TestDHCPInNamespace builds two network namespaces joined by veth pairs,
+// TestLabDHCPInNamespace builds two network namespaces joined by veth pairs,
 // runs dnsmasq as the DHCP server in one and this package, in a child
 // process, in the other: `ip netns exec` moves the whole child, threads and
 // sysfs view alike, which a goroutine-level setns cannot.
-func TestDHCPInNamespace(t *testing.T) {
+func TestLabDHCPInNamespace(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces")
 	}
@@ -120,14 +122,14 @@ func TestDHCPInNamespace(t *testing.T) {
 
 	// unshare --uts: the child may set its hostname without touching the host's.
 	child := exec.CommandContext(ctx, "unshare", "--uts", "ip", "netns", "exec", agentNS,
-		os.Args[0], "-test.run=^TestChildInNamespace$", "-test.v", "-test.count=1")
+		os.Args[0], "-test.run=^TestLabChildInNamespace$", "-test.v", "-test.count=1")
 	child.Env = append(os.Environ(), childEnv+"=1", resolvEnv+"="+resolv)
 
 	start := time.Now()
 	out, err := child.CombinedOutput()
 	t.Logf("child (%v):\n%s", time.Since(start).Round(time.Millisecond), out)
 	require.NoError(t, err)
-	require.Contains(t, string(out), "--- PASS: TestChildInNamespace")
+	require.Contains(t, string(out), "--- PASS: TestLabChildInNamespace")
 
 	// Seen from outside too: the address outlives the child (its context
 	// ended; a lease is only withdrawn when lost).
@@ -136,10 +138,10 @@ func TestDHCPInNamespace(t *testing.T) {
 	assert.Contains(t, string(show), leasedAddr)
 }
 
-// TestChildInNamespace is the child half of TestDHCPInNamespace.
-func TestChildInNamespace(t *testing.T) {
+// TestLabChildInNamespace is the child half of TestLabDHCPInNamespace.
+func TestLabChildInNamespace(t *testing.T) {
 	if os.Getenv(childEnv) == "" {
-		t.Skip("runs only as TestDHCPInNamespace's child")
+		t.Skip("runs only as TestLabDHCPInNamespace's child")
 	}
 
 	require.NoError(t, unix.Sethostname([]byte("localhost")))

@@ -1,3 +1,5 @@
+//go:build lab
+
 package pxe
 
 import (
@@ -13,7 +15,7 @@ import (
 	"go.uber.org/zap/zaptest"
 )
 
-func TestProxyDHCPNetns(t *testing.T) {
+func TestLabProxyDHCP(t *testing.T) {
 	t.Parallel()
 
 	n := newTestNet(t)

@@ -1,3 +1,5 @@
+//go:build lab
+
 package pxe
 
 import (
@@ -9,13 +11,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
-	"runtime"
 	"testing"
 	"time"
 
+	"github.com/anvil-metal/anvil/internal/netns"
 	"github.com/insomniacslk/dhcp/dhcpv4"
-	"golang.org/x/sys/unix"
+	"github.com/stretchr/testify/require"
 )
 
 // testNet is two network namespaces joined by a veth pair: the server side has
@@ -25,29 +26,19 @@ type testNet struct {
 	server, client string
 }
 
-const (
-	testServerIf = "vs0"
-	testClientIf = "vc0"
-)
+const testClientIf = "vc0"
 
-var (
-	testServerIP = netip.MustParseAddr("10.199.0.1")
-	testClientIP = netip.MustParseAddr("10.199.0.2")
-)
+var testClientIP = netip.MustParseAddr("10.199.0.2")
 
 func newTestNet(t *testing.T) *testNet {
 	t.Helper()
 
 	if os.Geteuid() != 0 {
-		t.Skip("needs root and ip netns: not running as root")
-	}
-
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs root and ip netns: no ip command")
+		t.Skip("needs root to create network namespaces")
 	}
 
 	var id [4]byte
-	rand.Read(id[:]) // never fails
+	rand.Read(id[:]) //nolint:errcheck,gosec // never fails
 
 	n := &testNet{
 		server: "anvil-t-" + hex.EncodeToString(id[:]) + "-s",
@@ -55,63 +46,48 @@ func newTestNet(t *testing.T) *testNet {
 	}
 
 	for _, ns := range []string{n.server, n.client} {
-		ipCmd(t, "netns", "add", ns)
+		require.NoError(t, netns.Create(ns))
 		t.Cleanup(func() {
-			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
-				t.Errorf("error deleting netns %s: %v: %s", ns, err, out)
+			if err := netns.Delete(ns); err != nil {
+				t.Errorf("error deleting netns %s: %v", ns, err)
 			}
 		})
 	}
 
-	ipCmd(t, "-n", n.server, "link", "add", testServerIf, "type", "veth", "peer", "name", testClientIf, "netns", n.client)
+	server, err := netns.OpenLinks(n.server)
+	require.NoError(t, err)
 
-	for _, side := range []struct{ ns, dev, addr string }{
-		{n.server, testServerIf, testServerIP.String() + "/24"},
-		{n.client, testClientIf, testClientIP.String() + "/24"},
+	defer server.Close() //nolint:errcheck // done with it
+
+	require.NoError(t, server.AddVeth(testServerIf, testClientIf, n.client))
+
+	client, err := netns.OpenLinks(n.client)
+	require.NoError(t, err)
+
+	defer client.Close() //nolint:errcheck // done with it
+
+	for _, side := range []struct {
+		links *netns.Links
+		dev   string
+		addr  netip.Addr
+	}{
+		{server, testServerIf, testServerIP},
+		{client, testClientIf, testClientIP},
 	} {
-		ipCmd(t, "-n", side.ns, "addr", "add", side.addr, "dev", side.dev)
-		ipCmd(t, "-n", side.ns, "link", "set", side.dev, "up")
-		ipCmd(t, "-n", side.ns, "link", "set", "lo", "up")
+		require.NoError(t, side.links.AddAddr(side.dev, netip.PrefixFrom(side.addr, 24)))
+		require.NoError(t, side.links.SetUp(side.dev))
+		require.NoError(t, side.links.SetUp("lo"))
 	}
 
 	return n
 }
 
-func ipCmd(t *testing.T, args ...string) {
-	t.Helper()
-
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-		t.Fatalf("ip %v: %v: %s", args, err, out)
-	}
-}
-
-// inNetns runs f on a fresh OS thread moved into the namespace. The thread stays locked
-// and dies with the goroutine, so no other goroutine ever runs in that namespace by
-// accident; sockets f opens stay in the namespace whichever thread uses them later.
+// inNetns runs f inside the namespace, on a thread of its own; sockets f opens stay in
+// the namespace whichever thread uses them later.
 func inNetns(ns string, f func() error) <-chan error {
 	done := make(chan error, 1)
 
-	go func() {
-		runtime.LockOSThread()
-
-		fd, err := unix.Open("/var/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			done <- fmt.Errorf("error opening netns %s: %w", ns, err)
-
-			return
-		}
-
-		err = unix.Setns(fd, unix.CLONE_NEWNET)
-		unix.Close(fd)
-
-		if err != nil {
-			done <- fmt.Errorf("error entering netns %s: %w", ns, err)
-
-			return
-		}
-
-		done <- f()
-	}()
+	go func() { done <- netns.Do(ns, f) }()
 
 	return done
 }

@@ -1,0 +1,176 @@
+package service
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/anvil-metal/anvil/agent/internal/wipe"
+	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
+)
+
+func TestWipeMode(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		in      agentv1.Wipe_Mode
+		want    wipe.Mode
+		wantErr string
+	}{
+		{agentv1.Wipe_MODE_FAST, wipe.ModeFast, ""},
+		{agentv1.Wipe_MODE_ZEROES, wipe.ModeZeroes, ""},
+		{agentv1.Wipe_MODE_SECURE_ERASE, wipe.ModeSecureErase, ""},
+		{agentv1.Wipe_Mode(99), "", "is not supported by this agent"},
+	} {
+		got, err := wipeMode(tc.in)
+		if tc.wantErr != "" {
+			assert.ErrorContains(t, err, tc.wantErr, tc.in)
+
+			continue
+		}
+
+		require.NoError(t, err, tc.in)
+		assert.Equal(t, tc.want, got, tc.in)
+	}
+}
+
+// wipeFixture is a machine of files: a sysfs with block devices, /dev with a sparse image
+// per disk that has a medium, and a mountinfo saying the agent runs from vdb.
+func wipeFixture(t *testing.T) *machineActions {
+	t.Helper()
+
+	sysfs, dev := t.TempDir(), t.TempDir()
+
+	const size = 64 << 20
+
+	for name, files := range map[string]map[string]string{
+		"vda": {"dev": "253:0"},
+		"vdb": {"dev": "253:16"},
+		"sda": {"dev": "8:0", "removable": "1"},
+		"sr0": {"dev": "11:0", "ro": "1", "removable": "1"},
+	} {
+		dir := filepath.Join(sysfs, "block", name)
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "size"), []byte("131072\n"), 0o644))
+
+		for f, content := range files {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, f), []byte(content+"\n"), 0o644))
+		}
+
+		require.NoError(t, os.MkdirAll(filepath.Join(sysfs, "dev", "block"), 0o755))
+		require.NoError(t, os.Symlink(dir, filepath.Join(sysfs, "dev", "block", files["dev"])))
+
+		if name != "sr0" {
+			img, err := os.Create(filepath.Join(dev, name))
+			require.NoError(t, err)
+			require.NoError(t, img.Truncate(size))
+			_, err = img.WriteAt([]byte(strings.Repeat("data", 1024)), 0)
+			require.NoError(t, err)
+			require.NoError(t, img.Close())
+		}
+	}
+
+	mountinfo := filepath.Join(t.TempDir(), "mountinfo")
+	require.NoError(t, os.WriteFile(mountinfo, []byte("1 0 253:16 / / rw - ext4 /dev/vdb rw\n"), 0o644))
+
+	return &machineActions{logger: zaptest.NewLogger(t), sysfsRoot: sysfs, devRoot: dev, mountinfo: mountinfo}
+}
+
+// firstBlock reads the first 4 KiB of the fixture's disk.
+func firstBlock(t *testing.T, a *machineActions, name string) []byte {
+	t.Helper()
+
+	f, err := os.Open(filepath.Join(a.devRoot, name))
+	require.NoError(t, err)
+
+	defer f.Close() //nolint:errcheck // read only
+
+	buf := make([]byte, 4096)
+	_, err = f.ReadAt(buf, 0)
+	require.NoError(t, err)
+
+	return buf
+}
+
+func TestWipe(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		name  string
+		order *agentv1.Wipe
+		// want maps disks to their method (wiped) or, prefixed with "skipped: ", the reason.
+		want map[string]string
+	}{
+		{
+			name:  "fast",
+			order: &agentv1.Wipe{Mode: agentv1.Wipe_MODE_FAST, GenerationId: "g1"},
+			want: map[string]string{
+				"sda": "skipped: removable media (flagged removable)",
+				"sr0": "skipped: CD-ROM",
+				"vda": "zeroed edges",
+				"vdb": "skipped: the agent booted from it",
+			},
+		},
+		{
+			name:  "secure erase falls back to zeroes, removable media included",
+			order: &agentv1.Wipe{Mode: agentv1.Wipe_MODE_SECURE_ERASE, GenerationId: "g2", IncludeRemovable: true},
+			want: map[string]string{
+				"sda": "zeroes (secure erase not supported by %s: not a block device)",
+				"sr0": "skipped: CD-ROM",
+				"vda": "zeroes (secure erase not supported by %s: not a block device)",
+				"vdb": "skipped: the agent booted from it",
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			a := wipeFixture(t)
+
+			report, err := a.Wipe(t.Context(), tc.order)
+			require.NoError(t, err)
+			assert.Equal(t, tc.order.GetGenerationId(), report.GetGenerationId())
+
+			got := map[string]string{}
+
+			for _, d := range report.GetDisks() {
+				if d.GetSkipped() != "" {
+					got[d.GetDevice()] = "skipped: " + d.GetSkipped()
+
+					continue
+				}
+
+				got[d.GetDevice()] = d.GetMethod()
+
+				assert.NotEmpty(t, d.GetVerified(), d.GetDevice())
+				assert.Equal(t, make([]byte, 4096), firstBlock(t, a, d.GetDevice()), "%s is wiped", d.GetDevice())
+			}
+
+			want := map[string]string{}
+			for disk, method := range tc.want {
+				if strings.Contains(method, "%s") {
+					method = strings.ReplaceAll(method, "%s", filepath.Join(a.devRoot, disk))
+				}
+
+				want[disk] = method
+			}
+
+			assert.Equal(t, want, got)
+
+			// What was skipped keeps its data.
+			for disk, method := range tc.want {
+				if disk != "sr0" && strings.HasPrefix(method, "skipped: ") {
+					assert.NotEqual(t, make([]byte, 4096), firstBlock(t, a, disk), "%s must keep its data", disk)
+				}
+			}
+		})
+	}
+
+	_, err := wipeFixture(t).Wipe(t.Context(), &agentv1.Wipe{Mode: agentv1.Wipe_Mode(99)})
+	assert.ErrorContains(t, err, "not supported")
+}

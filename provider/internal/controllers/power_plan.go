@@ -1,0 +1,88 @@
+package controllers
+
+import (
+	"errors"
+	"time"
+
+	"github.com/anvil-metal/anvil/provider/internal/power"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
+)
+
+// readDue says whether the BMC should be read now: never read, read too long ago, or
+// not (yet) where the machine's state wants it.
+func readDue(s resources.PowerStatusSpec, reboot bool, now time.Time, poll time.Duration) bool {
+	return s.ObservedAt.IsZero() || now.Sub(s.ObservedAt) >= poll || s.State != s.Desired || reboot
+}
+
+// nextAction is what to do to a machine now, given what is wanted and seen; a reboot
+// request wins over the rest, and nothing happens within minInterval of the last action.
+func nextAction(desired, observed resources.PowerState, rebootWanted bool, last, now time.Time, minInterval time.Duration) string {
+	if desired == "" || (!last.IsZero() && now.Sub(last) < minInterval) {
+		return actionNone
+	}
+
+	switch {
+	case rebootWanted:
+		return actionReboot
+	case desired == resources.PowerOn && observed == resources.PowerOff:
+		return actionOn
+	case desired == resources.PowerOff && observed == resources.PowerOn:
+		return actionOff
+	}
+
+	return actionNone
+}
+
+// nextWake is when a machine with nothing to do now wants looking at again: its next
+// poll, or sooner the end of the rate limit that holds back an action it wants.
+func (ctrl *PowerController) nextWake(s resources.PowerStatusSpec, reboot bool, now time.Time) time.Time {
+	wake := s.ObservedAt.Add(ctrl.pollInterval())
+
+	held := !s.LastActionAt.IsZero() && now.Sub(s.LastActionAt) < ctrl.MinActionInterval
+	wants := reboot || (s.State != s.Desired && s.State != resources.PowerUnknown)
+
+	if held && wants {
+		if end := s.LastActionAt.Add(ctrl.MinActionInterval); end.Before(wake) {
+			wake = end
+		}
+	}
+
+	return wake
+}
+
+// retryAt is when a failing BMC may be tried again: the last attempt, plus a wait that
+// doubles with each failure in a row. Zero when it is not failing.
+func retryAt(s resources.PowerStatusSpec) time.Time {
+	if s.Failures == 0 {
+		return time.Time{}
+	}
+
+	last := s.ObservedAt
+	if s.LastActionAt.After(last) {
+		last = s.LastActionAt
+	}
+
+	return last.Add(min(backoffBase<<min(s.Failures, 10), backoffMax))
+}
+
+// failed records a BMC failure on the status.
+func failed(s *resources.PowerStatusSpec, err error) {
+	s.Failures++
+	s.Error = err.Error()
+	s.State = resources.PowerUnknown
+
+	switch {
+	case errors.Is(err, power.ErrUnauthorized):
+		s.Condition = conditionUnauthorized
+	case errors.Is(err, power.ErrUnreachable):
+		s.Condition = conditionUnreachable
+	case errors.Is(err, power.ErrUnsupported):
+		s.Condition = conditionUnsupported
+	default:
+		s.Condition = conditionError
+	}
+}
+
+func succeeded(s *resources.PowerStatusSpec) {
+	s.Failures, s.Error, s.Condition = 0, "", conditionOK
+}

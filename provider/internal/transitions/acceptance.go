@@ -1,0 +1,90 @@
+package transitions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/anvil-metal/anvil/provider/internal/resources"
+)
+
+// Accept hands a pending or rejected machine to the provider. Acceptance owes a wipe,
+// unless skipWipe says the machine holds nothing: whatever was on the disks is not
+// handed to the next user.
+func (s *Service) Accept(ctx context.Context, id string, skipWipe bool) (*resources.MachineIntentSpec, error) {
+	if err := s.owned("accept"); err != nil {
+		return nil, err
+	}
+
+	return s.transition(ctx, "accept", id, func(spec *resources.MachineIntentSpec) error {
+		accept(spec, skipWipe)
+
+		return nil
+	})
+}
+
+// accept is the acceptance rule both Accept and AcceptPending apply: accepting an
+// accepted machine changes nothing, otherwise a wipe is owed unless skipped.
+func accept(spec *resources.MachineIntentSpec, skipWipe bool) {
+	if spec.Acceptance == resources.AcceptanceAccepted {
+		return
+	}
+
+	spec.Acceptance = resources.AcceptanceAccepted
+
+	if !skipWipe {
+		spec.WipeID = NewID()
+	}
+}
+
+// errNotPending is how AcceptPending's change refuses a machine that is no longer pending.
+var errNotPending = errors.New("machine is not pending")
+
+// AcceptPending accepts a machine for the provider itself (--auto-accept), by the rule
+// Accept applies, with the initial wipe owed; reason says why, for the log. Only a
+// pending machine is accepted — never a rejected one, whose rejection a person decided —
+// and that is checked under the transitions' lock, so a rejection made since the caller
+// looked wins. It reports whether the machine was accepted.
+func (s *Service) AcceptPending(ctx context.Context, id, reason string) (bool, error) {
+	if err := s.owned("auto-accept"); err != nil {
+		return false, err
+	}
+
+	_, err := s.transition(ctx, "auto-accept", id, func(spec *resources.MachineIntentSpec) error {
+		if spec.Acceptance != resources.AcceptancePending {
+			return errNotPending
+		}
+
+		accept(spec, false)
+
+		return nil
+	}, zap.String("reason", reason))
+
+	switch {
+	case errors.Is(err, errNotPending):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("error accepting machine %s: %w", id, err)
+	}
+
+	return true, nil
+}
+
+// Reject keeps the provider off a machine; it stays listed as rejected.
+func (s *Service) Reject(ctx context.Context, id string) (*resources.MachineIntentSpec, error) {
+	if err := s.owned("reject"); err != nil {
+		return nil, err
+	}
+
+	return s.transition(ctx, "reject", id, func(spec *resources.MachineIntentSpec) error {
+		if spec.Allocation != nil {
+			return refused(fmt.Sprintf("machine %q is allocated: deallocate it before rejecting it", id))
+		}
+
+		spec.Acceptance = resources.AcceptanceRejected
+
+		return nil
+	})
+}

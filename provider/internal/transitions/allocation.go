@@ -1,0 +1,148 @@
+package transitions
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/anvil-metal/anvil/provider/internal/resources"
+)
+
+// AllocationRequest is what a machine is handed to.
+type AllocationRequest struct {
+	TalosVersion string
+	Extensions   []string
+	KernelArgs   []string
+	// Config is the Talos machine configuration the metadata server serves it.
+	Config []byte
+}
+
+// Allocate hands an accepted, unallocated, uncordoned machine to Talos. A wipe still
+// owed is done first (the agent sees to it before it boots Talos).
+func (s *Service) Allocate(ctx context.Context, id string, req AllocationRequest) (*resources.MachineIntentSpec, error) {
+	if err := s.owned("allocate"); err != nil {
+		return nil, err
+	}
+
+	alloc, err := s.newAllocation(ctx, id, req)
+	if err != nil {
+		return nil, err
+	}
+
+	return s.transition(ctx, "allocate", id, func(spec *resources.MachineIntentSpec) error {
+		switch {
+		case spec.Acceptance != resources.AcceptanceAccepted:
+			return refused(fmt.Sprintf("machine %q is %s: accept it before allocating it", id, spec.Acceptance))
+		case spec.Allocation != nil:
+			return refused(fmt.Sprintf("machine %q is already allocated (allocation %s): deallocate it first", id, spec.Allocation.ID))
+		case spec.Cordoned:
+			return refused(fmt.Sprintf("machine %q is cordoned: uncordon it before allocating it", id))
+		}
+
+		spec.Allocation = alloc
+
+		return nil
+	})
+}
+
+// newAllocation validates the request and builds the allocation, schematic ID included.
+func (s *Service) newAllocation(ctx context.Context, id string, req AllocationRequest) (*resources.Allocation, error) {
+	version, err := validateTalosVersion(req.TalosVersion)
+	if err != nil {
+		return nil, invalid(err)
+	}
+
+	exts, err := validateExtensions(req.Extensions)
+	if err != nil {
+		return nil, invalid(err)
+	}
+
+	args, err := validateKernelArgs(req.KernelArgs)
+	if err != nil {
+		return nil, invalid(err)
+	}
+
+	if len(req.Config) > 0 {
+		if err = validateConfig(req.Config); err != nil {
+			return nil, invalid(err)
+		}
+	}
+
+	alloc := &resources.Allocation{
+		ID:           NewID(),
+		TalosVersion: version,
+		Extensions:   exts,
+		KernelArgs:   args,
+		Config:       string(req.Config),
+		AllocatedAt:  s.now().UTC().Truncate(time.Second),
+	}
+
+	sch, err := s.schematicFor(ctx, id, *alloc)
+	if err != nil {
+		return nil, fmt.Errorf("error building the schematic: %w", err)
+	}
+
+	if alloc.SchematicID, err = sch.ID(); err != nil {
+		return nil, fmt.Errorf("error computing the schematic ID: %w", err)
+	}
+
+	return alloc, nil
+}
+
+// Deallocate clears the allocation and owes a wipe before the machine is handed out
+// again; it also asks for a reboot, so that a machine running Talos goes back to the
+// agent through its BMC (PXE once, then a cycle) to be wiped.
+func (s *Service) Deallocate(ctx context.Context, id string) (*resources.MachineIntentSpec, error) {
+	if err := s.owned("deallocate"); err != nil {
+		return nil, err
+	}
+
+	return s.transition(ctx, "deallocate", id, func(spec *resources.MachineIntentSpec) error {
+		if spec.Allocation == nil {
+			return refused(fmt.Sprintf("machine %q is not allocated", id))
+		}
+
+		spec.Allocation = nil
+		spec.WipeID = NewID()
+		spec.RebootID = NewID()
+
+		return nil
+	})
+}
+
+// MarkInstalled records by hand that Talos is installed for the current allocation,
+// and returns that allocation's ID.
+func (s *Service) MarkInstalled(ctx context.Context, id string) (string, error) {
+	if err := s.owned("installed"); err != nil {
+		return "", err
+	}
+
+	if s.recorder == nil {
+		return "", &Error{Code: CodeUnavailable, Msg: "this provider does not record installs by hand"}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	// Held across the recorder call so a deallocation cannot slip in between the check
+	// and the record.
+	intent, err := s.current(ctx, id)
+	if err != nil {
+		return "", err
+	}
+
+	if intent.Allocation == nil {
+		return "", refused(fmt.Sprintf("machine %q is not allocated: there is no install to record", id))
+	}
+
+	if err = s.recorder.RecordInstalled(ctx, id, intent.Allocation.ID, InstalledByManual); err != nil {
+		return "", fmt.Errorf("error recording the install of machine %q: %w", id, err)
+	}
+
+	s.logger.Info("transition", zap.String("transition", "installed"), zap.String("machine", id),
+		zap.String("allocation", intent.Allocation.ID))
+
+	return intent.Allocation.ID, nil
+}

@@ -1,0 +1,83 @@
+package transitions
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/anvil-metal/anvil/provider/internal/resources"
+)
+
+// SetWipeMode sets how this machine's disks are wiped; empty follows the provider's
+// default. It applies to wipes ordered from now on.
+func (s *Service) SetWipeMode(ctx context.Context, id, mode string) (*resources.MachineIntentSpec, error) {
+	if mode != "" && !slices.Contains(resources.WipeModes, mode) {
+		return nil, &Error{Code: CodeInvalid, Msg: fmt.Sprintf("wipe mode %q is not one of %s (or empty for the provider's default)", mode, strings.Join(resources.WipeModes, ", "))}
+	}
+
+	return s.transition(ctx, "wipe-mode", id, func(spec *resources.MachineIntentSpec) error {
+		spec.WipeMode = mode
+
+		return nil
+	})
+}
+
+// SetCordon keeps a machine from being handed out (cordoned) or lifts that.
+func (s *Service) SetCordon(ctx context.Context, id string, cordoned bool) (*resources.MachineIntentSpec, error) {
+	name := "uncordon"
+	if cordoned {
+		name = "cordon"
+	}
+
+	if err := s.owned(name); err != nil {
+		return nil, err
+	}
+
+	return s.transition(ctx, name, id, func(spec *resources.MachineIntentSpec) error {
+		spec.Cordoned = cordoned
+
+		return nil
+	})
+}
+
+// SetPower sets the desired power: on, off, or default (the provider's policy).
+func (s *Service) SetPower(ctx context.Context, id string, power resources.PowerState) (*resources.MachineIntentSpec, error) {
+	if err := s.owned("power"); err != nil {
+		return nil, err
+	}
+
+	switch power {
+	case resources.PowerOn, resources.PowerOff, resources.PowerDefault:
+	default:
+		return nil, &Error{Code: CodeInvalid, Msg: "power must be on, off or default"}
+	}
+
+	return s.transition(ctx, "power", id, func(spec *resources.MachineIntentSpec) error {
+		spec.Power = power
+
+		return nil
+	})
+}
+
+// Reboot asks for a reboot of an accepted machine, through its BMC (PXE once, then a
+// cycle), and returns the request's ID. Pending and rejected machines are never touched.
+func (s *Service) Reboot(ctx context.Context, id string) (*resources.MachineIntentSpec, string, error) {
+	if err := s.owned("reboot"); err != nil {
+		return nil, "", err
+	}
+
+	rebootID := NewID()
+
+	spec, err := s.transition(ctx, "reboot", id, func(spec *resources.MachineIntentSpec) error {
+		if spec.Acceptance != resources.AcceptanceAccepted {
+			return refused(fmt.Sprintf("machine %q is %s: only accepted machines are rebooted", id, spec.Acceptance))
+		}
+
+		spec.RebootID = rebootID
+
+		return nil
+	})
+
+	return spec, rebootID, err
+}
