@@ -188,7 +188,7 @@ func (a *machineActions) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.Wi
 		}
 
 		report.Disks = append(report.Disks, &agentv1.DiskWipe{
-			Device: step.Disk, Method: r.Method, Bytes: r.Bytes, DurationMs: uint64(r.Duration.Milliseconds()), Verified: r.Verified,
+			Device: step.Disk, Method: r.Method, Bytes: r.Bytes, DurationMs: uint64(r.Duration.Milliseconds()), Verified: r.Verified, //nolint:gosec // a measured duration: not negative
 		})
 	}
 

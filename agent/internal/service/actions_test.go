@@ -88,7 +88,7 @@ func firstBlock(t *testing.T, a *machineActions, name string) []byte {
 	f, err := os.Open(filepath.Join(a.devRoot, name))
 	require.NoError(t, err)
 
-	defer f.Close() //nolint:errcheck // read only
+	defer f.Close()
 
 	buf := make([]byte, 4096)
 	_, err = f.ReadAt(buf, 0)

@@ -41,7 +41,7 @@ func readAt(t *testing.T, file string, off int64, n int) []byte {
 	f, err := os.Open(file)
 	require.NoError(t, err)
 
-	defer f.Close() //nolint:errcheck
+	defer f.Close()
 
 	buf := make([]byte, n)
 	_, err = f.ReadAt(buf, off)

@@ -23,7 +23,7 @@ func (ctrl *PowerController) read(ctx context.Context, ep power.Endpoint) (resou
 	if err != nil {
 		return resources.PowerUnknown, err
 	}
-	defer c.Close() //nolint:errcheck // a session that fails to close changes nothing read
+	defer c.Close()
 
 	on, err := c.PowerState(ctx)
 	if err != nil {
@@ -47,7 +47,7 @@ func (ctrl *PowerController) act(ctx context.Context, ep power.Endpoint, action 
 	if err != nil {
 		return err
 	}
-	defer c.Close() //nolint:errcheck // the action is done or failed already
+	defer c.Close()
 
 	switch action {
 	case actionOff:

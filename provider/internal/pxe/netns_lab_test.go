@@ -38,7 +38,7 @@ func newTestNet(t *testing.T) *testNet {
 	}
 
 	var id [4]byte
-	rand.Read(id[:]) //nolint:errcheck,gosec // never fails
+	rand.Read(id[:]) // never fails
 
 	n := &testNet{
 		server: "anvil-t-" + hex.EncodeToString(id[:]) + "-s",
@@ -57,14 +57,14 @@ func newTestNet(t *testing.T) *testNet {
 	server, err := netns.OpenLinks(n.server)
 	require.NoError(t, err)
 
-	defer server.Close() //nolint:errcheck // done with it
+	defer server.Close()
 
 	require.NoError(t, server.AddVeth(testServerIf, testClientIf, n.client))
 
 	client, err := netns.OpenLinks(n.client)
 	require.NoError(t, err)
 
-	defer client.Close() //nolint:errcheck // done with it
+	defer client.Close()
 
 	for _, side := range []struct {
 		links *netns.Links
