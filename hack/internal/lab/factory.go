@@ -80,7 +80,7 @@ func BuildFactory(ctx context.Context, root, bin string) error {
 // assets into out (vmlinuz-amd64, initramfs-amd64.zst) with the imager, from the module
 // at root, unless out has them for this very stand-in binary and kernel already.
 func BuildStandinAssets(ctx context.Context, root, out string) error {
-	kernel := debianKernel()
+	kernel := DebianKernel()
 	if kernel == "" {
 		return fmt.Errorf("no Debian kernel with its modules (/boot/vmlinuz-<v>, /lib/modules/<v>): make setup installs linux-image-amd64")
 	}
@@ -162,8 +162,9 @@ func goBuild(ctx context.Context, root, out, pkg string) error {
 	return nil
 }
 
-// debianKernel is /boot/vmlinuz-<v> of the newest /lib/modules/<v> that has one.
-func debianKernel() string {
+// DebianKernel is /boot/vmlinuz-<v> of the newest /lib/modules/<v> that has one (the
+// kernel make setup installs), "" when there is none.
+func DebianKernel() string {
 	dirs, _ := filepath.Glob("/lib/modules/*")
 	sort.Sort(sort.Reverse(sort.StringSlice(dirs)))
 

@@ -21,8 +21,10 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
-// Entry is what is known of one machine: the lifecycle rules' view of it. Entries are
-// immutable once published: a change publishes a new one.
+// Entry is what is known of one machine: the lifecycle rules' view of it, without what
+// the boot services never read (the machine config, the allocation's extensions and
+// kernel args, the user's labels, the last erase report: read those from the state).
+// Entries are immutable once published: a change publishes a new one.
 type Entry = lifecycle.Machine
 
 // View is the index.
@@ -300,23 +302,27 @@ func (v *View) apply(r resource.Resource, destroyed bool) {
 
 		next.Machine = nil
 		if !destroyed {
-			next.Machine = res.TypedSpec()
+			spec := *res.TypedSpec()
+			next.Machine = &spec
 			v.indexAddress(next.Machine, id)
 		}
 	case *resources.MachineIntent:
 		next.Intent = nil
 		if !destroyed {
-			next.Intent = res.TypedSpec()
+			next.Intent = trimIntent(res.TypedSpec())
 		}
 	case *resources.MachineStatus:
 		next.Status = nil
 		if !destroyed {
-			next.Status = res.TypedSpec()
+			spec := *res.TypedSpec()
+			spec.LastWipe = nil
+			next.Status = &spec
 		}
 	case *resources.BMCConfig:
 		next.BMC = nil
 		if !destroyed {
-			next.BMC = res.TypedSpec()
+			spec := *res.TypedSpec()
+			next.BMC = &spec
 		}
 	default:
 		return
@@ -329,6 +335,23 @@ func (v *View) apply(r resource.Resource, destroyed bool) {
 	}
 
 	v.byID[id] = &next
+}
+
+// trimIntent is what the boot services need of an intent: not the machine config, the
+// allocation's extensions and kernel args (the schematic ID stands for them) or the
+// user's labels. Entries keep copies of the specs alone, so the resources the watch
+// delivered (their metadata, the config, erase reports) are not kept twice in memory.
+func trimIntent(in *resources.MachineIntentSpec) *resources.MachineIntentSpec {
+	out := *in
+	out.Labels = nil
+
+	if in.Allocation != nil {
+		a := *in.Allocation
+		a.Config, a.Extensions, a.KernelArgs = "", nil, nil
+		out.Allocation = &a
+	}
+
+	return &out
 }
 
 func (v *View) indexAddress(m *resources.MachineSpec, id resource.ID) {

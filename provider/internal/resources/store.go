@@ -27,7 +27,7 @@ const dbFile = "state.db"
 // watchers: a consumer that falls further behind (a rack powering on at once writes
 // thousands of events in seconds) gets an overrun and must follow the state again from
 // a fresh listing. The history holds the resources of those events, so it costs memory.
-const DefaultHistory = 2048
+const DefaultHistory = 1024
 
 // Option configures Open.
 type Option func(*options)
