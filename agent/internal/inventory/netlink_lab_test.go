@@ -20,10 +20,10 @@ import (
 	"github.com/anvil-metal/anvil/agent/internal/inventory"
 )
 
-// TestNetlinkNamespace reads links, addresses and routes with the real
+// TestLabNetlinkNamespace reads links, addresses and routes with the real
 // rtnetlink from a network namespace the test creates (a veth pair named
 // dummy0/peer0: this kernel may lack the dummy driver).
-func TestNetlinkNamespace(t *testing.T) {
+func TestLabNetlinkNamespace(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("creating a network namespace needs root")
 	}

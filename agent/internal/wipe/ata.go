@@ -367,6 +367,14 @@ func (s *sgFile) do(tf taskfile, data []byte, timeout time.Duration) error {
 	cdb := cdb16(tf)
 	sense := make([]byte, 32)
 
+	// The kernel reads and writes these through the addresses in hdr, out of the
+	// runtime's sight: pinned, they stay where hdr says until the call is done.
+	var pin runtime.Pinner
+	defer pin.Unpin()
+
+	pin.Pin(&cdb[0])
+	pin.Pin(&sense[0])
+
 	hdr := sgIOHdr{
 		InterfaceID:    sgInterface,
 		DxferDirection: sgDxferNone,
@@ -378,6 +386,7 @@ func (s *sgFile) do(tf taskfile, data []byte, timeout time.Duration) error {
 	}
 
 	if len(data) > 0 {
+		pin.Pin(&data[0])
 		hdr.DxferLen = uint32(len(data)) //nolint:gosec // a sector or an identify page
 		hdr.Dxferp = uintptr(unsafePointer(&data[0]))
 		hdr.DxferDirection = sgDxferToDev
@@ -387,12 +396,7 @@ func (s *sgFile) do(tf taskfile, data []byte, timeout time.Duration) error {
 		}
 	}
 
-	err := ioctl(s.f.Fd(), sgIO, uintptr(unsafePointer(&hdr)))
-
-	// The kernel reads and writes these through the addresses in hdr.
-	runtime.KeepAlive(cdb)
-	runtime.KeepAlive(sense)
-	runtime.KeepAlive(data)
+	_, err := ioctl(s.f.Fd(), sgIO, unsafePointer(&hdr))
 
 	if err != nil {
 		return fmt.Errorf("SG_IO: %w", err)

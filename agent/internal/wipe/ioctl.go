@@ -6,15 +6,24 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func ioctl(fd, req, arg uintptr) error {
-	_, err := ioctlRet(fd, req, arg)
+// ioctl calls the ioctl with a pointer argument. The pointer becomes a uintptr in the
+// Syscall call itself, which is the one place the runtime keeps what it points to alive
+// and in place until the call returns. Memory that arg's struct points to in turn (SG_IO
+// buffers, NVMe data) the caller pins (runtime.Pinner): it is out of the runtime's sight.
+//
+// It also returns what the ioctl returned: the NVMe passthrough ioctls return the
+// command's status there (positive) when the device failed it.
+func ioctl(fd, req uintptr, arg unsafe.Pointer) (uintptr, error) {
+	r, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, req, uintptr(arg))
+	if errno != 0 {
+		return 0, errno
+	}
 
-	return err
+	return r, nil
 }
 
-// ioctlRet also returns what the ioctl returned: the NVMe passthrough ioctls return the
-// command's status there (positive) when the device failed it.
-func ioctlRet(fd, req, arg uintptr) (uintptr, error) {
+// ioctlInt calls the ioctl with an integer argument.
+func ioctlInt(fd, req, arg uintptr) (uintptr, error) {
 	r, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, req, arg)
 	if errno != 0 {
 		return 0, errno

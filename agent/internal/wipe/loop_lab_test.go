@@ -47,7 +47,7 @@ func loopDisk(t *testing.T, size int64, marks []int64) (dev, file string) {
 	return dev, file
 }
 
-func TestFastWipeLoop(t *testing.T) {
+func TestLabFastWipeLoop(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		size int64
@@ -82,7 +82,7 @@ func TestFastWipeLoop(t *testing.T) {
 	}
 }
 
-func TestZeroWipeLoop(t *testing.T) {
+func TestLabZeroWipeLoop(t *testing.T) {
 	const size = 256 << 20
 
 	marks := []int64{0, 1 << 20, 64 << 20, 100<<20 + 12345&^4095, size / 2, size - 4096}

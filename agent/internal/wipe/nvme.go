@@ -242,7 +242,7 @@ func eraseNVMe(ctx context.Context, dev nvmeDevice, path string) (eraseResult, e
 type nvmeFile struct{ f *os.File }
 
 func (n *nvmeFile) namespaceID() (uint32, error) {
-	r, err := ioctlRet(n.f.Fd(), nvmeIoctlID, 0)
+	r, err := ioctlInt(n.f.Fd(), nvmeIoctlID, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -251,15 +251,18 @@ func (n *nvmeFile) namespaceID() (uint32, error) {
 }
 
 func (n *nvmeFile) admin(cmd *nvmeCommand, data []byte) error {
+	// The kernel reads data through the address in cmd, out of the runtime's sight:
+	// pinned, it stays there until the call is done.
+	var pin runtime.Pinner
+	defer pin.Unpin()
+
 	if len(data) > 0 {
+		pin.Pin(&data[0])
 		cmd.Addr = uint64(uintptr(unsafePointer(&data[0])))
 		cmd.DataLen = uint32(len(data)) //nolint:gosec // an identify page
 	}
 
-	r, err := ioctlRet(n.f.Fd(), nvmeIoctlAdminCmd, uintptr(unsafePointer(cmd)))
-
-	// The kernel reads data through the address in cmd: keep it alive until it is done.
-	runtime.KeepAlive(data)
+	r, err := ioctl(n.f.Fd(), nvmeIoctlAdminCmd, unsafePointer(cmd))
 
 	op := map[uint8]string{nvmeOpIdentify: "Identify", nvmeOpFormatNVM: "Format NVM"}[cmd.Opcode]
 

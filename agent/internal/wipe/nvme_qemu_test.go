@@ -22,10 +22,10 @@ import (
 	"github.com/anvil-metal/anvil/internal/modules"
 )
 
-// TestSecureEraseNVMeQEMU boots Debian's kernel in QEMU with an emulated NVMe drive and
+// TestLabSecureEraseNVMe boots Debian's kernel in QEMU with an emulated NVMe drive and
 // wipe-disk as init, which formats the namespace with a secure erase; the data written
 // on the host before must be gone from the drive's image afterwards.
-func TestSecureEraseNVMeQEMU(t *testing.T) {
+func TestLabSecureEraseNVMe(t *testing.T) {
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
 		t.Skip("qemu-system-x86_64 is missing (Debian qemu-system-x86)")

@@ -131,7 +131,7 @@ func secureErase(ctx context.Context, f *os.File, path string, size uint64) (Rep
 	}
 
 	// The page cache may still hold what the samples read before the erase.
-	if err = ioctl(f.Fd(), unix.BLKFLSBUF, 0); err != nil {
+	if _, err = ioctlInt(f.Fd(), unix.BLKFLSBUF, 0); err != nil {
 		return Report{}, fmt.Errorf("error dropping the cached pages of %s: %w", path, err)
 	}
 

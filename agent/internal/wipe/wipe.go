@@ -314,7 +314,9 @@ func discard(f *os.File, off, n uint64) error {
 
 	r := [2]uint64{off, n}
 
-	return ioctl(f.Fd(), unix.BLKDISCARD, uintptr(unsafePointer(&r)))
+	_, err = ioctl(f.Fd(), unix.BLKDISCARD, unsafePointer(&r))
+
+	return err
 }
 
 func deviceSize(f *os.File) (uint64, error) {
@@ -328,7 +330,7 @@ func deviceSize(f *os.File) (uint64, error) {
 	}
 
 	var size uint64
-	if err = ioctl(f.Fd(), unix.BLKGETSIZE64, uintptr(unsafePointer(&size))); err != nil {
+	if _, err = ioctl(f.Fd(), unix.BLKGETSIZE64, unsafePointer(&size)); err != nil {
 		return 0, err
 	}
 

@@ -34,11 +34,11 @@ const (
 	bootDeadline = 5 * time.Minute
 )
 
-// TestAgentBootsInQEMU boots the agent's real boot assets in a QEMU machine (direct
+// TestLabAgentBootsInQEMU boots the agent's real boot assets in a QEMU machine (direct
 // kernel boot, TCG) against the real provider: the agent comes up as PID 1, loads its
 // modules, gets an address, registers with the machine's UUID, MAC and disk; accepted,
 // it wipes the machine's real disk; allocated, it reboots it.
-func TestAgentBootsInQEMU(t *testing.T) {
+func TestLabAgentBootsInQEMU(t *testing.T) {
 	t.Parallel()
 
 	qemu, err := exec.LookPath("qemu-system-x86_64")

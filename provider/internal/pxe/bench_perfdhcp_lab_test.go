@@ -10,9 +10,9 @@ import (
 	"time"
 )
 
-// TestPerfdhcp drives the ProxyDHCP with perfdhcp (Kea) from the client namespace; it
+// TestLabPerfdhcp drives the ProxyDHCP with perfdhcp (Kea) from the client namespace; it
 // runs only when ANVIL_PERFDHCP=1, as a benchmark, not a check.
-func TestPerfdhcp(t *testing.T) {
+func TestLabPerfdhcp(t *testing.T) {
 	if os.Getenv("ANVIL_PERFDHCP") != "1" {
 		t.Skip("set ANVIL_PERFDHCP=1 to run the perfdhcp benchmark")
 	}
