@@ -81,6 +81,9 @@ func TestLabBootsInQEMU(t *testing.T) {
 
 	p.BootScript(vmUUID, vmMAC)
 	p.WaitMachine(vmUUID)
+	// Power is manual (no BMC credentials to provision) and the disks hold nothing: the
+	// machine is ready at once.
+	p.MustAnvilctl("machine", "bmc", "set", vmUUID, "--kind", "none")
 	p.MustAnvilctl("machine", "accept", vmUUID, "--skip-wipe")
 
 	configFile := filepath.Join(dir, "config.yaml")
