@@ -37,7 +37,7 @@ GOLANGCI_LINT_MOD     := hack/tools/golangci-lint
 
 COMMANDS := provider anvilctl
 
-.PHONY: all setup setup-bench tools build generate lint test unit lab bench run demo e2e figures agent-initramfs clean
+.PHONY: all setup setup-bench tools build generate lint test unit lab bench run demo e2e figures agent-initramfs omni talosctl clean
 
 all: build
 
@@ -77,6 +77,30 @@ generate: tools $(TOOLS)/deep-copy
 # deep-copy, at the version its tools module pins (hack/tools/deep-copy), as Talos uses it.
 $(TOOLS)/deep-copy: hack/tools/deep-copy/go.mod
 	$(GO) build -C hack/tools/deep-copy -o $@ github.com/siderolabs/deep-copy
+
+# A real Omni for the lab and its tests (hack/internal/omnilab), and talosctl to check the
+# agent's maintenance API against: each built from its Go module in a tools module of its
+# own (hack/tools/omni: omni and omnictl v1.9.3; hack/tools/talosctl: v1.13.9), never in
+# Anvil's go.mod. Long the first time (Omni ~10-15 min, talosctl ~8 min on 2 cores), so
+# each is built again only when its tools module's go.mod or go.sum is newer than the
+# binary, or the binary is missing (the recipe touches it: go build leaves an up-to-date
+# binary as it was).
+OMNI_MOD     := hack/tools/omni
+TALOSCTL_MOD := hack/tools/talosctl
+
+omni: $(BIN)/omni $(BIN)/omnictl
+
+$(BIN)/omni $(BIN)/omnictl: $(BIN)/%: $(OMNI_MOD)/go.mod $(OMNI_MOD)/go.sum
+	@mkdir -p $(BIN)
+	$(GO) build -C $(OMNI_MOD) -trimpath -ldflags='-s -w' -o $@ github.com/siderolabs/omni/cmd/$*
+	@touch $@
+
+talosctl: $(BIN)/talosctl
+
+$(BIN)/talosctl: $(TALOSCTL_MOD)/go.mod $(TALOSCTL_MOD)/go.sum
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 $(GO) build -C $(TALOSCTL_MOD) -trimpath -ldflags='-s -w' -o $@ github.com/siderolabs/talos/cmd/talosctl
+	@touch $@
 
 # What lint needs, nothing from apt: golangci-lint, rebuilt when missing, when its version
 # changed (the stamp names it) or when its module did.

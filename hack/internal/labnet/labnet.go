@@ -1,8 +1,9 @@
 // Package labnet is the lab's network, built in network namespaces (internal/netns): a
-// provider namespace holding the bridge the machines' taps join, and a site namespace,
-// joined to the bridge by a veth, where dnsmasq plays the site's DHCP server. Interface
-// names live inside the namespaces, so only the namespace names carry the prefix and
-// several labs can run side by side.
+// provider namespace holding the bridge the machines' taps join, a site namespace,
+// joined to the bridge by a veth, where dnsmasq plays the site's DHCP server, and, when
+// the lab runs one, an Omni namespace joined the same way. Interface names live inside
+// the namespaces, so only the namespace names carry the prefix and several labs can run
+// side by side.
 package labnet
 
 import (
@@ -23,33 +24,51 @@ const (
 	Bridge       = "br-lab"
 	ProviderAddr = "10.77.0.1"
 	SiteAddr     = "10.77.0.2"
+	OmniAddr     = "10.77.0.3" // the lab's Omni (hack/internal/omnilab), in a namespace of its own
 	DHCPStart    = "10.77.0.100"
 	DHCPEnd      = "10.77.0.200"
 
 	// bridgeVeth is the veth's end on the bridge, SiteVeth its end in the site namespace.
 	bridgeVeth = "veth-site"
 	SiteVeth   = "veth0"
+
+	// omniBridgeVeth is the Omni veth's end on the bridge, OmniVeth its end in Omni's
+	// namespace.
+	omniBridgeVeth = "veth-omni"
+	OmniVeth       = "veth0"
 )
 
 // The bridge's and the site's addresses: IPv4, and IPv6 for router advertisements.
 var (
 	providerAddrs = []netip.Prefix{netip.MustParsePrefix(ProviderAddr + "/24"), netip.MustParsePrefix("fd77::1/64")}
 	siteAddrs     = []netip.Prefix{netip.MustParsePrefix(SiteAddr + "/24"), netip.MustParsePrefix("fd77::2/64")}
+	omniAddr      = netip.MustParsePrefix(OmniAddr + "/24")
 )
 
 // Net is one lab network.
 type Net struct {
 	// ProviderNS holds the bridge, the taps and the provider; SiteNS holds dnsmasq.
 	ProviderNS, SiteNS string
+	// OmniNS holds the lab's Omni (UpOmni); empty: the lab has none.
+	OmniNS string
 }
 
-// New names a lab network after prefix: <prefix>-lab and <prefix>-site.
+// New names a lab network after prefix: <prefix>-lab, <prefix>-site and <prefix>-omni.
 func New(prefix string) *Net {
-	return &Net{ProviderNS: prefix + "-lab", SiteNS: prefix + "-site"}
+	return &Net{ProviderNS: prefix + "-lab", SiteNS: prefix + "-site", OmniNS: OmniNamespace(prefix)}
 }
+
+// OmniNamespace is the name of the Omni namespace of the lab named prefix.
+func OmniNamespace(prefix string) string { return prefix + "-omni" }
 
 // Namespaces lists the lab's namespaces.
-func (n *Net) Namespaces() []string { return []string{n.ProviderNS, n.SiteNS} }
+func (n *Net) Namespaces() []string {
+	if n.OmniNS == "" {
+		return []string{n.ProviderNS, n.SiteNS}
+	}
+
+	return []string{n.ProviderNS, n.SiteNS, n.OmniNS}
+}
 
 // Up creates whatever of the network is missing; it is safe to run again. Its steps are
 // netlink requests and syscalls, which do not wait on anything: no context.
@@ -94,6 +113,66 @@ func (n *Net) Up() error {
 	}
 
 	return nil
+}
+
+// UpOmni creates Omni's namespace, if missing, joined to the bridge by a veth with
+// OmniAddr: the lab network must be up. The namespace has no route but the lab subnet's,
+// and takes no router advertisement (the site's dnsmasq sends them on the bridge), so
+// nothing in it reaches past the lab.
+func (n *Net) UpOmni() error {
+	if n.OmniNS == "" {
+		return errors.New("the lab network has no Omni namespace")
+	}
+
+	if err := netns.Create(n.OmniNS); err != nil {
+		return err
+	}
+
+	p, err := netns.OpenLinks(n.ProviderNS)
+	if err != nil {
+		return err
+	}
+
+	defer p.Close()
+
+	o, err := netns.OpenLinks(n.OmniNS)
+	if err != nil {
+		return err
+	}
+
+	defer o.Close()
+
+	steps := []func() error{
+		func() error { return o.SetUp("lo") },
+		func() error { return p.AddVeth(omniBridgeVeth, OmniVeth, n.OmniNS) },
+		func() error { return p.SetMaster(omniBridgeVeth, Bridge) },
+		func() error { return p.SetUp(omniBridgeVeth) },
+		func() error { return n.refuseRouterAdvertisements() },
+		func() error { return o.AddAddr(OmniVeth, omniAddr) },
+		func() error { return o.SetUp(OmniVeth) },
+	}
+
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return fmt.Errorf("error joining Omni's namespace to the lab network: %w", err)
+		}
+	}
+
+	return nil
+}
+
+// refuseRouterAdvertisements turns off IPv6 autoconfiguration of routes on Omni's veth:
+// a router advertisement would give it a default route.
+func (n *Net) refuseRouterAdvertisements() error {
+	return netns.Do(n.OmniNS, func() error {
+		// /proc/sys/net is the namespace of the thread that opens it.
+		path := "/proc/sys/net/ipv6/conf/" + OmniVeth + "/accept_ra"
+		if err := os.WriteFile(path, []byte("0\n"), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("error writing %s: %w", path, err)
+		}
+
+		return nil
+	})
 }
 
 func addAddrs(l *netns.Links, link string, addrs []netip.Prefix) error {

@@ -13,8 +13,11 @@ func TestNew(t *testing.T) {
 	t.Parallel()
 
 	n := New("anvil")
-	assert.Equal(t, &Net{ProviderNS: "anvil-lab", SiteNS: "anvil-site"}, n)
-	assert.Equal(t, []string{"anvil-lab", "anvil-site"}, n.Namespaces())
+	assert.Equal(t, &Net{ProviderNS: "anvil-lab", SiteNS: "anvil-site", OmniNS: "anvil-omni"}, n)
+	assert.Equal(t, []string{"anvil-lab", "anvil-site", "anvil-omni"}, n.Namespaces())
+
+	// A lab without Omni, as its state names it.
+	assert.Equal(t, []string{"anvil-lab", "anvil-site"}, (&Net{ProviderNS: "anvil-lab", SiteNS: "anvil-site"}).Namespaces())
 }
 
 func TestDHCPCommand(t *testing.T) {
