@@ -139,7 +139,7 @@ test: setup lint unit lab
 unit:
 	$(GO) test -race -count=1 -timeout 15m ./...
 
-lab: setup
+lab: setup omni
 	$(GO) test -tags lab -count=1 -timeout 45m -run '^($(LAB_TESTS))$$' $(LAB_PKGS)
 
 bench: setup-bench build

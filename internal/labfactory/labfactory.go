@@ -3,7 +3,10 @@
 // factory's POST /schematics does, answering with the schematic's content-addressed ID,
 // and serves the factory's iPXE script (GET /pxe/<schematic>/<version>/<platform>-<arch>)
 // and boot assets (GET /image/<schematic>/<version>/{kernel-amd64,initramfs-amd64.xz})
-// from a directory of its own: a kernel and the test "Talos" initramfs.
+// from a directory of its own: a kernel and the test "Talos" initramfs. For Omni it also
+// lists the Talos versions (GET /versions, /version/<v>/{extensions,overlays}/official)
+// and, as a container registry would, the Kubernetes versions (GET /v2/ and
+// /v2/siderolabs/kubelet/tags/list): versions.go.
 package labfactory
 
 import (
@@ -55,6 +58,8 @@ type Factory struct {
 	assets  string
 	baseURL string
 
+	talosVersions, kubernetesVersions []string
+
 	mu         sync.Mutex
 	schematics map[string][]byte
 	order      []string
@@ -75,7 +80,11 @@ func WithBaseURL(u string) Option {
 
 // New returns an empty factory.
 func New(opts ...Option) *Factory {
-	f := &Factory{schematics: map[string][]byte{}}
+	f := &Factory{
+		schematics:         map[string][]byte{},
+		talosVersions:      DefaultTalosVersions,
+		kubernetesVersions: DefaultKubernetesVersions,
+	}
 
 	for _, o := range opts {
 		o(f)
@@ -84,11 +93,20 @@ func New(opts ...Option) *Factory {
 	return f
 }
 
-// ServeHTTP implements the factory's schematic, PXE and image endpoints.
+// ServeHTTP implements the factory's schematic, PXE, image and version endpoints, and
+// the registry's tag lists.
 func (f *Factory) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	get := r.Method == http.MethodGet || r.Method == http.MethodHead
+
 	switch {
 	case r.URL.Path == "/schematics" && r.Method == http.MethodPost:
 		f.register(w, r)
+	case r.URL.Path == "/versions" && get:
+		f.versions(w, r)
+	case strings.HasPrefix(r.URL.Path, "/version/") && get:
+		f.officialList(w, r)
+	case isRegistryPath(r.URL.Path) && get:
+		f.registry(w, r)
 	case strings.HasPrefix(r.URL.Path, "/pxe/") && (r.Method == http.MethodGet || r.Method == http.MethodHead):
 		f.pxe(w, r)
 	case strings.HasPrefix(r.URL.Path, "/image/") && (r.Method == http.MethodGet || r.Method == http.MethodHead):

@@ -1,6 +1,7 @@
 // Command lab-factory serves the Image Factory stand-in (internal/labfactory) for the
 // lab: the lab runs it in the provider's namespace on 10.77.0.1:8080, with the test
-// "Talos" (hack/cmd/talos-standin) as the boot assets. It logs every request.
+// "Talos" (hack/cmd/talos-standin) as the boot assets, and the Talos and Kubernetes
+// versions the lab's Omni offers. It logs every request.
 package main
 
 import (
@@ -13,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,24 +23,47 @@ import (
 
 func main() {
 	listen := flag.String("listen", "10.77.0.1:8080", "address to listen on")
-	assets := flag.String("assets", "_out/talos-standin", "boot assets: vmlinuz-amd64 and initramfs-amd64.zst (the imager's output)")
+	assets := flag.String("assets", "_out/talos-standin", "boot assets: vmlinuz-amd64 and initramfs-amd64.zst (the imager's output); empty: none (schematics and versions only)")
 	baseURL := flag.String("base-url", "", "base of the asset URLs in the PXE script (default: the Host the client used)")
+	talos := flag.String("talos-versions", strings.Join(labfactory.DefaultTalosVersions, ","), "Talos versions offered (GET /versions), comma-separated")
+	kubernetes := flag.String("kubernetes-versions", strings.Join(labfactory.DefaultKubernetesVersions, ","), "Kubernetes versions offered (the registry's siderolabs/kubelet tags), comma-separated")
 	flag.Parse()
 
-	if err := run(*listen, *assets, *baseURL); err != nil {
+	opts := []labfactory.Option{
+		labfactory.WithTalosVersions(splitList(*talos)...),
+		labfactory.WithKubernetesVersions(splitList(*kubernetes)...),
+	}
+
+	if *assets != "" {
+		opts = append(opts, labfactory.WithAssets(*assets))
+	}
+
+	if *baseURL != "" {
+		opts = append(opts, labfactory.WithBaseURL(*baseURL))
+	}
+
+	if err := run(*listen, *assets, opts); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
 }
 
-func run(listen, assets, baseURL string) error {
+// splitList splits a comma-separated flag, dropping empty items.
+func splitList(s string) []string {
+	var items []string
+
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			items = append(items, item)
+		}
+	}
+
+	return items
+}
+
+func run(listen, assets string, opts []labfactory.Option) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-
-	opts := []labfactory.Option{labfactory.WithAssets(assets)}
-	if baseURL != "" {
-		opts = append(opts, labfactory.WithBaseURL(baseURL))
-	}
 
 	factory := labfactory.New(opts...)
 

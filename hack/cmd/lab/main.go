@@ -1,5 +1,6 @@
-// Command lab runs the lab: a network of namespaces, the site DHCP server, the provider
-// and QEMU machines that PXE-boot from it. See hack/internal/lab.
+// Command lab runs the lab: a network of namespaces, the site DHCP server, the provider,
+// QEMU machines that PXE-boot from it and, with --omni, a real Omni. See
+// hack/internal/lab.
 package main
 
 import (
@@ -48,7 +49,7 @@ func newRootCmd() *cobra.Command {
 		return flagenv.Apply(cmd.Flags(), nil)
 	}
 
-	root.AddCommand(newUpCmd(&dir, &prefix), newDownCmd(&dir, &prefix), newStatusCmd(&dir), newMachineCmd(&dir))
+	root.AddCommand(newUpCmd(&dir, &prefix), newDownCmd(&dir, &prefix), newStatusCmd(&dir), newMachineCmd(&dir), newOmnictlCmd(&dir))
 	annotate(root)
 
 	return root
@@ -74,6 +75,7 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 		firmware []string
 		bmcs     []string
 		factory  bool
+		omni     bool
 	)
 
 	cmd := &cobra.Command{
@@ -111,6 +113,10 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 				return err
 			}
 
+			if !omni {
+				cfg.OmniBin = ""
+			}
+
 			s, err := lab.Up(cmd.Context(), cfg)
 			if err != nil {
 				return fmt.Errorf("%w (lab down removes what was started)", err)
@@ -137,6 +143,8 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 	f.StringArrayVar(&cfg.ProviderArgs, "provider-arg", nil, "extra provider argument (repeatable)")
 	f.StringSliceVar(&bmcs, "bmc", []string{"api"}, "power owner of the machines, in turn: api (the lab's power API), ipmi (a simulated IPMI BMC, ipmi_sim, of its own) or none")
 	f.StringVar(&cfg.PowerBin, "power-bin", "_out/bin/lab-power", "the power API daemon and simulated BMCs' chassis program (built from hack/cmd/lab-power when missing)")
+	f.BoolVar(&omni, "omni", false, "run a real Omni in namespace <prefix>-omni on 10.77.0.3, with the factory stand-in's Talos and Kubernetes versions (make omni builds it)")
+	f.StringVar(&cfg.OmniBin, "omni-bin", "_out/bin/omni", "the Omni binary (make omni)")
 
 	return cmd
 }
@@ -187,6 +195,42 @@ func newStatusCmd(dir *string) *cobra.Command {
 			return s.WriteStatus(cmd.OutOrStdout())
 		},
 	}
+}
+
+func newOmnictlCmd(dir *string) *cobra.Command {
+	var bin string
+
+	cmd := &cobra.Command{
+		Use:   "omnictl [-- <omnictl arguments>...]",
+		Short: "Run omnictl against the lab's Omni as its administrator (from Omni's namespace, the lab CA trusted)",
+		Example: "  lab omnictl -- get machines\n" +
+			"  lab omnictl -- infraprovider create anvil\n" +
+			"  lab omnictl -- get providerjoinconfigs -n infra-provider -o yaml",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := lab.Load(*dir)
+			if err != nil {
+				return fmt.Errorf("no lab in %s: %w", *dir, err)
+			}
+
+			client, err := s.OmniClient(bin)
+			if err != nil {
+				return err
+			}
+
+			c, err := client.Command(cmd.Context(), args...)
+			if err != nil {
+				return err
+			}
+
+			c.Stdin, c.Stdout, c.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
+
+			return c.Run()
+		},
+	}
+
+	cmd.Flags().StringVar(&bin, "omnictl-bin", "_out/bin/omnictl", "the omnictl binary (make omni)")
+
+	return cmd
 }
 
 func newMachineCmd(dir *string) *cobra.Command {

@@ -21,20 +21,26 @@ import (
 const FactoryListen = labnet.ProviderAddr + ":8080"
 
 // startFactory runs hack/cmd/lab-factory in the provider's namespace and waits until it
-// listens (it logs "serving" once its socket is bound).
+// listens (it logs "serving" once its socket is bound). An empty FactoryAssetsDir runs it
+// without boot assets.
 func (s *State) startFactory(ctx context.Context, cfg Config) error {
 	bin, err := filepath.Abs(cfg.FactoryBin)
 	if err != nil {
 		return fmt.Errorf("error resolving %s: %w", cfg.FactoryBin, err)
 	}
 
-	assets, err := filepath.Abs(cfg.FactoryAssetsDir)
-	if err != nil {
-		return fmt.Errorf("error resolving %s: %w", cfg.FactoryAssetsDir, err)
-	}
+	// No assets: a factory of schematics and versions only (what Omni asks), which boots
+	// nothing.
+	var assets string
 
-	if _, err := os.Stat(filepath.Join(assets, "vmlinuz-amd64")); err != nil {
-		return fmt.Errorf("the factory's boot assets are missing (lab.BuildStandinAssets): %w", err)
+	if cfg.FactoryAssetsDir != "" {
+		if assets, err = filepath.Abs(cfg.FactoryAssetsDir); err != nil {
+			return fmt.Errorf("error resolving %s: %w", cfg.FactoryAssetsDir, err)
+		}
+
+		if _, err := os.Stat(filepath.Join(assets, "vmlinuz-amd64")); err != nil {
+			return fmt.Errorf("the factory's boot assets are missing (lab.BuildStandinAssets): %w", err)
+		}
 	}
 
 	_ = os.Remove(s.FactoryLog())

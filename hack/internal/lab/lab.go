@@ -1,5 +1,6 @@
 // Package lab brings a whole lab up and down: the network (labnet), the site DHCP
-// server, the provider in standalone mode, and the machines. What it starts is recorded
+// server, the provider in standalone mode, the machines and, when asked for, a real Omni
+// (omnilab). What it starts is recorded
 // in a state file in the lab directory, so "down" stops it even after a crash; it also
 // sweeps the namespaces' processes and the processes naming the lab directory.
 package lab
@@ -18,6 +19,7 @@ import (
 
 	"github.com/anvil-metal/anvil/hack/internal/labnet"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
+	"github.com/anvil-metal/anvil/hack/internal/omnilab"
 	"github.com/anvil-metal/anvil/internal/netns"
 	"github.com/anvil-metal/anvil/internal/proc"
 )
@@ -43,7 +45,8 @@ type Config struct {
 	APIPort        int
 	// FactoryBin is the Image Factory stand-in (hack/cmd/lab-factory), run in the
 	// provider's namespace on 10.77.0.1:8080 serving FactoryAssetsDir (the test "Talos",
-	// hack/cmd/talos-standin, as the imager builds it); empty: no factory.
+	// hack/cmd/talos-standin, as the imager builds it; empty: no boot assets, schematics
+	// and versions only); empty: no factory.
 	FactoryBin       string
 	FactoryAssetsDir string
 	// ProviderArgs are appended to the provider's command line (after the lab's own
@@ -57,6 +60,11 @@ type Config struct {
 	// namespace on PowerAPIListen, and the chassis control program of the simulated
 	// BMCs. Needed when a machine's owner is api or ipmi; empty: no power API.
 	PowerBin string
+
+	// OmniBin is a real Omni (make omni: _out/bin/omni), run in namespace <prefix>-omni on
+	// 10.77.0.3 (hack/internal/omnilab) with the factory stand-in's Talos and Kubernetes
+	// versions; empty: no Omni.
+	OmniBin string
 }
 
 // State is what a lab runs, as recorded in <dir>/state.json.
@@ -69,7 +77,10 @@ type State struct {
 	DHCPPID     int            `json:"dhcpPid"`
 	FactoryPID  int            `json:"factoryPid,omitempty"`
 	PowerPID    int            `json:"powerPid,omitempty"`
-	Machines    []machine.Spec `json:"machines"`
+	// OmniNS is Omni's namespace, Omni what runs there; both empty without Omni.
+	OmniNS   string         `json:"omniNamespace,omitempty"`
+	Omni     *omnilab.Omni  `json:"omni,omitempty"`
+	Machines []machine.Spec `json:"machines"`
 	// BMCs are the machines' power owners, by machine name.
 	BMCs map[string]*MachineBMC `json:"bmcs,omitempty"`
 	// BMCPassword is the lab's administrator password on its simulated BMCs.
@@ -95,7 +106,9 @@ func (s *State) DHCPLog() string { return filepath.Join(s.Dir, "dnsmasq.log") }
 func (s *State) FactoryLog() string { return filepath.Join(s.Dir, "factory.log") }
 
 // Net is the lab's network.
-func (s *State) Net() *labnet.Net { return &labnet.Net{ProviderNS: s.ProviderNS, SiteNS: s.SiteNS} }
+func (s *State) Net() *labnet.Net {
+	return &labnet.Net{ProviderNS: s.ProviderNS, SiteNS: s.SiteNS, OmniNS: s.OmniNS}
+}
 
 // MachineList is the lab's machines.
 func (s *State) MachineList() []*machine.Machine {
@@ -203,6 +216,13 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 
 	if cfg.PowerBin != "" && !proc.Alive(s.PowerPID) {
 		if err := s.startPowerAPI(ctx, cfg); err != nil {
+			return s, err
+		}
+	}
+
+	// Before the provider, which may be told to join it.
+	if cfg.OmniBin != "" && !s.Omni.Running() {
+		if err := s.startOmni(ctx, cfg); err != nil {
 			return s, err
 		}
 	}
@@ -397,8 +417,8 @@ func Down(ctx context.Context, dir, prefix string) error {
 		errs = append(errs, m.Stop(ctx))
 	}
 
-	errs = append(errs, proc.Stop(ctx, s.ProviderPID, 10*time.Second), proc.Stop(ctx, s.DHCPPID, 5*time.Second),
-		proc.Stop(ctx, s.FactoryPID, 5*time.Second))
+	errs = append(errs, proc.Stop(ctx, s.ProviderPID, 10*time.Second), s.Omni.Stop(ctx),
+		proc.Stop(ctx, s.DHCPPID, 5*time.Second), proc.Stop(ctx, s.FactoryPID, 5*time.Second))
 
 	// The sweep: whatever still runs in the namespaces or names the lab directory.
 	pids := Processes(dir)
@@ -415,6 +435,12 @@ func Down(ctx context.Context, dir, prefix string) error {
 
 	errs = append(errs, s.Net().Down())
 
+	// Omni's directory (its state, keys and certificates), also when the state file that
+	// names it is gone.
+	if err := os.RemoveAll(OmniDir(dir)); err != nil {
+		errs = append(errs, fmt.Errorf("error removing Omni's directory: %w", err))
+	}
+
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -428,7 +454,7 @@ func Down(ctx context.Context, dir, prefix string) error {
 
 // daemons are the programs the lab runs: each names the lab's directory in its
 // arguments ("ip" is a daemon between ip netns exec and its exec of the program).
-var daemons = []string{"qemu-system-*", "dnsmasq", "provider", "ip", "lab-factory", "lab-power", "ipmi_sim"}
+var daemons = []string{"qemu-system-*", "dnsmasq", "provider", "ip", "lab-factory", "lab-power", "ipmi_sim", "omni", "unshare"}
 
 // Processes lists the lab daemons that name the lab directory dir, whether or not its
 // state file knows them.
@@ -461,6 +487,10 @@ func (s *State) WriteStatus(w io.Writer) error {
 
 	if s.PowerPID != 0 {
 		fmt.Fprintf(&b, "power API pid %-8d %s  log %s  http://%s\n", s.PowerPID, up(proc.Alive(s.PowerPID)), s.PowerLog(), PowerAPIListen)
+	}
+
+	if s.Omni != nil {
+		writeOmniStatus(&b, s, up(s.Omni.Running()))
 	}
 
 	for _, m := range s.MachineList() {

@@ -61,6 +61,21 @@ func GoBuild(t testing.TB, root, out, pkg string) {
 	require.NoError(t, err, "building %s: %s", pkg, b)
 }
 
+// OmniBinaries are Omni and omnictl, _out/bin/omni and _out/bin/omnictl, made by "make
+// omni" when missing or older than their tools module (10-15 min the first time on two
+// cores, instant after).
+func OmniBinaries(t testing.TB, root string) (omni, omnictl string) {
+	t.Helper()
+
+	cmd := exec.Command("make", "--no-print-directory", "omni")
+	cmd.Dir = root
+
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "make omni: %s", b)
+
+	return filepath.Join(root, "_out", "bin", "omni"), filepath.Join(root, "_out", "bin", "omnictl")
+}
+
 // AgentAssets is _out/agent when make agent-initramfs has run, else assets built into
 // bin.
 func AgentAssets(t testing.TB, root, bin string) string {

@@ -28,6 +28,8 @@ type Client struct {
 	NetNS string
 
 	omni *Omni
+	// key is the service account key used; empty: the initial (Admin) one.
+	key string
 }
 
 // Client is a Client of o running bin in network namespace ns.
@@ -35,13 +37,26 @@ func (o *Omni) Client(bin, ns string) *Client {
 	return &Client{Bin: bin, NetNS: ns, omni: o}
 }
 
+// As is c acting as the service account whose key is key (e.g. an infra provider's,
+// from CreateInfraProvider), not as the administrator.
+func (c *Client) As(key string) *Client {
+	as := *c
+	as.key = key
+
+	return &as
+}
+
 // Env is what omnictl needs, beside its --omniconfig: Omni's endpoint, the service
 // account key, and the lab CA as the only trusted root (Go reads SSL_CERT_FILE on Linux,
 // so omnictl verifies Omni's certificate without --insecure-skip-tls-verify).
 func (c *Client) Env() ([]string, error) {
-	key, err := c.omni.AdminKey()
-	if err != nil {
-		return nil, err
+	key := c.key
+	if key == "" {
+		var err error
+
+		if key, err = c.omni.AdminKey(); err != nil {
+			return nil, err
+		}
 	}
 
 	return []string{

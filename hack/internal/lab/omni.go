@@ -1,0 +1,74 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/anvil-metal/anvil/hack/internal/labnet"
+	"github.com/anvil-metal/anvil/hack/internal/omnilab"
+)
+
+// OmniDir is the directory of the lab Omni of the lab in dir: its state and secrets,
+// removed by Down.
+func OmniDir(dir string) string { return filepath.Join(dir, "omni") }
+
+// OmniLog is the lab Omni's output; it stays after Down, like the other logs.
+func (s *State) OmniLog() string { return filepath.Join(s.Dir, "omni.log") }
+
+// startOmni joins Omni's namespace to the lab network and starts Omni there, with the
+// factory stand-in's versions (it need not run yet: Omni asks again until it answers).
+func (s *State) startOmni(ctx context.Context, cfg Config) error {
+	s.OmniNS = labnet.OmniNamespace(s.Prefix)
+
+	// Saved first: Down then removes the namespace even if what follows fails.
+	if err := s.save(); err != nil {
+		return err
+	}
+
+	if err := s.Net().UpOmni(); err != nil {
+		return err
+	}
+
+	o, err := omnilab.Start(ctx, omnilab.Config{
+		Bin:        cfg.OmniBin,
+		Dir:        OmniDir(s.Dir),
+		Log:        s.OmniLog(),
+		NetNS:      s.OmniNS,
+		FactoryURL: "http://" + FactoryListen,
+		Registry:   FactoryListen,
+	})
+	if o != nil {
+		s.Omni = o
+
+		if err := s.save(); err != nil {
+			return err
+		}
+	}
+
+	if err != nil {
+		return fmt.Errorf("error starting Omni: %w", err)
+	}
+
+	return nil
+}
+
+// OmniClient runs omnictl (bin) against the lab's Omni as its administrator, from Omni's
+// namespace.
+func (s *State) OmniClient(bin string) (*omnilab.Client, error) {
+	if s.Omni == nil {
+		return nil, fmt.Errorf("the lab in %s runs no Omni (lab up --omni)", s.Dir)
+	}
+
+	return s.Omni.Client(bin, s.OmniNS), nil
+}
+
+func writeOmniStatus(b *strings.Builder, s *State, state string) {
+	o := s.Omni
+
+	fmt.Fprintf(b, "omni      pid %-8d %s  log %s  %s (machines: %s, WireGuard udp %s:%d)\n",
+		o.PID, state, s.OmniLog(), o.Endpoint(), o.MachineAPIURL(), omnilab.Addr, omnilab.WireGuardPort)
+	fmt.Fprintf(b, "  namespace %s, CA %s, admin key %s\n", s.OmniNS, o.CAFile(), o.AdminKeyFile())
+	fmt.Fprintf(b, "  omnictl: go run ./hack/cmd/lab omnictl -- get machines   (see hack/README.md)\n")
+}
