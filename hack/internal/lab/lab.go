@@ -69,14 +69,14 @@ type Config struct {
 
 // State is what a lab runs, as recorded in <dir>/state.json.
 type State struct {
-	Dir         string         `json:"dir"`
-	Prefix      string         `json:"prefix"`
-	ProviderNS  string         `json:"providerNamespace"`
-	SiteNS      string         `json:"siteNamespace"`
-	ProviderPID int            `json:"providerPid"`
-	DHCPPID     int            `json:"dhcpPid"`
-	FactoryPID  int            `json:"factoryPid,omitempty"`
-	PowerPID    int            `json:"powerPid,omitempty"`
+	Dir         string `json:"dir"`
+	Prefix      string `json:"prefix"`
+	ProviderNS  string `json:"providerNamespace"`
+	SiteNS      string `json:"siteNamespace"`
+	ProviderPID int    `json:"providerPid"`
+	DHCPPID     int    `json:"dhcpPid"`
+	FactoryPID  int    `json:"factoryPid,omitempty"`
+	PowerPID    int    `json:"powerPid,omitempty"`
 	// OmniNS is Omni's namespace, Omni what runs there; both empty without Omni.
 	OmniNS   string         `json:"omniNamespace,omitempty"`
 	Omni     *omnilab.Omni  `json:"omni,omitempty"`
