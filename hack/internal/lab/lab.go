@@ -69,22 +69,23 @@ type Config struct {
 
 // State is what a lab runs, as recorded in <dir>/state.json.
 type State struct {
-	Dir         string `json:"dir"`
-	Prefix      string `json:"prefix"`
-	ProviderNS  string `json:"providerNamespace"`
-	SiteNS      string `json:"siteNamespace"`
-	ProviderPID int    `json:"providerPid"`
-	DHCPPID     int    `json:"dhcpPid"`
-	FactoryPID  int    `json:"factoryPid,omitempty"`
-	PowerPID    int    `json:"powerPid,omitempty"`
-	// OmniNS is Omni's namespace, Omni what runs there; both empty without Omni.
-	OmniNS   string         `json:"omniNamespace,omitempty"`
-	Omni     *omnilab.Omni  `json:"omni,omitempty"`
-	Machines []machine.Spec `json:"machines"`
+	Dir         string         `json:"dir"`
+	Prefix      string         `json:"prefix"`
+	ProviderNS  string         `json:"providerNamespace"`
+	SiteNS      string         `json:"siteNamespace"`
+	ProviderPID int            `json:"providerPid"`
+	DHCPPID     int            `json:"dhcpPid"`
+	FactoryPID  int            `json:"factoryPid,omitempty"`
+	PowerPID    int            `json:"powerPid,omitempty"`
+	Machines    []machine.Spec `json:"machines"`
 	// BMCs are the machines' power owners, by machine name.
 	BMCs map[string]*MachineBMC `json:"bmcs,omitempty"`
 	// BMCPassword is the lab's administrator password on its simulated BMCs.
 	BMCPassword string `json:"bmcPassword,omitempty"`
+
+	// OmniNS is Omni's namespace, Omni what runs there; both empty without Omni.
+	OmniNS string        `json:"omniNamespace,omitempty"`
+	Omni   *omnilab.Omni `json:"omni,omitempty"`
 }
 
 // StateFile is the state file of the lab in dir.
