@@ -55,10 +55,11 @@ func (f *Factory) versions(w http.ResponseWriter, r *http.Request) {
 }
 
 // officialList answers GET /version/<v>/{extensions,overlays}/official: the stand-in has
-// no official extensions or overlays to list, for a version it offers.
+// no official extensions or overlays to list, for a version it offers. Omni asks with
+// the version as its TalosVersion resources hold it, without the leading v.
 func (f *Factory) officialList(w http.ResponseWriter, r *http.Request) {
 	m := versionPathRe.FindStringSubmatch(r.URL.Path)
-	if m == nil || !slices.Contains(f.talosVersions, m[1]) {
+	if m == nil || !slices.Contains(f.talosVersions, "v"+strings.TrimPrefix(m[1], "v")) {
 		http.NotFound(w, r)
 
 		return

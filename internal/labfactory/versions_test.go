@@ -40,6 +40,11 @@ func TestVersions(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, extensions)
 
+	// As Omni asks: its TalosVersions drop the v.
+	extensions, err = c.ExtensionsVersions(t.Context(), "1.9.0")
+	require.NoError(t, err)
+	assert.Empty(t, extensions)
+
 	overlays, err := c.OverlaysVersions(t.Context(), "v1.9.0")
 	require.NoError(t, err)
 	assert.Empty(t, overlays)

@@ -139,7 +139,7 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 	f.IntVar(&cfg.APIPort, "api-port", 50042, "the provider's API port")
 	f.BoolVar(&factory, "factory", true, "run the Image Factory stand-in on 10.77.0.1:8080 (built from hack/cmd/lab-factory and hack/cmd/talos-standin when missing)")
 	f.StringVar(&cfg.FactoryBin, "factory-bin", "_out/bin/lab-factory", "the Image Factory stand-in's binary")
-	f.StringVar(&cfg.FactoryAssetsDir, "factory-assets-dir", "_out/talos-standin", "the stand-in Talos boot assets the factory serves")
+	f.StringVar(&cfg.FactoryAssetsDir, "factory-assets-dir", "_out/talos-standin", "the stand-in Talos boot assets the factory serves (empty: none)")
 	f.StringArrayVar(&cfg.ProviderArgs, "provider-arg", nil, "extra provider argument (repeatable)")
 	f.StringSliceVar(&bmcs, "bmc", []string{"api"}, "power owner of the machines, in turn: api (the lab's power API), ipmi (a simulated IPMI BMC, ipmi_sim, of its own) or none")
 	f.StringVar(&cfg.PowerBin, "power-bin", "_out/bin/lab-power", "the power API daemon and simulated BMCs' chassis program (built from hack/cmd/lab-power when missing)")
@@ -150,12 +150,17 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 }
 
 // buildFactory builds the factory stand-in and its boot assets when they are missing,
-// from the module in the working directory.
+// from the module in the working directory; without an assets directory, the stand-in
+// only (it then boots nothing: schematics and versions, for Omni).
 func buildFactory(ctx context.Context, cfg lab.Config) error {
 	if _, err := os.Stat(cfg.FactoryBin); err != nil {
 		if err := lab.BuildFactory(ctx, ".", cfg.FactoryBin); err != nil {
 			return err
 		}
+	}
+
+	if cfg.FactoryAssetsDir == "" {
+		return nil
 	}
 
 	return lab.BuildStandinAssets(ctx, ".", cfg.FactoryAssetsDir)

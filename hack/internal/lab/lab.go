@@ -398,8 +398,9 @@ func Down(ctx context.Context, dir, prefix string) error {
 
 	s, err := Load(dir)
 	if err != nil {
+		// Every namespace a lab of this prefix may have, Omni's too.
 		n := labnet.New(prefix)
-		s = &State{Dir: dir, Prefix: prefix, ProviderNS: n.ProviderNS, SiteNS: n.SiteNS}
+		s = &State{Dir: dir, Prefix: prefix, ProviderNS: n.ProviderNS, SiteNS: n.SiteNS, OmniNS: n.OmniNS}
 	}
 
 	var errs []error

@@ -70,5 +70,5 @@ func writeOmniStatus(b *strings.Builder, s *State, state string) {
 	fmt.Fprintf(b, "omni      pid %-8d %s  log %s  %s (machines: %s, WireGuard udp %s:%d)\n",
 		o.PID, state, s.OmniLog(), o.Endpoint(), o.MachineAPIURL(), omnilab.Addr, omnilab.WireGuardPort)
 	fmt.Fprintf(b, "  namespace %s, CA %s, admin key %s\n", s.OmniNS, o.CAFile(), o.AdminKeyFile())
-	fmt.Fprintf(b, "  omnictl: go run ./hack/cmd/lab omnictl -- get machines   (see hack/README.md)\n")
+	fmt.Fprintf(b, "  omnictl: go run ./hack/cmd/lab --dir %s omnictl -- get machines   (see hack/README.md)\n", s.Dir)
 }

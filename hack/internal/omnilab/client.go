@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -167,14 +168,17 @@ func (c *Client) ProviderJoinConfig(ctx context.Context, id string) (*ProviderJo
 	}
 }
 
+// parseProviderJoinConfig reads "omnictl get providerjoinconfigs <id> -o yaml": the
+// spec's fields are named as their protobuf fields without underscores (kernelargs,
+// jointoken).
 func parseProviderJoinConfig(b []byte) (*ProviderJoinConfig, error) {
 	var doc struct {
 		Spec struct {
 			Config struct {
-				KernelArgs []string `yaml:"kernel_args"`
+				KernelArgs []string `yaml:"kernelargs"`
 				Config     string   `yaml:"config"`
 			} `yaml:"config"`
-			JoinToken string `yaml:"join_token"`
+			JoinToken string `yaml:"jointoken"`
 		} `yaml:"spec"`
 	}
 
@@ -187,6 +191,26 @@ func parseProviderJoinConfig(b []byte) (*ProviderJoinConfig, error) {
 	}
 
 	return &ProviderJoinConfig{KernelArgs: doc.Spec.Config.KernelArgs, Config: doc.Spec.Config.Config, JoinToken: doc.Spec.JoinToken}, nil
+}
+
+// SideroLinkAPI is the URL of the siderolink.api= kernel argument, and its join token
+// (the jointoken query parameter, "v2:…", which Omni writes URL-escaped: v2%3A…).
+func (jc *ProviderJoinConfig) SideroLinkAPI() (*url.URL, string, error) {
+	for _, arg := range jc.KernelArgs {
+		raw, ok := strings.CutPrefix(arg, "siderolink.api=")
+		if !ok {
+			continue
+		}
+
+		u, err := url.Parse(raw)
+		if err != nil {
+			return nil, "", fmt.Errorf("error parsing siderolink.api=%s: %w", raw, err)
+		}
+
+		return u, u.Query().Get("jointoken"), nil
+	}
+
+	return nil, "", fmt.Errorf("no siderolink.api= among %q", jc.KernelArgs)
 }
 
 // TalosVersions lists the Talos versions Omni offers clusters (without the leading v).

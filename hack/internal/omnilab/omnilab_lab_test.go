@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/anvil-metal/anvil/hack/internal/lab"
 	"github.com/anvil-metal/anvil/hack/internal/labnet"
 	"github.com/anvil-metal/anvil/hack/internal/labtest"
 	"github.com/anvil-metal/anvil/hack/internal/omnilab"
@@ -144,9 +145,13 @@ func TestLabOmni(t *testing.T) {
 		assert.ErrorIs(t, err, os.ErrNotExist, "Omni's WireGuard socket is on the host's /run")
 		assert.Empty(t, omniMounts(t), "Omni's /run is mounted where the host sees it")
 
+		// Made once SideroLink's device runs, a moment after Omni answers.
 		sock := fmt.Sprintf("/proc/%d/root/run/wireguard/siderolink.sock", o.PID)
-		_, err = os.Stat(sock)
-		assert.NoError(t, err, "Omni's WireGuard socket, in its own /run")
+		assert.Eventually(t, func() bool {
+			_, err := os.Stat(sock)
+
+			return err == nil
+		}, time.Minute, 100*time.Millisecond, "Omni's WireGuard socket, in its own /run")
 	})
 
 	client := o.Client(omnictlBin, n.ProviderNS)
@@ -173,18 +178,37 @@ func TestLabOmni(t *testing.T) {
 		jc, err := client.As(providerKey).ProviderJoinConfig(ctx, providerID)
 		require.NoError(t, err, "the provider reading its join configuration with its own key")
 
-		want := []string{
-			"siderolink.api=grpc://" + omnilab.Addr + ":8090?jointoken=v2:",
+		// siderolink.api=grpc://10.77.0.3:8090?jointoken=v2%3A… (Omni escapes the token), a
+		// v2 token naming the provider; the event sink and log server over SideroLink.
+		require.Len(t, jc.KernelArgs, 3, "%q", jc.KernelArgs)
+		assert.True(t, strings.HasPrefix(jc.KernelArgs[0], "siderolink.api=grpc://"+omnilab.Addr+":8090?jointoken="), "%q", jc.KernelArgs[0])
+		assert.Equal(t, []string{
 			"talos.events.sink=[fdae:41e4:649b:9303::1]:8091",
 			"talos.logging.kernel=tcp://[fdae:41e4:649b:9303::1]:8092",
+		}, jc.KernelArgs[1:])
+
+		u, token, err := jc.SideroLinkAPI()
+		require.NoError(t, err)
+		assert.Equal(t, "grpc", u.Scheme)
+		assert.Equal(t, o.MachineAPIURL(), u.Scheme+"://"+u.Host)
+
+		encoded, ok := strings.CutPrefix(token, "v2:")
+		require.True(t, ok, "a v2 join token: %q", token)
+
+		raw, err = base64.StdEncoding.DecodeString(encoded)
+		require.NoError(t, err)
+
+		var v2 struct {
+			ExtraData map[string]string `json:"extra_data"`
+			Signature string            `json:"signature"`
 		}
 
-		require.Len(t, jc.KernelArgs, len(want), "%q", jc.KernelArgs)
-		assert.True(t, strings.HasPrefix(jc.KernelArgs[0], want[0]), "%q", jc.KernelArgs[0])
-		assert.Greater(t, len(jc.KernelArgs[0]), len(want[0]), "a join token follows v2:")
-		assert.Equal(t, want[1:], jc.KernelArgs[1:])
+		require.NoError(t, json.Unmarshal(raw, &v2), "%s", raw)
+		assert.Equal(t, providerID, v2.ExtraData["omni.sidero.dev/infra-provider-id"])
+		assert.NotEmpty(t, v2.Signature)
+
 		assert.NotEmpty(t, jc.JoinToken)
-		assert.Contains(t, jc.Config, "SideroLinkConfig")
+		assert.Contains(t, jc.Config, "kind: SideroLinkConfig")
 
 		// The admin reads the same.
 		admin, err := client.ProviderJoinConfig(ctx, providerID)
@@ -205,6 +229,72 @@ func TestLabOmni(t *testing.T) {
 	entries, err := os.ReadDir(home)
 	require.NoError(t, err)
 	assert.Empty(t, entries, "omnictl wrote into $HOME")
+}
+
+// TestLabOmniUpDown: "lab up --omni" through the lab's Go API (no machines) runs Omni in
+// <prefix>-omni beside the provider and the factory stand-in, and status shows it; down
+// leaves nothing of it, also when the state file is gone (the sweep).
+func TestLabOmniUpDown(t *testing.T) {
+	requireHost(t)
+
+	root := labtest.RepoRoot(t)
+	omniBin, omnictlBin := labtest.OmniBinaries(t, root)
+
+	bin := t.TempDir()
+	provider, factory := filepath.Join(bin, "provider"), filepath.Join(bin, "lab-factory")
+	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
+	labtest.GoBuild(t, root, factory, "./hack/cmd/lab-factory")
+
+	dir, prefix := labtest.NewLab(t, "omu", nil)
+
+	cfg := lab.Config{
+		Dir: dir, Prefix: prefix, ProviderBin: provider, AgentAssetsDir: t.TempDir(), APIPort: 50042,
+		FactoryURL: "http://10.77.0.1:8080", FactoryPXEURL: "http://10.77.0.1:8080",
+		FactoryBin: factory, OmniBin: omniBin,
+	}
+
+	for _, lost := range []bool{false, true} {
+		ctx, cancel := context.WithTimeout(t.Context(), startDeadline)
+
+		s, err := lab.Up(ctx, cfg)
+
+		cancel()
+
+		if err != nil {
+			b, _ := os.ReadFile(filepath.Join(dir, "omni.log"))
+			t.Logf("omni.log:\n%s", b)
+		}
+
+		require.NoError(t, err)
+		require.True(t, s.Omni.Running())
+		assert.Equal(t, prefix+"-omni", s.OmniNS)
+		assert.Contains(t, s.Net().Namespaces(), s.OmniNS)
+
+		var status strings.Builder
+		require.NoError(t, s.WriteStatus(&status))
+		assert.Contains(t, status.String(), "omni      pid ")
+		assert.Contains(t, status.String(), "https://10.77.0.3:8099")
+
+		client, err := s.OmniClient(omnictlBin)
+		require.NoError(t, err)
+
+		out, err := client.Run(t.Context(), "get", "talosversions")
+		require.NoError(t, err)
+		t.Logf("talosversions:\n%s", out)
+
+		omniPID := s.Omni.PID
+
+		if lost {
+			require.NoError(t, os.Remove(lab.StateFile(dir)))
+		}
+
+		ctx, cancel = context.WithTimeout(t.Context(), 2*time.Minute)
+		require.NoError(t, lab.Down(ctx, dir, prefix))
+		cancel()
+
+		assertNothingLeft(t, labnet.New(prefix), lab.OmniDir(dir), omniPID)
+		assert.Empty(t, lab.Processes(dir), "the lab's processes (lost state: %t)", lost)
+	}
 }
 
 // requireHost skips the test where Omni cannot run: not root, or a tool missing.

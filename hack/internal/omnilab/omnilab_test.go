@@ -198,3 +198,97 @@ func readAll(t *testing.T, dir string, names ...string) map[string]string {
 
 	return m
 }
+
+// What omnictl v1.9.3 printed against the lab's Omni.
+const (
+	infraProviderCreateOut = `Your infra provider "anvil" is ready to use
+Created infra provider service account "infra-provider:anvil" with public key ID "6d109a50976d45992237397c8e0a0deced9e29a1"
+
+Set the following environment variables to use the service account:
+OMNI_ENDPOINT=https://10.77.0.3:8099
+OMNI_SERVICE_ACCOUNT_KEY=eyJuYW1lIjoiaW5mcmEtcHJvdmlkZXI6YW52aWwifQ==
+
+Note: Store the service account key securely, it will not be displayed again
+Please use the endpoint and the service account key to set up the infra provider
+`
+
+	providerJoinConfigOut = `metadata:
+    namespace: infra-provider
+    type: ProviderJoinConfigs.omni.sidero.dev
+    id: anvil-lab-test
+    version: 1
+    owner: ProviderJoinConfigController
+    phase: running
+    labels:
+        omni.sidero.dev/infra-provider-id: anvil-lab-test
+spec:
+    config:
+        kernelargs:
+            - siderolink.api=grpc://10.77.0.3:8090?jointoken=v2%3AeyJleHRyYV9kYXRhIjp7Im9tbmkuc2lkZXJvLmRldi9pbmZyYS1wcm92aWRlci1pZCI6ImFudmlsLWxhYi10ZXN0In0sInNpZ25hdHVyZSI6Ik5XSEpmMVBNUlhNM1JId0w2UE5TV2poa3ptOXpSSkh6eW93L3JJOVo4elk9In0%3D
+            - talos.events.sink=[fdae:41e4:649b:9303::1]:8091
+            - talos.logging.kernel=tcp://[fdae:41e4:649b:9303::1]:8092
+        config: |
+            apiVersion: v1alpha1
+            kind: SideroLinkConfig
+            apiUrl: grpc://10.77.0.3:8090?jointoken=v2%3AeyJleHRyYV9kYXRhIjp7Im9tbmkuc2lkZXJvLmRldi9pbmZyYS1wcm92aWRlci1pZCI6ImFudmlsLWxhYi10ZXN0In0sInNpZ25hdHVyZSI6Ik5XSEpmMVBNUlhNM1JId0w2UE5TV2poa3ptOXpSSkh6eW93L3JJOVo4elk9In0%3D
+    jointoken: qBfMESaxydg5lnK7IYKjen0GpQ6kKYj8vXC9xgsA4Sq
+`
+
+	talosVersionsOut = `metadata:
+    namespace: default
+    type: TalosVersions.omni.sidero.dev
+    id: 1.9.0
+spec:
+    version: 1.9.0
+    compatiblekubernetesversions:
+        - 1.31.4
+        - 1.32.0
+    deprecated: false
+---
+metadata:
+    namespace: default
+    type: TalosVersions.omni.sidero.dev
+    id: 1.13.5
+spec:
+    version: 1.13.5
+`
+)
+
+func TestParseOmnictl(t *testing.T) {
+	t.Parallel()
+
+	key, err := parseServiceAccountKey(infraProviderCreateOut)
+	require.NoError(t, err)
+	assert.Equal(t, "eyJuYW1lIjoiaW5mcmEtcHJvdmlkZXI6YW52aWwifQ==", key)
+
+	_, err = parseServiceAccountKey("Your infra provider is ready\n")
+	assert.Error(t, err)
+
+	jc, err := parseProviderJoinConfig([]byte(providerJoinConfigOut))
+	require.NoError(t, err)
+	assert.Len(t, jc.KernelArgs, 3)
+	assert.Equal(t, "qBfMESaxydg5lnK7IYKjen0GpQ6kKYj8vXC9xgsA4Sq", jc.JoinToken)
+	assert.Contains(t, jc.Config, "kind: SideroLinkConfig")
+
+	u, token, err := jc.SideroLinkAPI()
+	require.NoError(t, err)
+	assert.Equal(t, "10.77.0.3:8090", u.Host)
+	assert.True(t, strings.HasPrefix(token, "v2:eyJ"), "the token, unescaped: %q", token)
+
+	_, err = parseProviderJoinConfig([]byte("metadata: {}\nspec: {}\n"))
+	assert.Error(t, err, "no kernel arguments")
+
+	_, _, err = (&ProviderJoinConfig{KernelArgs: []string{"talos.events.sink=x"}}).SideroLinkAPI()
+	assert.Error(t, err)
+
+	versions, err := parseTalosVersions([]byte(talosVersionsOut))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"1.9.0", "1.13.5"}, versions)
+
+	versions, err = parseTalosVersions(nil)
+	require.NoError(t, err)
+	assert.Empty(t, versions)
+
+	_, err = parseTalosVersions([]byte("spec: [not"))
+	assert.Error(t, err)
+}
