@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -30,6 +31,8 @@ func (s *State) startOmni(ctx context.Context, cfg Config) error {
 	if err := s.Net().UpOmni(); err != nil {
 		return err
 	}
+
+	_ = os.Remove(s.OmniLog()) // this run's log only, as the factory's
 
 	o, err := omnilab.Start(ctx, omnilab.Config{
 		Bin:        cfg.OmniBin,
