@@ -15,6 +15,7 @@ require (
 	github.com/prometheus/client_golang v1.23.2
 	github.com/siderolabs/gen v0.8.7
 	github.com/siderolabs/go-blockdevice/v2 v2.0.32
+	github.com/siderolabs/go-kmsg v0.1.6
 	github.com/siderolabs/go-pcidb v0.3.3
 	github.com/siderolabs/go-procfs v0.1.2
 	github.com/siderolabs/go-smbios v0.3.4
