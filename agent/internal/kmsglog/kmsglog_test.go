@@ -229,7 +229,9 @@ func TestUnreachableThenUp(t *testing.T) {
 
 	r.feed(t, 1)
 
-	require.Eventually(t, func() bool { return logs.FilterMessage("the kernel log's destination is unreachable; retrying").Len() == 1 },
+	require.Eventually(t, func() bool {
+		return logs.FilterMessage("the kernel log's destination is unreachable; retrying").Len() == 1
+	},
 		10*time.Second, time.Millisecond)
 	time.Sleep(100 * time.Millisecond) // several retries, 20 ms apart at most
 
