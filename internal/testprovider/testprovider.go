@@ -226,6 +226,9 @@ func (p *Provider) MustAnvilctl(args ...string) string {
 	return out
 }
 
+// Binary is the provider binary the tests run.
+func (p *Provider) Binary() string { return p.bin }
+
 // AnvilctlBinary is the anvilctl the provider is driven with.
 func (p *Provider) AnvilctlBinary() string { return p.anvilctl }
 

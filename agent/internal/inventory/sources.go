@@ -1,5 +1,6 @@
 // Package inventory reports what the machine is as Talos machinery resources
-// (hardware, block, network) kept in a COSI state by Talos-style controllers.
+// (hardware, block, network, and the kernel command line and platform metadata
+// of runtime) kept in a COSI state by Talos-style controllers.
 package inventory
 
 import (

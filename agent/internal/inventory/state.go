@@ -15,11 +15,12 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"go.uber.org/zap"
 )
 
-// Namespaces the inventory lives in, with Talos' descriptions: block Disks
-// are in "runtime", as on Talos.
+// Namespaces the inventory lives in, with Talos' descriptions: block Disks,
+// the kernel command line and the platform metadata are in "runtime", as on Talos.
 var namespaces = []struct {
 	name        string
 	description string
@@ -43,6 +44,9 @@ func Definitions() []meta.ResourceWithRD {
 		&network.AddressStatus{},
 		&network.RouteStatus{},
 		&network.HostnameStatus{},
+		&network.NodeAddress{},
+		&runtimeres.KernelCmdline{},
+		&runtimeres.PlatformMetadata{},
 	}
 }
 
@@ -118,6 +122,9 @@ func NewCollector(st state.State, src Sources, logger *zap.Logger) *Collector {
 		&AddressesController{Netlink: src.Netlink, Interval: src.Interval},
 		&RoutesController{Netlink: src.Netlink, Interval: src.Interval},
 		&HostnameController{Hostname: src.Hostname, ProcRoot: src.ProcRoot, Interval: src.Interval},
+		&NodeAddressController{},
+		&KernelCmdlineController{ProcRoot: src.ProcRoot},
+		&PlatformMetadataController{ProcRoot: src.ProcRoot},
 	}
 
 	c := &Collector{st: st, logger: logger}

@@ -13,7 +13,7 @@ import (
 )
 
 // TestDefinitions: the state lists exactly the types served, in Talos'
-// namespaces, and every controller output is one of them.
+// namespaces, and the definitions and the controllers' outputs are the same types.
 func TestDefinitions(t *testing.T) {
 	t.Parallel()
 
@@ -40,6 +40,9 @@ func TestDefinitions(t *testing.T) {
 		"AddressStatuses.net.talos.dev":         "network",
 		"RouteStatuses.net.talos.dev":           "network",
 		"HostnameStatuses.net.talos.dev":        "network",
+		"NodeAddresses.net.talos.dev":           "network",
+		"KernelCmdlines.runtime.talos.dev":      "runtime",
+		"PlatformMetadatas.talos.dev":           "runtime",
 	}, got)
 
 	nss, err := safe.StateListAll[*meta.Namespace](t.Context(), st)
@@ -53,9 +56,19 @@ func TestDefinitions(t *testing.T) {
 	slices.Sort(names)
 	assert.Equal(t, []string{"hardware", "meta", "network", "runtime"}, names)
 
+	// Both ways: every controller's output is defined, and every inventory definition
+	// is some controller's output, so a type is listed only when something fills it.
+	outputs := map[string]bool{}
+
 	for _, ctrl := range inventory.NewCollector(st, inventory.Sources{}, nil).Controllers() {
 		for _, out := range ctrl.Outputs() {
 			assert.Contains(t, got, out.Type, ctrl.Name())
+
+			outputs[out.Type] = true
 		}
+	}
+
+	for _, rd := range inventory.Definitions() {
+		assert.True(t, outputs[rd.ResourceDefinition().Type], "no controller produces %s", rd.ResourceDefinition().Type)
 	}
 }

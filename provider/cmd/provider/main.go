@@ -49,7 +49,15 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
-			return flagenv.Apply(cmd.Flags(), nil)
+			// Omni's own variables keep their names, as its tools and the established
+			// provider read them.
+			if err := flagenv.Apply(cmd.Flags(), map[string][]string{"omni-api-endpoint": {"OMNI_ENDPOINT"}}); err != nil {
+				return err
+			}
+
+			opts.OmniServiceAccountKey = os.Getenv("OMNI_SERVICE_ACCOUNT_KEY")
+
+			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(debugLogs)
@@ -121,6 +129,16 @@ func newRootCmd() *cobra.Command {
 	f.StringVar(&opts.ControlSocket, "control-socket", opts.ControlSocket, "Unix socket of the control API (<state-dir>/control.sock when empty)")
 	f.StringVar(&opts.ControlListenAddress, "control-listen-address", opts.ControlListenAddress,
 		"host:port to serve the control API on over TCP with mutual TLS as well (clients use <state-dir>/ca.crt, admin.crt, admin.key)")
+
+	f.StringVar(&opts.OmniAPIEndpoint, "omni-api-endpoint", opts.OmniAPIEndpoint,
+		"Omni's API, https://host:port: the provider runs as Omni's static infra provider (also $OMNI_ENDPOINT; the key from $OMNI_SERVICE_ACCOUNT_KEY)")
+	f.StringVar(&opts.OmniServiceAccountKeyFile, "omni-service-account-key-file", opts.OmniServiceAccountKeyFile,
+		"file holding the infra provider's Omni service account key (else $OMNI_SERVICE_ACCOUNT_KEY)")
+	f.StringVar(&opts.ProviderID, "id", opts.ProviderID, "the infra provider's ID in Omni")
+	f.StringVar(&opts.ProviderName, "provider-name", opts.ProviderName, "the provider's name as Omni shows it")
+	f.StringVar(&opts.ProviderDescription, "provider-description", opts.ProviderDescription, "the provider's description as Omni shows it")
+	f.BoolVar(&opts.InsecureSkipTLSVerify, "insecure-skip-tls-verify", opts.InsecureSkipTLSVerify, "skip verifying Omni's TLS certificate")
+	f.StringVar(&opts.OmniCACert, "omni-ca-cert", opts.OmniCACert, "PEM file of a CA trusted for Omni's certificate, besides the system's")
 
 	flagenv.Annotate(f)
 

@@ -226,3 +226,48 @@ func TestBurstOfNewMachines(t *testing.T) {
 	t.Logf("watch restarts: machine view %d, controllers %d",
 		strings.Count(p.Log(), "machine view fell behind"), strings.Count(p.Log(), "controller runtime stopped"))
 }
+
+// TestOmniModeRefusesWhatOmniOwns: a provider in Omni mode, whose Omni cannot be
+// reached yet, still starts; it refuses the transitions Omni owns, naming Omni, keeps
+// labels local, and boots no agent that could not join Omni.
+func TestOmniModeRefusesWhatOmniOwns(t *testing.T) {
+	t.Parallel()
+
+	unreachable := fmt.Sprintf("https://127.0.0.1:%d", testprovider.FreePort(t, "tcp"))
+
+	p := testprovider.New(t, true, "--omni-api-endpoint", unreachable, "--id", "anvil-test")
+	p.Args = append(p.Args, "--omni-service-account-key-file", writeKey(t))
+	p.Start()
+
+	code, script := p.BootScript(uuid, mac)
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, script, "waiting for Omni's join config", "no agent boots without Omni's join args")
+	assert.NotContains(t, script, "anvil.token=")
+
+	// The machine is known from its boot all the same.
+	p.WaitMachine(uuid)
+
+	out, err := p.Anvilctl("machine", "accept", uuid)
+	require.Error(t, err)
+	assert.Contains(t, out, "managed by Omni at "+unreachable)
+
+	p.MustAnvilctl("machine", "label", uuid, "team=storage")
+	assert.NotContains(t, p.Log(), "c2VjcmV0LWtleQ", "the service account key is never logged")
+
+	// --auto-accept is refused at start: Omni owns acceptance.
+	bad := testprovider.New(t, true, "--omni-api-endpoint", unreachable, "--auto-accept", "all")
+	bad.Args = append(bad.Args, "--omni-service-account-key-file", writeKey(t))
+
+	out2, err := exec.Command(bad.Binary(), bad.Args...).CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out2), "Omni owns acceptance")
+}
+
+func writeKey(t *testing.T) string {
+	t.Helper()
+
+	path := filepath.Join(t.TempDir(), "omni.key")
+	require.NoError(t, os.WriteFile(path, []byte("c2VjcmV0LWtleQ==\n"), 0o600))
+
+	return path
+}

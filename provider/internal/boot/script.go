@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"unicode"
 
 	"github.com/siderolabs/image-factory/pkg/schematic"
 
@@ -62,6 +63,10 @@ type Scripts struct {
 	// AgentKernelArgs follow the agent assets' own cmdline on the agent's kernel line
 	// (a site's console, a quirk of its hardware).
 	AgentKernelArgs []string
+	// JoinArgs, in Omni mode, gives the kernel args that make the agent join Omni over
+	// SideroLink (Omni's join config), false until they are known: the agent is not
+	// booted without them, or it would never appear in Omni.
+	JoinArgs func() ([]string, bool)
 }
 
 // Script is a rendered answer to a boot-script request.
@@ -113,6 +118,19 @@ func (s *Scripts) agent(req Request, claims token.Claims) Script {
 			"chain " + s.BaseURL + "/ipxe/start.ipxe\n"}
 	}
 
+	var join []string
+
+	if s.JoinArgs != nil {
+		var ok bool
+
+		if join, ok = s.JoinArgs(); !ok || !safeArgs(join) {
+			return Script{Status: http.StatusOK, Body: "#!ipxe\n" +
+				"echo Anvil: waiting for Omni's join config; retrying in 10 s\n" +
+				"sleep 10\n" +
+				"chain " + s.BaseURL + "/ipxe/start.ipxe\n"}
+		}
+	}
+
 	claims.Kind = token.KindAgent
 	claims.MachineID = req.MachineID
 
@@ -128,6 +146,10 @@ func (s *Scripts) agent(req Request, claims token.Claims) Script {
 	}
 
 	for _, arg := range s.AgentKernelArgs {
+		b.WriteString(" " + arg)
+	}
+
+	for _, arg := range join {
 		b.WriteString(" " + arg)
 	}
 
@@ -184,4 +206,17 @@ func (s *Scripts) Schematic(extensions, kernelArgs []string) schematic.Schematic
 	sc.Customization.SystemExtensions.OfficialExtensions = append([]string{}, extensions...)
 
 	return sc
+}
+
+// safeArgs says whether every argument is one word an iPXE kernel line can carry: a space
+// or a control character would end the argument or the line, and more commands could
+// follow it.
+func safeArgs(args []string) bool {
+	for _, arg := range args {
+		if arg == "" || strings.ContainsFunc(arg, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+			return false
+		}
+	}
+
+	return true
 }

@@ -164,3 +164,51 @@ func TestStartScript(t *testing.T) {
 		"chain http://10.77.0.1:50042/ipxe/boot.ipxe?uuid=${uuid}&mac=${netX/mac:hexhyp}&arch=${buildarch}&platform=${platform} || exit 1\n"+
 		"exit 1\n", got)
 }
+
+// TestAgentScriptJoinsOmni: in Omni mode the agent's kernel line carries Omni's join
+// args; until they are known, or if they could break the script, iPXE retries.
+func TestAgentScriptJoinsOmni(t *testing.T) {
+	t.Parallel()
+
+	join := []string{
+		"siderolink.api=grpc://10.77.0.3:8090?jointoken=v2:eyJ4IjoxfQ==",
+		"talos.events.sink=[fdae:41e4:649b:9303::1]:8091",
+		"talos.logging.kernel=tcp://[fdae:41e4:649b:9303::1]:8092",
+	}
+
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		known bool
+		want  string
+	}{
+		{"known", join, true, "kernel "},
+		{"not read yet", nil, false, "waiting for Omni's join config"},
+		{"a space would smuggle in more", []string{"a=1 chain http://evil"}, true, "waiting for Omni's join config"},
+		{"a newline would end the line", []string{"a=1\nchain http://evil"}, true, "waiting for Omni's join config"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			s := testScripts(t, true)
+			s.JoinArgs = func() ([]string, bool) { return tc.args, tc.known }
+
+			got := s.Render(testReq, lifecycle.BootDecision{Boot: lifecycle.BootAgent}, token.Claims{Issued: time.Now()})
+			assert.Contains(t, got.Body, tc.want)
+
+			if tc.want == "kernel " {
+				line := got.Body[strings.Index(got.Body, "kernel "):]
+				line = line[:strings.IndexByte(line, '\n')]
+
+				for _, arg := range join {
+					assert.Contains(t, line, " "+arg, "the join args are on the agent's kernel line")
+				}
+
+				assert.False(t, got.AgentToken.Issued.IsZero())
+			} else {
+				assert.True(t, got.AgentToken.Issued.IsZero(), "no token is issued for a script that boots nothing")
+				assert.NotContains(t, got.Body, "evil")
+			}
+		})
+	}
+}

@@ -4,8 +4,10 @@
 package service
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/anvil-metal/anvil/provider/internal/boot"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
+	"github.com/anvil-metal/anvil/provider/internal/omni"
 	"github.com/anvil-metal/anvil/provider/internal/power"
 	"github.com/anvil-metal/anvil/provider/internal/pxe"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
@@ -96,6 +99,22 @@ type Options struct {
 	// ProvisionBMCCredentials has the agents of accepted machines provision an IPMI user
 	// when nobody gave the machine's BMC credentials.
 	ProvisionBMCCredentials bool
+
+	// Omni mode: with an endpoint, the provider is Omni's static infra provider.
+	OmniAPIEndpoint string
+	// OmniServiceAccountKey is the infra provider's key (OMNI_SERVICE_ACCOUNT_KEY, or read
+	// from OmniServiceAccountKeyFile); never a flag's value, which ps shows.
+	OmniServiceAccountKey     string
+	OmniServiceAccountKeyFile string
+	// ProviderID is the infra provider's ID in Omni; ProviderName and
+	// ProviderDescription how Omni shows it.
+	ProviderID          string
+	ProviderName        string
+	ProviderDescription string
+	// InsecureSkipTLSVerify skips verifying Omni's certificate; OmniCACert trusts a CA
+	// of the user's for it.
+	InsecureSkipTLSVerify bool
+	OmniCACert            string
 }
 
 // DefaultOptions are the defaults of the provider's flags.
@@ -124,6 +143,9 @@ var DefaultOptions = Options{
 	ProvisionBMCCredentials: true,
 	RedfishPort:             443,
 	RedfishUseHTTPS:         true,
+	ProviderID:              omni.DefaultProviderID,
+	ProviderName:            "Anvil",
+	ProviderDescription:     "Bare-metal machines, PXE-booted, inventoried, wiped and powered by Anvil",
 }
 
 // parsePolicy reads what the operator chose of every machine: wipes, rejected
@@ -232,4 +254,41 @@ func parseKernelArgs(s string) ([]string, error) {
 	}
 
 	return args, nil
+}
+
+// omniOptions checks the Omni mode's flags and returns the connection's options; ok is
+// false without an endpoint (standalone).
+func omniOptions(opts Options, version string) (omni.Options, bool, error) {
+	if opts.OmniAPIEndpoint == "" {
+		return omni.Options{}, false, nil
+	}
+
+	if opts.AutoAccept != "" {
+		return omni.Options{}, false, errors.New("--auto-accept is for a standalone provider: in Omni mode, Omni owns acceptance")
+	}
+
+	key := opts.OmniServiceAccountKey
+
+	if opts.OmniServiceAccountKeyFile != "" {
+		b, err := os.ReadFile(opts.OmniServiceAccountKeyFile)
+		if err != nil {
+			return omni.Options{}, false, fmt.Errorf("error reading --omni-service-account-key-file: %w", err)
+		}
+
+		key = strings.TrimSpace(string(b))
+	}
+
+	if key == "" {
+		return omni.Options{}, false, errors.New("Omni mode needs the infra provider's service account key: OMNI_SERVICE_ACCOUNT_KEY or --omni-service-account-key-file") //nolint:staticcheck // Omni is a name
+	}
+
+	if opts.ProviderID == "" {
+		return omni.Options{}, false, errors.New("--id must not be empty")
+	}
+
+	return omni.Options{
+		Endpoint: opts.OmniAPIEndpoint, ServiceAccountKey: key, ProviderID: opts.ProviderID,
+		Name: opts.ProviderName, Description: opts.ProviderDescription, Version: version,
+		InsecureSkipTLSVerify: opts.InsecureSkipTLSVerify, CACertFile: opts.OmniCACert,
+	}, true, nil
 }

@@ -2,6 +2,8 @@ package service
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -118,5 +120,60 @@ func TestParseKernelArgs(t *testing.T) {
 
 		assert.NoError(t, err, tc.in)
 		assert.Equal(t, tc.want, got, tc.in)
+	}
+}
+
+func TestOmniOptions(t *testing.T) {
+	t.Parallel()
+
+	keyFile := filepath.Join(t.TempDir(), "key")
+	require.NoError(t, os.WriteFile(keyFile, []byte("a2V5LWZyb20tZmlsZQ==\n"), 0o600))
+
+	for _, tc := range []struct {
+		name   string
+		change func(*Options)
+		omni   bool
+		key    string
+		err    string
+	}{
+		{"standalone", func(*Options) {}, false, "", ""},
+		{"key from the environment", func(o *Options) { o.OmniAPIEndpoint, o.OmniServiceAccountKey = "https://omni:8099", "ZW52" }, true, "ZW52", ""},
+		{"key from a file wins", func(o *Options) {
+			o.OmniAPIEndpoint, o.OmniServiceAccountKey, o.OmniServiceAccountKeyFile = "https://omni:8099", "ZW52", keyFile
+		}, true, "a2V5LWZyb20tZmlsZQ==", ""},
+		{"no key", func(o *Options) { o.OmniAPIEndpoint = "https://omni:8099" }, false, "", "service account key"},
+		{"auto-accept is Omni's", func(o *Options) {
+			o.OmniAPIEndpoint, o.OmniServiceAccountKey, o.AutoAccept = "https://omni:8099", "ZW52", "all"
+		}, false, "", "Omni owns acceptance"},
+		{"missing key file", func(o *Options) {
+			o.OmniAPIEndpoint, o.OmniServiceAccountKeyFile = "https://omni:8099", "/nonexistent"
+		}, false, "", "--omni-service-account-key-file"},
+		{"empty id", func(o *Options) {
+			o.OmniAPIEndpoint, o.OmniServiceAccountKey, o.ProviderID = "https://omni:8099", "ZW52", ""
+		}, false, "", "--id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			opts := DefaultOptions
+			tc.change(&opts)
+
+			got, omniMode, err := omniOptions(opts, "v1.2.3")
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				assert.NotContains(t, err.Error(), "ZW52", "the key is never in an error")
+
+				return
+			}
+
+			require.NoError(t, err)
+			assert.Equal(t, tc.omni, omniMode)
+
+			if omniMode {
+				assert.Equal(t, tc.key, got.ServiceAccountKey)
+				assert.Equal(t, "bare-metal", got.ProviderID)
+				assert.Equal(t, "v1.2.3", got.Version)
+			}
+		})
 	}
 }

@@ -19,10 +19,14 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
+	"github.com/anvil-metal/anvil/provider/internal/omni"
 	"github.com/anvil-metal/anvil/provider/internal/pki"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 	"github.com/anvil-metal/anvil/provider/internal/transitions"
 )
+
+// Version is the provider's version, set at build time (-ldflags -X).
+var Version = "dev"
 
 // observationBuffer is how many PXE observations may wait for the machine controller: a
 // rack of new machines booting at once is news for each, and every write is a sync.
@@ -46,6 +50,11 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 	}
 
 	agentKernelArgs, err := parseKernelArgs(opts.AgentKernelArgs)
+	if err != nil {
+		return err
+	}
+
+	omniOpts, omniMode, err := omniOptions(opts, Version)
 	if err != nil {
 		return err
 	}
@@ -116,8 +125,26 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 
 	env.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	var managedBy string
+
+	if omniMode {
+		omniOpts.Logger = logger.Named("omni")
+
+		if env.omni, err = omni.Dial(omniOpts); err != nil {
+			return err
+		}
+
+		defer env.omni.Close()
+
+		// Omni owns acceptance, allocation, power, wipe and reboot; agents boot with its
+		// join args, so that they appear in it.
+		managedBy = "Omni at " + omniOpts.Endpoint
+		env.scripts.JoinArgs = env.omni.JoinArgs
+	}
+
 	env.transitions = transitions.New(store, transitions.Options{
-		Recorder: env.status,
+		ManagedBy: managedBy,
+		Recorder:  env.status,
 		// The same schematic the SchematicController registers with the factory.
 		SchematicFor: func(_ context.Context, _ string, alloc resources.Allocation) (schematic.Schematic, error) {
 			return env.scripts.Schematic(alloc.Extensions, alloc.KernelArgs), nil
@@ -139,6 +166,10 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		{name: "machine view", run: func(ctx context.Context) error { return env.view.Run(ctx, store) }},
 	}
 
+	if env.omni != nil {
+		runners = append(runners, runner{name: "omni", run: env.omni.Run})
+	}
+
 	for _, build := range []func() ([]runner, error){env.apiServices, env.bootServices, env.controlAPI} {
 		built, err := build()
 		if err != nil {
@@ -154,7 +185,8 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		zap.String("agent_assets", opts.AgentAssetsDir),
 		zap.String("ca_fingerprint", ca.Fingerprint()),
 		zap.Int("machine_labels", len(labels)),
-		zap.String("auto_accept", opts.AutoAccept))
+		zap.String("auto_accept", opts.AutoAccept),
+		zap.String("omni", opts.OmniAPIEndpoint), zap.String("provider_id", opts.ProviderID))
 
 	eg, ctx := errgroup.WithContext(ctx)
 
@@ -179,13 +211,15 @@ type runner struct {
 
 // environment is what the services are built from.
 type environment struct {
-	opts         Options
-	advertise    netip.Addr
-	store        *resources.Store
-	ca           *pki.Authority
-	policy       lifecycle.Policy
-	bmcPassword  func(machineID string) string
-	transitions  *transitions.Service
+	opts        Options
+	advertise   netip.Addr
+	store       *resources.Store
+	ca          *pki.Authority
+	policy      lifecycle.Policy
+	bmcPassword func(machineID string) string
+	transitions *transitions.Service
+	// omni is the link to Omni in Omni mode, nil when standalone.
+	omni         *omni.Connection
 	view         *machineview.View
 	scripts      *boot.Scripts
 	observations chan controllers.PXEObservation
