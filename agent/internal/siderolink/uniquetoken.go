@@ -18,7 +18,8 @@ import (
 // written by Omni) and sends it as it is; its format is that of Omni's
 // client/pkg/jointoken (NodeUniqueToken.Encode): the JSON of a fingerprint of the
 // machine's NICs and a random part. It is written here rather than imported: that
-// package pulls in Talos' whole API client, 1.2 MB of the agent, for twenty lines.
+// package pulls in Talos' whole API client, 1.2 MB of the agent, for twenty lines. The
+// tests check it against Omni's package.
 
 // uniqueToken is jointoken.NodeUniqueToken: the field names are the wire format.
 type uniqueToken struct {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"testing"
 
+	"github.com/siderolabs/omni/client/pkg/jointoken"
 	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/stretchr/testify/assert"
@@ -66,6 +67,17 @@ func TestNodeUniqueToken(t *testing.T) {
 	again, err := siderolink.NewUniqueToken(macs)
 	require.NoError(t, err)
 	assert.NotEqual(t, fresh, again, "the random part is random")
+
+	// Omni's own package encodes the same token and reads ours back (the package is
+	// Omni's, used here only: the agent does without its Talos client dependencies).
+	omni, err := jointoken.NewNodeUniqueToken(siderolink.Fingerprint(macs), "8d7ba1b4-5e6a-4d25-9c3e-6a4c4cfb4a01").Encode()
+	require.NoError(t, err)
+	assert.Equal(t, omni, tok)
+
+	back, err := jointoken.ParseNodeUniqueToken(fresh)
+	require.NoError(t, err)
+	assert.Equal(t, parsed.Fingerprint, back.Fingerprint)
+	assert.Equal(t, parsed.Token, back.Token)
 }
 
 func TestLinkMACs(t *testing.T) {
