@@ -12,3 +12,17 @@ const (
 	// MachineID is the machine's ID as the provider knows it.
 	MachineID = "anvil.machine"
 )
+
+// Omni's join parameters, under the names Talos reads (machinery's constants.KernelParam*):
+// the provider passes on the kernel arguments of Omni's ProviderJoinConfig, and the agent
+// reads them back as Talos would.
+const (
+	// SideroLinkAPI is Omni's Provision API, grpc:// (plaintext) or https://, with the
+	// join token as its "jointoken" query parameter.
+	SideroLinkAPI = "siderolink.api"
+	// EventsSink is Omni's event sink, [address]:port over SideroLink (plaintext gRPC).
+	EventsSink = "talos.events.sink"
+	// LoggingKernel is where the kernel log goes, tcp://[address]:port (or udp://) over
+	// SideroLink, one JSON object per record.
+	LoggingKernel = "talos.logging.kernel"
+)

@@ -24,6 +24,13 @@ type Config struct {
 	MachineID string
 	// Token is the per-boot token. It is never logged.
 	Token string
+
+	// Omni's join parameters, as the kernel cmdline has them; Omni parses and checks them
+	// (see omni.go). All empty when the machine joins no Omni. SideroLinkAPI carries the
+	// join token: it is never logged.
+	SideroLinkAPI string
+	EventsSink    string
+	KernelLog     string
 }
 
 // FromCmdline reads the configuration from a kernel command line.
@@ -43,6 +50,9 @@ func FromCmdline(cmdline string) Config {
 		CAFingerprint: get(bootparams.CA),
 		MachineID:     get(bootparams.MachineID),
 		Token:         get(bootparams.Token),
+		SideroLinkAPI: get(bootparams.SideroLinkAPI),
+		EventsSink:    get(bootparams.EventsSink),
+		KernelLog:     get(bootparams.LoggingKernel),
 	}
 }
 
@@ -53,6 +63,9 @@ func (c Config) Merge(override Config) Config {
 		{&c.CAFingerprint, &override.CAFingerprint},
 		{&c.MachineID, &override.MachineID},
 		{&c.Token, &override.Token},
+		{&c.SideroLinkAPI, &override.SideroLinkAPI},
+		{&c.EventsSink, &override.EventsSink},
+		{&c.KernelLog, &override.KernelLog},
 	} {
 		if *f.src != "" {
 			*f.dst = *f.src
@@ -62,7 +75,9 @@ func (c Config) Merge(override Config) Config {
 	return c
 }
 
-// Validate says what is missing or malformed, naming the kernel parameter.
+// Validate says what is missing or malformed, naming the kernel parameter. It checks the
+// provider's parameters only: Omni's are checked by Omni, so that a malformed one costs the
+// machine its Omni join, not its provider.
 func (c Config) Validate() error {
 	var errs []error
 

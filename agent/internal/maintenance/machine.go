@@ -16,16 +16,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/anvil-metal/anvil/internal/talosversion"
 )
 
-// TalosVersion is the Talos version the agent reports. It is not the Talos the
-// machine will run (the provider decides that), but what it takes for clients to
-// treat the agent as the Talos whose API it serves: Omni parses the tag, and below
-// v1.8 it also polls the legacy StorageService/Disks, which the agent does not
-// serve (a failure there fails Omni's collection); from v1.13 Omni reads the boot
-// ID, which the agent serves. The tag shows as Omni's talos-version label, and agent
-// mode bypasses Omni's version compatibility checks.
-const TalosVersion = "v1.13.0"
+// TalosVersion is the Talos version the agent reports: talosversion.Tag, which
+// SideroLink's Provision is told too, since Omni reads both as the machine's Talos
+// version (the reasons for its value are there).
+const TalosVersion = talosversion.Tag
 
 // BootIDPath is the one file Read serves: Omni reads it to notice reboots.
 const BootIDPath = "/proc/sys/kernel/random/boot_id"

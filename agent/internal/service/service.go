@@ -1,5 +1,6 @@
 // Package service wires the metal agent together: PID-1 duties, kernel modules, network,
-// inventory, the order executor and the session with the provider.
+// inventory, the order executor and the session with the provider, and — with Omni's
+// join args on the cmdline — SideroLink, the maintenance API and the kernel log to Omni.
 package service
 
 import (
@@ -119,6 +120,17 @@ func Run(ctx context.Context, opts Options) error {
 	if late := collector.WaitFirstPass(ctx, firstPassWait); len(late) > 0 {
 		logger.Warn("registering before every inventory collector has read its source once", zap.Strings("late", late),
 			zap.Duration("waited", firstPassWait))
+	}
+
+	// With Omni's join args on the cmdline, the machine also appears in Omni as Talos
+	// in maintenance mode; started once the inventory is read (the node unique token's
+	// fingerprint is its NICs).
+	if omniCfg, err := cfg.Omni(); err != nil {
+		logger.Warn("Omni's join arguments are malformed: not joining Omni", zap.Error(err))
+	} else if omniCfg.API != nil || omniCfg.KernelLog != nil {
+		o := &omniAgent{cfg: omniCfg, machineID: cfg.MachineID, st: st, procRoot: procRoot(opts.Sources), pid1: opts.PID1, logger: logger.Named("omni")}
+
+		go o.run(ctx)
 	}
 
 	return session.Run(ctx, session.Options{

@@ -212,6 +212,25 @@ func TestBuildRealKernel(t *testing.T) {
 		assert.True(t, shipped[want], "%s is not in the initramfs", want)
 	}
 
+	// SideroLink's modules load from the initramfs: each with every module it needs, as
+	// the kernel's own modules.dep names them (for WireGuard: its ciphers, curve25519 and
+	// the UDP tunnels).
+	source, err := modules.Open(k.ModulesDir)
+	require.NoError(t, err)
+
+	for _, name := range []string{"wireguard", "tun"} {
+		m, ok := source.Module(name)
+		if !ok {
+			assert.True(t, source.Builtin(name), "%s is neither a module nor built in", name)
+
+			continue
+		}
+
+		for _, dep := range m.Deps {
+			assert.True(t, shipped[dep], "%s needs %s, which is not in the initramfs", name, dep)
+		}
+	}
+
 	for _, line := range strings.Split(string(files[mods+"modules.alias"].data), "\n") {
 		if f := strings.Fields(line); len(f) == 3 && f[0] == "alias" {
 			assert.True(t, shipped[modules.Name(f[2])], "modules.alias names %s, not shipped", f[2])

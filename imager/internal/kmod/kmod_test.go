@@ -54,6 +54,15 @@ func TestSelect(t *testing.T) {
 	assert.Error(t, err)
 }
 
+// TestDefaultPatternsSideroLink: the agent's initramfs carries what SideroLink needs,
+// kernel WireGuard and TUN for the userspace fallback (TestBuildRealKernel checks their
+// dependencies against a real kernel).
+func TestDefaultPatternsSideroLink(t *testing.T) {
+	for _, want := range []string{"wireguard", "tun"} {
+		assert.Contains(t, kmod.DefaultPatterns, want)
+	}
+}
+
 // TestSelectUnknownDependency: a module whose dependency the tree lacks cannot be shipped
 // so that it loads.
 func TestSelectUnknownDependency(t *testing.T) {

@@ -30,8 +30,10 @@ var DefaultPatterns = []string{
 	"sd_mod", "sr_mod", "usb_storage", "uas", "xhci_pci", "ehci_pci",
 	// IPMI: the agent talks to the local BMC.
 	"ipmi_msghandler", "ipmi_si", "ipmi_devintf", "ipmi_ssif",
-	// Networking the agent does itself: SideroLink (WireGuard over tun), VLANs.
-	"tun", "wireguard", "8021q",
+	// Networking the agent does itself. SideroLink: kernel WireGuard, as Talos runs it
+	// (Select adds its crypto and UDP tunnel dependencies), and TUN for wireguard-go where
+	// WireGuard will not load. VLANs.
+	"wireguard", "tun", "8021q",
 	// EFI variables, to read and set the boot order.
 	"efivarfs",
 }

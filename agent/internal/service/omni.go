@@ -1,0 +1,161 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/state"
+	"go.uber.org/zap"
+
+	"github.com/anvil-metal/anvil/agent/internal/config"
+	"github.com/anvil-metal/anvil/agent/internal/inventory"
+	"github.com/anvil-metal/anvil/agent/internal/kmsglog"
+	"github.com/anvil-metal/anvil/agent/internal/maintenance"
+	"github.com/anvil-metal/anvil/agent/internal/siderolink"
+	"github.com/anvil-metal/anvil/internal/talosversion"
+)
+
+// relistenWait is the pause before binding the maintenance API again after its listener
+// failed.
+const relistenWait = 2 * time.Second
+
+// omniAgent is the agent's side of Omni (DESIGN.md, "Agent ⇄ Omni"): it joins SideroLink
+// as Talos does, serves the Talos maintenance API on the SideroLink address only, and
+// ships the kernel log to Omni. The provider session is unchanged beside it.
+type omniAgent struct {
+	cfg       config.Omni
+	machineID string
+	st        state.State
+	procRoot  string
+	pid1      bool
+	logger    *zap.Logger
+}
+
+// run runs until ctx is done. Without Omni's join args there is nothing to do.
+func (o *omniAgent) run(ctx context.Context) {
+	if o.cfg.KernelLog != nil && o.pid1 {
+		// Started first: it holds the records from the start of the boot until the
+		// tunnel carries them.
+		go func() {
+			if err := kmsglog.Run(ctx, kmsglog.Options{URL: o.cfg.KernelLog, Logger: o.logger.Named("kmsglog")}); err != nil {
+				o.logger.Warn("not shipping the kernel log to Omni", zap.Error(err))
+			}
+		}()
+	}
+
+	if o.cfg.API == nil {
+		return
+	}
+
+	srv, err := maintenance.New(ctx, o.st, maintenance.Options{AgentVersion: Version, ProcRoot: o.procRoot, Logger: o.logger.Named("maintenance")})
+	if err != nil {
+		o.logger.Error("no maintenance API: Omni will not see this machine's hardware", zap.Error(err))
+
+		return
+	}
+
+	addresses := make(chan netip.Addr, 1)
+
+	go o.serve(ctx, srv, addresses)
+
+	err = siderolink.Run(ctx, siderolink.Options{
+		API: o.cfg.API.Host, Insecure: o.cfg.API.Insecure, JoinToken: o.cfg.API.JoinToken,
+		UUID: o.machineID, MACs: o.macs(ctx), TalosVersion: talosversion.Tag,
+		OnAddress: func(addr netip.Addr) {
+			// Only the newest address matters: replace one not taken yet.
+			select {
+			case <-addresses:
+			default:
+			}
+
+			addresses <- addr
+		},
+		Logger: o.logger.Named("siderolink"),
+	})
+	if err != nil {
+		o.logger.Error("not joining Omni", zap.Error(err))
+	}
+}
+
+// serve keeps the maintenance API listening on the current SideroLink address, and on no
+// other: a new address moves it, the zero address stops it.
+func (o *omniAgent) serve(ctx context.Context, srv *maintenance.Server, addresses <-chan netip.Addr) {
+	var (
+		stop func()
+		done chan struct{}
+	)
+
+	halt := func() {
+		if stop != nil {
+			stop()
+			<-done
+			stop = nil
+		}
+	}
+
+	defer halt()
+
+	for {
+		var addr netip.Addr
+
+		select {
+		case <-ctx.Done():
+			return
+		case addr = <-addresses:
+		}
+
+		halt()
+
+		if !addr.IsValid() || addr.IsUnspecified() {
+			continue
+		}
+
+		serveCtx, cancel := context.WithCancel(ctx)
+		stop, done = cancel, make(chan struct{})
+
+		go func() {
+			defer close(done)
+
+			o.serveOn(serveCtx, srv, addr)
+		}()
+	}
+}
+
+// serveOn serves the maintenance API on [addr]:50000 until ctx is done, binding again
+// after a failure (the address may still be settling on the link).
+func (o *omniAgent) serveOn(ctx context.Context, srv *maintenance.Server, addr netip.Addr) {
+	for ctx.Err() == nil {
+		lis, err := maintenance.Listen(ctx, addr)
+		if err == nil {
+			o.logger.Info("maintenance API serving", zap.Stringer("address", addr), zap.Int("port", maintenance.Port))
+
+			err = srv.Serve(ctx, lis)
+		}
+
+		if err != nil && !errors.Is(err, context.Canceled) {
+			o.logger.Warn("maintenance API: listening again", zap.Stringer("address", addr), zap.Error(err))
+		}
+
+		select {
+		case <-ctx.Done():
+		case <-time.After(relistenWait):
+		}
+	}
+}
+
+// macs gives the physical NICs' addresses for the node unique token's fingerprint.
+func (o *omniAgent) macs(ctx context.Context) func() []net.HardwareAddr {
+	return func() []net.HardwareAddr {
+		inv, err := inventory.Snapshot(ctx, o.st)
+		if err != nil {
+			o.logger.Warn("no inventory for the node unique token's fingerprint", zap.Error(err))
+
+			return nil
+		}
+
+		return siderolink.LinkMACs(inv.Links)
+	}
+}
