@@ -59,6 +59,7 @@ build:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/provider ./provider/cmd/provider
 	$(GO) build -o $(BIN)/anvilctl ./provider/cmd/anvilctl
+	$(GO) build -o $(BIN)/omni-adapter ./provider/cmd/omni-adapter
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(BIN)/metal-agent ./agent/cmd/metal-agent
 
 # The agent's boot assets: _out/agent/{vmlinuz,initramfs,cmdline}-amd64, from the agent,

@@ -49,7 +49,11 @@ func Binaries(t *testing.T) (provider, anvilctl string) {
 		build.provider = filepath.Join(build.dir, "provider")
 		build.anvilctl = filepath.Join(build.dir, "anvilctl")
 
-		for out, pkg := range map[string]string{build.provider: "./provider/cmd/provider", build.anvilctl: "./provider/cmd/anvilctl"} {
+		// The Omni adapter beside the provider, where the provider looks for it in Omni mode.
+		for out, pkg := range map[string]string{
+			build.provider: "./provider/cmd/provider", build.anvilctl: "./provider/cmd/anvilctl",
+			filepath.Join(build.dir, "omni-adapter"): "./provider/cmd/omni-adapter",
+		} {
 			cmd := exec.Command("go", "build", "-o", out, pkg)
 			cmd.Dir = root
 

@@ -145,6 +145,7 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 	f.StringVar(&cfg.PowerBin, "power-bin", "_out/bin/lab-power", "the power API daemon and simulated BMCs' chassis program (built from hack/cmd/lab-power when missing)")
 	f.BoolVar(&omni, "omni", false, "run a real Omni in namespace <prefix>-omni on 10.77.0.3, with the factory stand-in's Talos and Kubernetes versions (make omni builds it)")
 	f.StringVar(&cfg.OmniBin, "omni-bin", "_out/bin/omni", "the Omni binary (make omni)")
+	f.StringVar(&cfg.OmnictlBin, "omnictl-bin", "_out/bin/omnictl", "omnictl (make omni): creates the provider's infra provider in the lab's Omni")
 
 	return cmd
 }

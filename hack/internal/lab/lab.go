@@ -65,6 +65,9 @@ type Config struct {
 	// 10.77.0.3 (hack/internal/omnilab) with the factory stand-in's Talos and Kubernetes
 	// versions; empty: no Omni.
 	OmniBin string
+	// OmnictlBin is omnictl (make omni: _out/bin/omnictl): with Omni, the lab creates the
+	// infra provider ProviderID with it, and the provider runs as Omni's infra provider.
+	OmnictlBin string
 }
 
 // State is what a lab runs, as recorded in <dir>/state.json.
@@ -331,6 +334,15 @@ func (s *State) startProvider(ctx context.Context, cfg Config) error {
 		"--image-factory-base-url", cfg.FactoryURL,
 		"--image-factory-pxe-base-url", cfg.FactoryPXEURL,
 	}, cfg.ProviderArgs...)
+
+	if s.Omni != nil {
+		omniArgs, err := s.omniProviderArgs(ctx, cfg)
+		if err != nil {
+			return err
+		}
+
+		args = append(args, omniArgs...)
+	}
 
 	cmd := netns.Command(context.WithoutCancel(ctx), s.ProviderNS, bin, args...)
 	if s.ProviderPID, err = proc.StartDaemon(cmd, s.ProviderLog()); err != nil {

@@ -57,6 +57,44 @@ func (s *State) startOmni(ctx context.Context, cfg Config) error {
 	return nil
 }
 
+// ProviderID is the infra provider the lab's provider is in its Omni.
+const ProviderID = "anvil-lab"
+
+// OmniProviderKeyFile holds the lab provider's Omni service account key (mode 0600).
+func (s *State) OmniProviderKeyFile() string { return filepath.Join(OmniDir(s.Dir), "provider.key") }
+
+// omniProviderArgs creates the infra provider in the lab's Omni, once (its key is kept),
+// and returns the flags that make the provider Omni's infra provider, verifying Omni's
+// certificate with the lab's CA.
+func (s *State) omniProviderArgs(ctx context.Context, cfg Config) ([]string, error) {
+	if _, err := os.Stat(s.OmniProviderKeyFile()); err != nil {
+		if cfg.OmnictlBin == "" {
+			return nil, fmt.Errorf("the lab's Omni needs omnictl (Config.OmnictlBin) to create the infra provider")
+		}
+
+		c, err := s.OmniClient(cfg.OmnictlBin)
+		if err != nil {
+			return nil, err
+		}
+
+		key, err := c.CreateInfraProvider(ctx, ProviderID)
+		if err != nil {
+			return nil, fmt.Errorf("error creating the infra provider %s in Omni: %w", ProviderID, err)
+		}
+
+		if err := os.WriteFile(s.OmniProviderKeyFile(), []byte(key+"\n"), 0o600); err != nil {
+			return nil, fmt.Errorf("error writing the provider's Omni key: %w", err)
+		}
+	}
+
+	return []string{
+		"--omni-api-endpoint", s.Omni.Endpoint(),
+		"--omni-service-account-key-file", s.OmniProviderKeyFile(),
+		"--omni-ca-cert", s.Omni.CAFile(),
+		"--id", ProviderID,
+	}, nil
+}
+
 // OmniClient runs omnictl (bin) against the lab's Omni as its administrator, from Omni's
 // namespace.
 func (s *State) OmniClient(bin string) (*omnilab.Client, error) {

@@ -139,6 +139,8 @@ func newRootCmd() *cobra.Command {
 	f.StringVar(&opts.ProviderDescription, "provider-description", opts.ProviderDescription, "the provider's description as Omni shows it")
 	f.BoolVar(&opts.InsecureSkipTLSVerify, "insecure-skip-tls-verify", opts.InsecureSkipTLSVerify, "skip verifying Omni's TLS certificate")
 	f.StringVar(&opts.OmniCACert, "omni-ca-cert", opts.OmniCACert, "PEM file of a CA trusted for Omni's certificate, besides the system's")
+	f.StringVar(&opts.OmniAdapter, "omni-adapter", opts.OmniAdapter,
+		"the Omni adapter's binary, which the provider runs in Omni mode (omni-adapter beside the provider, then on PATH, when empty)")
 
 	flagenv.Annotate(f)
 

@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/cosi-project/runtime/pkg/state"
@@ -43,6 +42,9 @@ type Options struct {
 	// CACertFile is a PEM file of CA certificates trusted for Omni's API besides the
 	// system's.
 	CACertFile string
+	// ProviderSocket is the provider's adapter API (omnilink): Omni's join config is
+	// handed to it there. Empty: not handed on (tests).
+	ProviderSocket string
 	// State, when set, is used instead of connecting (tests: an in-memory state holding
 	// Omni's resource types).
 	State  state.State
@@ -57,6 +59,8 @@ type Connection struct {
 
 	mu       sync.RWMutex
 	joinArgs []string
+	// joinChanged wakes the hand-over to the provider.
+	joinChanged chan struct{}
 }
 
 // Dial connects to Omni (lazily: the first call connects) as the infra provider.
@@ -69,7 +73,7 @@ func Dial(opts Options) (*Connection, error) {
 		opts.Logger = zap.NewNop()
 	}
 
-	c := &Connection{opts: opts, st: opts.State}
+	c := &Connection{opts: opts, st: opts.State, joinChanged: make(chan struct{}, 1)}
 
 	if c.st != nil {
 		return c, nil
@@ -196,19 +200,4 @@ func rootsWith(file string) (*x509.CertPool, error) {
 	}
 
 	return roots, nil
-}
-
-// redact hides a join token in kernel args, for logs: the token lets a machine join.
-func redact(args []string) []string {
-	out := make([]string, 0, len(args))
-
-	for _, a := range args {
-		if i := strings.Index(a, "jointoken="); i >= 0 {
-			a = a[:i] + "jointoken=<redacted>"
-		}
-
-		out = append(out, a)
-	}
-
-	return out
 }

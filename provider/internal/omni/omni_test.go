@@ -3,7 +3,10 @@ package omni_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +24,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/anvil-metal/anvil/provider/internal/omni"
+	"github.com/anvil-metal/anvil/provider/internal/omnilink"
 )
 
 // TestConnection runs the connection against an in-memory state holding Omni's infra
@@ -124,4 +128,43 @@ func TestDialNeedsAKey(t *testing.T) {
 
 	_, err = omni.Dial(omni.Options{Endpoint: "not a url", ServiceAccountKey: "k"})
 	require.ErrorContains(t, err, "is not a URL")
+}
+
+// TestJoinConfigReachesTheProvider: the adapter hands Omni's join config to the
+// provider's end of the link, over its socket.
+func TestJoinConfigReachesTheProvider(t *testing.T) {
+	t.Parallel()
+
+	dir, err := os.MkdirTemp("", "omni") // short: a socket path fits in 108 bytes
+	require.NoError(t, err)
+
+	t.Cleanup(func() { os.RemoveAll(dir) })
+
+	link := omnilink.New(filepath.Join(dir, "omni-adapter.sock"), zap.NewNop())
+	st := state.WrapCore(namespaced.NewState(inmem.Build))
+
+	c, err := omni.Dial(omni.Options{Endpoint: "https://omni.lab:8099", ProviderID: "anvil-test", State: st, ProviderSocket: link.Socket()})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(t.Context())
+
+	var wg sync.WaitGroup
+
+	wg.Go(func() { link.Serve(ctx) }) //nolint:errcheck // nil when ctx ends
+	wg.Go(func() { c.Run(ctx) })      //nolint:errcheck // nil when ctx ends
+
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+
+	jc := siderolink.NewProviderJoinConfig("anvil-test")
+	jc.TypedSpec().Value.Config = &specs.JoinConfig{KernelArgs: []string{"siderolink.api=grpc://10.77.0.3:8090?jointoken=v2%3Ax"}}
+	require.NoError(t, st.Create(ctx, jc))
+
+	require.Eventually(t, func() bool {
+		got, ok := link.JoinArgs()
+
+		return ok && len(got) == 1 && strings.HasSuffix(got[0], "v2%3Ax")
+	}, 20*time.Second, 10*time.Millisecond, "the provider has the join config")
 }

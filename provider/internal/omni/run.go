@@ -15,6 +15,8 @@ import (
 	"github.com/siderolabs/omni/client/pkg/omni/resources/siderolink"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/anvil-metal/anvil/provider/internal/omnilink"
 )
 
 // LabelVersion carries the provider's version on its status in Omni (the status spec
@@ -35,6 +37,12 @@ func (c *Connection) Run(ctx context.Context) error {
 	eg.Go(func() error { return retry(ctx, c.opts.Logger, "publishing the provider status", c.publishStatus) })
 	eg.Go(func() error { return retry(ctx, c.opts.Logger, "reporting the provider health", c.runHealth) })
 	eg.Go(func() error { return retry(ctx, c.opts.Logger, "following the join config", c.followJoinConfig) })
+
+	if c.opts.ProviderSocket != "" {
+		eg.Go(func() error {
+			return retry(ctx, c.opts.Logger, "handing the join config to the provider", c.pushJoinArgs)
+		})
+	}
 
 	return eg.Wait()
 }
@@ -151,7 +159,12 @@ func (c *Connection) followJoinConfig(ctx context.Context) error {
 			c.mu.Unlock()
 
 			if changed {
-				c.opts.Logger.Info("Omni: join config read", zap.Strings("kernel_args", redact(args)))
+				c.opts.Logger.Info("Omni: join config read", zap.Strings("kernel_args", omnilink.Redact(args)))
+
+				select {
+				case c.joinChanged <- struct{}{}:
+				default:
+				}
 			}
 		case state.Destroyed:
 			c.mu.Lock()

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -17,7 +19,7 @@ import (
 
 	"github.com/anvil-metal/anvil/provider/internal/boot"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
-	"github.com/anvil-metal/anvil/provider/internal/omni"
+	"github.com/anvil-metal/anvil/provider/internal/omnilink"
 	"github.com/anvil-metal/anvil/provider/internal/power"
 	"github.com/anvil-metal/anvil/provider/internal/pxe"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
@@ -115,6 +117,9 @@ type Options struct {
 	// of the user's for it.
 	InsecureSkipTLSVerify bool
 	OmniCACert            string
+	// OmniAdapter is the Omni adapter's binary; empty looks beside the provider, then on
+	// PATH.
+	OmniAdapter string
 }
 
 // DefaultOptions are the defaults of the provider's flags.
@@ -143,7 +148,7 @@ var DefaultOptions = Options{
 	ProvisionBMCCredentials: true,
 	RedfishPort:             443,
 	RedfishUseHTTPS:         true,
-	ProviderID:              omni.DefaultProviderID,
+	ProviderID:              "bare-metal",
 	ProviderName:            "Anvil",
 	ProviderDescription:     "Bare-metal machines, PXE-booted, inventoried, wiped and powered by Anvil",
 }
@@ -256,15 +261,19 @@ func parseKernelArgs(s string) ([]string, error) {
 	return args, nil
 }
 
-// omniOptions checks the Omni mode's flags and returns the connection's options; ok is
-// false without an endpoint (standalone).
-func omniOptions(opts Options, version string) (omni.Options, bool, error) {
+// omniAdapter checks the Omni mode's flags and returns how to run the Omni adapter; ok
+// is false without an endpoint (standalone).
+func omniAdapter(opts Options, version string) (omnilink.Adapter, bool, error) {
 	if opts.OmniAPIEndpoint == "" {
-		return omni.Options{}, false, nil
+		return omnilink.Adapter{}, false, nil
 	}
 
 	if opts.AutoAccept != "" {
-		return omni.Options{}, false, errors.New("--auto-accept is for a standalone provider: in Omni mode, Omni owns acceptance")
+		return omnilink.Adapter{}, false, errors.New("--auto-accept is for a standalone provider: in Omni mode, Omni owns acceptance")
+	}
+
+	if u, err := url.Parse(opts.OmniAPIEndpoint); err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http" && u.Scheme != "grpc") {
+		return omnilink.Adapter{}, false, fmt.Errorf("--omni-api-endpoint %q is not a URL like https://omni.example:443", opts.OmniAPIEndpoint)
 	}
 
 	key := opts.OmniServiceAccountKey
@@ -272,23 +281,42 @@ func omniOptions(opts Options, version string) (omni.Options, bool, error) {
 	if opts.OmniServiceAccountKeyFile != "" {
 		b, err := os.ReadFile(opts.OmniServiceAccountKeyFile)
 		if err != nil {
-			return omni.Options{}, false, fmt.Errorf("error reading --omni-service-account-key-file: %w", err)
+			return omnilink.Adapter{}, false, fmt.Errorf("error reading --omni-service-account-key-file: %w", err)
 		}
 
 		key = strings.TrimSpace(string(b))
 	}
 
 	if key == "" {
-		return omni.Options{}, false, errors.New("Omni mode needs the infra provider's service account key: OMNI_SERVICE_ACCOUNT_KEY or --omni-service-account-key-file") //nolint:staticcheck // Omni is a name
+		return omnilink.Adapter{}, false, errors.New("Omni mode needs the infra provider's service account key: OMNI_SERVICE_ACCOUNT_KEY or --omni-service-account-key-file") //nolint:staticcheck // Omni is a name
 	}
 
 	if opts.ProviderID == "" {
-		return omni.Options{}, false, errors.New("--id must not be empty")
+		return omnilink.Adapter{}, false, errors.New("--id must not be empty")
 	}
 
-	return omni.Options{
-		Endpoint: opts.OmniAPIEndpoint, ServiceAccountKey: key, ProviderID: opts.ProviderID,
-		Name: opts.ProviderName, Description: opts.ProviderDescription, Version: version,
-		InsecureSkipTLSVerify: opts.InsecureSkipTLSVerify, CACertFile: opts.OmniCACert,
-	}, true, nil
+	bin, err := omnilink.FindBin(opts.OmniAdapter)
+	if err != nil {
+		return omnilink.Adapter{}, false, err
+	}
+
+	args := []string{
+		"--omni-api-endpoint", opts.OmniAPIEndpoint, "--id", opts.ProviderID,
+		"--provider-name", opts.ProviderName, "--provider-description", opts.ProviderDescription, "--version", version,
+	}
+
+	if opts.InsecureSkipTLSVerify {
+		args = append(args, "--insecure-skip-tls-verify")
+	}
+
+	if opts.OmniCACert != "" {
+		ca, err := filepath.Abs(opts.OmniCACert)
+		if err != nil {
+			return omnilink.Adapter{}, false, fmt.Errorf("invalid --omni-ca-cert: %w", err)
+		}
+
+		args = append(args, "--omni-ca-cert", ca)
+	}
+
+	return omnilink.Adapter{Bin: bin, Args: args, ServiceAccountKey: key}, true, nil
 }

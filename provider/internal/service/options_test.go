@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -123,11 +124,16 @@ func TestParseKernelArgs(t *testing.T) {
 	}
 }
 
-func TestOmniOptions(t *testing.T) {
+func TestOmniAdapter(t *testing.T) {
 	t.Parallel()
 
 	keyFile := filepath.Join(t.TempDir(), "key")
 	require.NoError(t, os.WriteFile(keyFile, []byte("a2V5LWZyb20tZmlsZQ==\n"), 0o600))
+
+	adapterBin := filepath.Join(t.TempDir(), "omni-adapter")
+	require.NoError(t, os.WriteFile(adapterBin, []byte("#!/bin/sh\n"), 0o700))
+
+	omni := func(o *Options) { o.OmniAPIEndpoint, o.OmniAdapter = "https://omni:8099", adapterBin }
 
 	for _, tc := range []struct {
 		name   string
@@ -137,20 +143,17 @@ func TestOmniOptions(t *testing.T) {
 		err    string
 	}{
 		{"standalone", func(*Options) {}, false, "", ""},
-		{"key from the environment", func(o *Options) { o.OmniAPIEndpoint, o.OmniServiceAccountKey = "https://omni:8099", "ZW52" }, true, "ZW52", ""},
-		{"key from a file wins", func(o *Options) {
-			o.OmniAPIEndpoint, o.OmniServiceAccountKey, o.OmniServiceAccountKeyFile = "https://omni:8099", "ZW52", keyFile
-		}, true, "a2V5LWZyb20tZmlsZQ==", ""},
-		{"no key", func(o *Options) { o.OmniAPIEndpoint = "https://omni:8099" }, false, "", "service account key"},
-		{"auto-accept is Omni's", func(o *Options) {
-			o.OmniAPIEndpoint, o.OmniServiceAccountKey, o.AutoAccept = "https://omni:8099", "ZW52", "all"
-		}, false, "", "Omni owns acceptance"},
-		{"missing key file", func(o *Options) {
-			o.OmniAPIEndpoint, o.OmniServiceAccountKeyFile = "https://omni:8099", "/nonexistent"
-		}, false, "", "--omni-service-account-key-file"},
-		{"empty id", func(o *Options) {
-			o.OmniAPIEndpoint, o.OmniServiceAccountKey, o.ProviderID = "https://omni:8099", "ZW52", ""
-		}, false, "", "--id"},
+		{"key from the environment", func(o *Options) { omni(o); o.OmniServiceAccountKey = "ZW52" }, true, "ZW52", ""},
+		{"key from a file wins", func(o *Options) { omni(o); o.OmniServiceAccountKey, o.OmniServiceAccountKeyFile = "ZW52", keyFile }, true, "a2V5LWZyb20tZmlsZQ==", ""},
+		{"no key", omni, false, "", "service account key"},
+		{"auto-accept is Omni's", func(o *Options) { omni(o); o.OmniServiceAccountKey, o.AutoAccept = "ZW52", "all" }, false, "", "Omni owns acceptance"},
+		{"missing key file", func(o *Options) { omni(o); o.OmniServiceAccountKeyFile = "/nonexistent" }, false, "", "--omni-service-account-key-file"},
+		{"empty id", func(o *Options) { omni(o); o.OmniServiceAccountKey, o.ProviderID = "ZW52", "" }, false, "", "--id"},
+		{"not a URL", func(o *Options) { omni(o); o.OmniServiceAccountKey, o.OmniAPIEndpoint = "ZW52", "omni:8099" }, false, "", "is not a URL"},
+		{"no adapter", func(o *Options) {
+			omni(o)
+			o.OmniServiceAccountKey, o.OmniAdapter = "ZW52", "/nonexistent/omni-adapter"
+		}, false, "", "Omni adapter"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -158,7 +161,7 @@ func TestOmniOptions(t *testing.T) {
 			opts := DefaultOptions
 			tc.change(&opts)
 
-			got, omniMode, err := omniOptions(opts, "v1.2.3")
+			got, omniMode, err := omniAdapter(opts, "v1.2.3")
 			if tc.err != "" {
 				require.ErrorContains(t, err, tc.err)
 				assert.NotContains(t, err.Error(), "ZW52", "the key is never in an error")
@@ -171,8 +174,10 @@ func TestOmniOptions(t *testing.T) {
 
 			if omniMode {
 				assert.Equal(t, tc.key, got.ServiceAccountKey)
-				assert.Equal(t, "bare-metal", got.ProviderID)
-				assert.Equal(t, "v1.2.3", got.Version)
+				assert.Equal(t, adapterBin, got.Bin)
+				assert.Contains(t, strings.Join(got.Args, " "), "--id bare-metal")
+				assert.Contains(t, strings.Join(got.Args, " "), "--version v1.2.3")
+				assert.NotContains(t, strings.Join(got.Args, " "), tc.key, "the key is never on the adapter's command line")
 			}
 		})
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
-	"github.com/anvil-metal/anvil/provider/internal/omni"
+	"github.com/anvil-metal/anvil/provider/internal/omnilink"
 	"github.com/anvil-metal/anvil/provider/internal/pki"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 	"github.com/anvil-metal/anvil/provider/internal/transitions"
@@ -54,7 +54,7 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		return err
 	}
 
-	omniOpts, omniMode, err := omniOptions(opts, Version)
+	adapter, omniMode, err := omniAdapter(opts, Version)
 	if err != nil {
 		return err
 	}
@@ -128,17 +128,13 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 	var managedBy string
 
 	if omniMode {
-		omniOpts.Logger = logger.Named("omni")
-
-		if env.omni, err = omni.Dial(omniOpts); err != nil {
-			return err
-		}
-
-		defer env.omni.Close()
+		adapter.Logger = logger.Named("omni")
+		env.omni = omnilink.New(filepath.Join(opts.StateDir, "omni-adapter.sock"), logger.Named("omni"))
+		env.adapter = &adapter
 
 		// Omni owns acceptance, allocation, power, wipe and reboot; agents boot with its
 		// join args, so that they appear in it.
-		managedBy = "Omni at " + omniOpts.Endpoint
+		managedBy = "Omni at " + opts.OmniAPIEndpoint
 		env.scripts.JoinArgs = env.omni.JoinArgs
 	}
 
@@ -167,7 +163,9 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 	}
 
 	if env.omni != nil {
-		runners = append(runners, runner{name: "omni", run: env.omni.Run})
+		runners = append(runners,
+			runner{name: "omni adapter API", run: env.omni.Serve},
+			runner{name: "omni adapter", run: func(ctx context.Context) error { return env.adapter.Run(ctx, env.omni) }})
 	}
 
 	for _, build := range []func() ([]runner, error){env.apiServices, env.bootServices, env.controlAPI} {
@@ -218,8 +216,10 @@ type environment struct {
 	policy      lifecycle.Policy
 	bmcPassword func(machineID string) string
 	transitions *transitions.Service
-	// omni is the link to Omni in Omni mode, nil when standalone.
-	omni         *omni.Connection
+	// omni is the link to Omni in Omni mode, nil when standalone; adapter is the process
+	// on its other end.
+	omni         *omnilink.Link
+	adapter      *omnilink.Adapter
 	view         *machineview.View
 	scripts      *boot.Scripts
 	observations chan controllers.PXEObservation

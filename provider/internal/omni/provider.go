@@ -1,0 +1,59 @@
+package omni
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	omniadapterv1 "github.com/anvil-metal/anvil/api/omniadapter/v1"
+)
+
+// pushTimeout bounds one call to the provider.
+const pushTimeout = 10 * time.Second
+
+// pushJoinArgs hands every new join config to the provider, over the socket it serves
+// the adapter on, until ctx is done; a failed hand-over is tried again.
+func (c *Connection) pushJoinArgs(ctx context.Context) error {
+	conn, err := grpc.NewClient("unix://"+c.opts.ProviderSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("error dialing the provider at %s: %w", c.opts.ProviderSocket, err)
+	}
+
+	defer conn.Close()
+
+	client := omniadapterv1.NewOmniAdapterServiceClient(conn)
+
+	var sent []string
+
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.joinChanged:
+		case <-time.After(retryMax):
+		}
+
+		args, ok := c.JoinArgs()
+		if !ok || (sent != nil && slices.Equal(sent, args)) {
+			continue
+		}
+
+		callCtx, cancel := context.WithTimeout(ctx, pushTimeout)
+		_, err := client.SetJoinConfig(callCtx, &omniadapterv1.SetJoinConfigRequest{KernelArgs: args})
+
+		cancel()
+
+		if err != nil {
+			c.opts.Logger.Warn("error handing Omni's join config to the provider; trying again", zap.Error(err))
+
+			continue
+		}
+
+		sent = args
+	}
+}

@@ -1,0 +1,163 @@
+// Package omnilink is the provider's end of its link to Omni: it runs the Omni adapter
+// (provider/cmd/omni-adapter, the process that speaks to Omni with Omni's own client) as
+// a child, and serves it the adapter API on a Unix socket of the state directory. What
+// the adapter says (Omni's join config, …) reaches the provider's services from here.
+//
+// The adapter is a process of its own so that the provider does not link Omni's client,
+// whose dependencies (Kubernetes' and Talos' configuration types among them) cost tens
+// of megabytes of memory in every process that links them, standalone or not.
+package omnilink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"unicode"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	omniadapterv1 "github.com/anvil-metal/anvil/api/omniadapter/v1"
+)
+
+// Limits on what the adapter may send.
+const (
+	maxJoinArgs    = 16
+	maxJoinArgSize = 4096
+)
+
+// Link is the provider's end of the link.
+type Link struct {
+	omniadapterv1.UnimplementedOmniAdapterServiceServer
+
+	socket string
+	logger *zap.Logger
+
+	mu       sync.RWMutex
+	joinArgs []string
+}
+
+// New returns the link; its socket is served at socket.
+func New(socket string, logger *zap.Logger) *Link {
+	return &Link{socket: socket, logger: logger}
+}
+
+// Socket is where the adapter API is served.
+func (l *Link) Socket() string { return l.socket }
+
+// JoinArgs returns the kernel args that make a machine join Omni over SideroLink, and
+// false until the adapter has said them.
+func (l *Link) JoinArgs() ([]string, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+
+	return slices.Clone(l.joinArgs), l.joinArgs != nil
+}
+
+// SetJoinConfig implements omniadapterv1.OmniAdapterServiceServer.
+func (l *Link) SetJoinConfig(_ context.Context, req *omniadapterv1.SetJoinConfigRequest) (*omniadapterv1.SetJoinConfigResponse, error) {
+	args := req.GetKernelArgs()
+
+	if err := validateJoinArgs(args); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+
+	if args == nil {
+		args = []string{}
+	}
+
+	l.mu.Lock()
+	changed := !slices.Equal(l.joinArgs, args)
+	l.joinArgs = slices.Clone(args)
+	l.mu.Unlock()
+
+	if changed {
+		l.logger.Info("Omni's join config", zap.Strings("kernel_args", Redact(args)))
+	}
+
+	return &omniadapterv1.SetJoinConfigResponse{}, nil
+}
+
+// validateJoinArgs checks that each arg is one word an iPXE kernel line can carry.
+func validateJoinArgs(args []string) error {
+	if len(args) > maxJoinArgs {
+		return fmt.Errorf("%d join kernel args, at most %d", len(args), maxJoinArgs)
+	}
+
+	for i, arg := range args {
+		switch {
+		case arg == "":
+			return fmt.Errorf("join kernel arg %d is empty", i)
+		case len(arg) > maxJoinArgSize:
+			return fmt.Errorf("join kernel arg %d is longer than %d bytes", i, maxJoinArgSize)
+		case strings.ContainsFunc(arg, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
+			return fmt.Errorf("join kernel arg %d has a space or a control character", i)
+		}
+	}
+
+	return nil
+}
+
+// Serve serves the adapter API on the socket (mode 0600) until ctx is done.
+func (l *Link) Serve(ctx context.Context) error {
+	if err := os.MkdirAll(filepath.Dir(l.socket), 0o700); err != nil {
+		return fmt.Errorf("error creating the adapter socket's directory: %w", err)
+	}
+
+	_ = os.Remove(l.socket) // a stale socket of a provider that died
+
+	lis, err := net.Listen("unix", l.socket)
+	if err != nil {
+		return fmt.Errorf("error listening on %s: %w", l.socket, err)
+	}
+
+	if err = os.Chmod(l.socket, 0o600); err != nil {
+		lis.Close()
+
+		return fmt.Errorf("error setting the mode of %s: %w", l.socket, err)
+	}
+
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxJoinArgs * (maxJoinArgSize + 16)))
+	omniadapterv1.RegisterOmniAdapterServiceServer(srv, l)
+
+	errc := make(chan error, 1)
+
+	go func() { errc <- srv.Serve(lis) }()
+
+	select {
+	case <-ctx.Done():
+		srv.Stop()
+		<-errc //nolint:errcheck // stopped as asked: Serve's ErrServerStopped
+
+		return nil
+	case err = <-errc:
+		if errors.Is(err, grpc.ErrServerStopped) {
+			return nil
+		}
+
+		return fmt.Errorf("error serving the adapter API: %w", err)
+	}
+}
+
+// Redact hides a join token in kernel args, for logs: the token lets a machine join.
+func Redact(args []string) []string {
+	out := make([]string, 0, len(args))
+
+	for _, a := range args {
+		if i := strings.Index(a, "jointoken="); i >= 0 {
+			a = a[:i] + "jointoken=<redacted>"
+		}
+
+		out = append(out, a)
+	}
+
+	return out
+}
