@@ -133,6 +133,7 @@ func TestKernelCmdlineOf(t *testing.T) {
 		{"", ""},
 		{"console=ttyS0 talos.platform=metal\n", "console=ttyS0 talos.platform=metal"},
 		{"  quiet  \n", "quiet"},
+		{"console=ttyS0 anvil.token=v1.secret.sig anvil.machine=m1\n", "console=ttyS0 anvil.token=<redacted> anvil.machine=m1"},
 	} {
 		assert.Equal(t, runtimeres.KernelCmdlineSpec{Cmdline: tc.want}, inventory.KernelCmdlineOf(tc.raw), "%q", tc.raw)
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/cosi-project/runtime/pkg/safe"
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"go.uber.org/zap"
+
+	"github.com/anvil-metal/anvil/internal/bootparams"
 )
 
 // KernelCmdlineController publishes the kernel command line as the singleton
@@ -62,9 +64,19 @@ func (ctrl *KernelCmdlineController) Run(ctx context.Context, r controller.Runti
 }
 
 // kernelCmdline is what Talos makes of /proc/cmdline: the line without the
-// newline the kernel ends it with.
+// newline the kernel ends it with — less the agent's per-boot token, whose value is
+// replaced: whoever reads the resource (Omni, and its users through it) must not be
+// able to speak to the provider as this machine's agent.
 func kernelCmdline(raw string) runtimeres.KernelCmdlineSpec {
-	return runtimeres.KernelCmdlineSpec{Cmdline: strings.TrimSpace(raw)}
+	words := strings.Fields(raw)
+
+	for i, w := range words {
+		if strings.HasPrefix(w, bootparams.Token+"=") {
+			words[i] = bootparams.Token + "=<redacted>"
+		}
+	}
+
+	return runtimeres.KernelCmdlineSpec{Cmdline: strings.Join(words, " ")}
 }
 
 // readCmdline reads procRoot/cmdline.

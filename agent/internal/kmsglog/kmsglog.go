@@ -185,18 +185,29 @@ func (s *sender) write(ctx context.Context, line []byte) error {
 			return fmt.Errorf("error connecting: %w", err)
 		}
 
-		s.conn, s.backoff = conn, s.opts.Backoff
+		// Connected is not yet shipping: a receiver that refuses this machine (Omni,
+		// before it is accepted) closes the connection at once. It never writes back, so
+		// a read that does not time out is that close.
+		if s.opts.URL.Scheme == "tcp" && refused(conn) {
+			conn.Close()
 
-		if s.down {
-			s.down = false
-			s.log.Info("shipping the kernel log again", zap.Stringer("url", s.opts.URL))
+			return errors.New("the receiver closed the connection at once: it refuses this machine (for now)")
 		}
+
+		s.conn = conn
 	}
 
 	_ = s.conn.SetWriteDeadline(time.Now().Add(s.opts.SendTimeout))
 
 	n, err := s.conn.Write(line)
 	if err == nil {
+		s.backoff = s.opts.Backoff
+
+		if s.down {
+			s.down = false
+			s.log.Info("shipping the kernel log again", zap.Stringer("url", s.opts.URL))
+		}
+
 		return nil
 	}
 
@@ -290,4 +301,22 @@ func level(p kmsg.Priority) zapcore.Level {
 	default:
 		return zapcore.ErrorLevel
 	}
+}
+
+// acceptProbe is how long a new connection is watched for the receiver closing it.
+const acceptProbe = 200 * time.Millisecond
+
+// refused says whether the receiver closed a new connection at once.
+func refused(conn net.Conn) bool {
+	_ = conn.SetReadDeadline(time.Now().Add(acceptProbe))
+
+	var b [1]byte
+
+	_, err := conn.Read(b[:])
+
+	var ne net.Error
+
+	_ = conn.SetReadDeadline(time.Time{})
+
+	return !errors.As(err, &ne) || !ne.Timeout()
 }

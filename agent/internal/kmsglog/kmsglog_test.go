@@ -269,6 +269,68 @@ func TestUnreachableThenUp(t *testing.T) {
 	}
 }
 
+// TestRefusedThenAccepted: a receiver that accepts the connection and closes it at once
+// (Omni, before the machine is accepted) is an outage, said once — not a reconnection
+// every second, each a line in the kernel log it ships.
+func TestRefusedThenAccepted(t *testing.T) {
+	t.Parallel()
+
+	lis, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+
+	defer lis.Close()
+
+	var refuse atomic.Bool
+
+	refuse.Store(true)
+
+	accepted := make(chan net.Conn, 16)
+
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+
+			if refuse.Load() {
+				c.Close()
+
+				continue
+			}
+
+			accepted <- c
+		}
+	}()
+
+	core, logs := observer.New(zapcore.DebugLevel)
+	r := newFakeReader()
+	cancel, done := runShipper(t, "tcp://"+lis.Addr().String(), r, zap.New(core))
+
+	r.feed(t, 1)
+
+	require.Eventually(t, func() bool {
+		return logs.FilterMessage("the kernel log's destination is unreachable; retrying").Len() == 1
+	}, 10*time.Second, time.Millisecond)
+
+	time.Sleep(300 * time.Millisecond) // several refused connections
+
+	assert.Equal(t, 1, logs.FilterMessage("the kernel log's destination is unreachable; retrying").Len(), "one line per outage")
+	assert.Zero(t, logs.FilterMessage("shipping the kernel log again").Len(), "a refused connection is not shipping")
+
+	refuse.Store(false)
+
+	c := <-accepted
+	defer c.Close()
+
+	line, err := bufio.NewReader(c).ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "record 1", decode(t, line).Msg, "the record waited for the receiver")
+
+	cancel()
+	require.NoError(t, <-done)
+}
+
 // TestUDP: one record per datagram, without the newline.
 func TestUDP(t *testing.T) {
 	t.Parallel()
