@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/controller"
@@ -105,8 +107,32 @@ func (ctrl *LinksController) linkSpec(link *rtnetlink.LinkMessage) network.LinkS
 	}
 
 	ctrl.fillDevice(&spec, attrs.Name)
+	ctrl.fillSpeed(&spec, attrs.Name)
 
 	return spec
+}
+
+// fillSpeed adds the negotiated speed and duplex, as the kernel reports them through
+// sysfs (what ethtool shows); a link that is down or cannot tell has none.
+func (ctrl *LinksController) fillSpeed(spec *network.LinkStatusSpec, name string) {
+	dir := filepath.Join(ctrl.SysfsRoot, "class", "net", name)
+
+	if b, err := os.ReadFile(filepath.Join(dir, "speed")); err == nil {
+		if mbit, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && mbit > 0 {
+			spec.SpeedMegabits = mbit
+		}
+	}
+
+	spec.Duplex = nethelpers.Unknown
+
+	if b, err := os.ReadFile(filepath.Join(dir, "duplex")); err == nil {
+		switch strings.TrimSpace(string(b)) {
+		case "full":
+			spec.Duplex = nethelpers.Full
+		case "half":
+			spec.Duplex = nethelpers.Half
+		}
+	}
 }
 
 // fillDevice adds the driver and the PCI device behind a link; virtual links

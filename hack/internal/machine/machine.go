@@ -259,7 +259,9 @@ func (m *Machine) Args() []string {
 		nicIndex, diskIndex = "2", "1"
 	}
 
-	nic := "virtio-net-pci,netdev=n0,mac=" + m.MAC + ",bootindex=" + nicIndex
+	// A speed of its own, as a real NIC reports one (virtio-net reports none otherwise):
+	// Omni's and Anvil's labels are made of it.
+	nic := "virtio-net-pci,netdev=n0,mac=" + m.MAC + ",speed=1000,duplex=full,bootindex=" + nicIndex
 	if m.Firmware == UEFIPXE {
 		nic += ",romfile=" // the firmware's own PXE
 	}

@@ -184,7 +184,7 @@ func TestNetworkBootOnce(t *testing.T) {
 	first := m.PID()
 	require.NotZero(t, first)
 	assert.False(t, m.NextBootNetwork(), "the start consumed the override")
-	assert.Contains(t, starts()[0], "mac="+m.MAC+",bootindex=1", "the network first, once")
+	assert.Contains(t, starts()[0], "mac="+m.MAC+",speed=1000,duplex=full,bootindex=1", "the network first, once")
 	assert.Contains(t, starts()[0], "drive=disk0,bootindex=2")
 	assert.Contains(t, deviceArg(m.Args(), "virtio-blk-pci"), "bootindex=1", "then the disk first again")
 
@@ -196,7 +196,7 @@ func TestNetworkBootOnce(t *testing.T) {
 	assert.NotEqual(t, first, second, "a reset with the override pending restarts QEMU")
 	assert.False(t, m.NextBootNetwork())
 	require.Len(t, starts(), 2)
-	assert.Contains(t, starts()[1], "mac="+m.MAC+",bootindex=1")
+	assert.Contains(t, starts()[1], "mac="+m.MAC+",speed=1000,duplex=full,bootindex=1")
 
 	require.NoError(t, m.Stop(ctx))
 	assert.False(t, m.Running())
