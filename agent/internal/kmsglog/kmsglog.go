@@ -15,9 +15,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/siderolabs/go-kmsg"
@@ -37,14 +39,23 @@ const (
 	DefaultMaxBackoff = 10 * time.Second
 )
 
+// keepAlive probes an idle connection, so that a receiver gone without a word (Omni's
+// process ended: its end of SideroLink went with it) is noticed within a minute, not at
+// the next record.
+var keepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 3}
+
 // Options configure Run.
 type Options struct {
 	// URL is the destination, tcp://host:port or udp://host:port (config.Omni.KernelLog).
 	URL *url.URL
 	// Reader is the kernel log; nil opens /dev/kmsg from its first record, following it.
 	Reader kmsg.Reader
-	// Dial connects to the destination; nil means a net.Dialer.
-	Dial   func(ctx context.Context, network, address string) (net.Conn, error)
+	// Dial connects to the destination; nil means a net.Dialer with TCP keepalive.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// OnLost is told when a TCP connection that was shipping ends from the receiver's
+	// side — closed, reset, or silent past TCP keepalive: Omni restarted, or the path to
+	// it broke. It runs on a goroutine of Run's and must return quickly. nil: nobody.
+	OnLost func(error)
 	Logger *zap.Logger
 	// 0 means the default of the same name.
 	SendTimeout         time.Duration
@@ -72,7 +83,11 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	if opts.Dial == nil {
-		opts.Dial = (&net.Dialer{}).DialContext
+		opts.Dial = (&net.Dialer{KeepAliveConfig: keepAlive}).DialContext
+	}
+
+	if opts.OnLost == nil {
+		opts.OnLost = func(error) {}
 	}
 
 	if opts.Reader == nil {
@@ -137,6 +152,11 @@ type sender struct {
 	conn    net.Conn
 	backoff time.Duration
 	down    bool // an outage was logged
+
+	// closing is closed when the sender itself closes conn, before it does: the watcher
+	// of conn (watch) then knows the end is not the receiver's.
+	closing  chan struct{}
+	watching sync.WaitGroup
 }
 
 // send writes line, retrying until it goes or ctx ends (false then). A record that went
@@ -195,6 +215,10 @@ func (s *sender) write(ctx context.Context, line []byte) error {
 		}
 
 		s.conn = conn
+
+		if s.opts.URL.Scheme == "tcp" {
+			s.watch(conn)
+		}
 	}
 
 	_ = s.conn.SetWriteDeadline(time.Now().Add(s.opts.SendTimeout))
@@ -223,10 +247,43 @@ func (s *sender) write(ctx context.Context, line []byte) error {
 }
 
 func (s *sender) close() {
+	if s.closing != nil {
+		close(s.closing)
+		s.closing = nil
+	}
+
 	if s.conn != nil {
 		s.conn.Close()
 		s.conn = nil
 	}
+
+	s.watching.Wait()
+}
+
+// watch reads conn until it ends: the receiver never writes, so a read returns only when
+// the connection does. Ended by the receiver, conn is closed (the next record dials anew)
+// and OnLost told.
+func (s *sender) watch(conn net.Conn) {
+	closing := make(chan struct{})
+	s.closing = closing
+
+	s.watching.Go(func() {
+		_, err := io.Copy(io.Discard, conn)
+
+		select {
+		case <-closing:
+			return
+		default:
+		}
+
+		if err == nil {
+			err = io.EOF
+		}
+
+		conn.Close()
+		s.log.Info("the kernel log's receiver dropped the connection", zap.Stringer("url", s.opts.URL), zap.Error(err))
+		s.opts.OnLost(err)
+	})
 }
 
 // record is one kernel log record as Talos sends it (runtime.LogEvent through

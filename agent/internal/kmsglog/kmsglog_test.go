@@ -134,7 +134,7 @@ func decode(t *testing.T, s string) line {
 	return l
 }
 
-func runShipper(t *testing.T, u string, r *fakeReader, logger *zap.Logger) (cancel func(), done <-chan error) {
+func runShipper(t *testing.T, u string, r *fakeReader, logger *zap.Logger, onLost ...func(error)) (cancel func(), done <-chan error) {
 	t.Helper()
 
 	dest, err := url.Parse(u)
@@ -144,7 +144,12 @@ func runShipper(t *testing.T, u string, r *fakeReader, logger *zap.Logger) (canc
 	ch := make(chan error, 1)
 
 	go func() {
-		ch <- Run(ctx, Options{URL: dest, Reader: r, Logger: logger, Backoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+		opts := Options{URL: dest, Reader: r, Logger: logger, Backoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}
+		if len(onLost) > 0 {
+			opts.OnLost = onLost[0]
+		}
+
+		ch <- Run(ctx, opts)
 	}()
 
 	return stop, ch
@@ -257,8 +262,8 @@ func TestUnreachableThenUp(t *testing.T) {
 	require.NoError(t, lis.Close())
 	c.Close()
 
-	r.feed(t, 2)
-	r.feed(t, 3)
+	r.feed(t, 2) // it waits: the receiver is gone, and nothing listens
+	time.Sleep(50 * time.Millisecond)
 	cancel()
 
 	select {
@@ -329,6 +334,78 @@ func TestRefusedThenAccepted(t *testing.T) {
 
 	cancel()
 	require.NoError(t, <-done)
+}
+
+// TestLostTellsOwner: a shipping connection the receiver drops while the machine is
+// quiet (Omni restarting) is noticed at once, without a record to send, and OnLost told;
+// a refused connection and the shipper's own end are not losses.
+func TestLostTellsOwner(t *testing.T) {
+	t.Parallel()
+
+	lis, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+
+	defer lis.Close()
+
+	var refuse atomic.Bool
+
+	refuse.Store(true)
+
+	accepted := make(chan net.Conn, 16)
+
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+
+			if refuse.Load() {
+				c.Close()
+
+				continue
+			}
+
+			accepted <- c
+		}
+	}()
+
+	lost := make(chan error, 16)
+	r := newFakeReader()
+	cancel, done := runShipper(t, "tcp://"+lis.Addr().String(), r, zap.NewNop(), func(err error) { lost <- err })
+
+	r.feed(t, 1)
+	time.Sleep(300 * time.Millisecond) // refused connections
+	assert.Empty(t, lost, "a refused connection is no loss")
+
+	refuse.Store(false)
+
+	first := <-accepted
+	_, err = bufio.NewReader(first).ReadString('\n')
+	require.NoError(t, err)
+
+	first.Close()
+
+	select {
+	case err := <-lost:
+		assert.Error(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnLost was not told of the dropped connection")
+	}
+
+	// The next record goes on a new connection.
+	r.feed(t, 2)
+
+	second := <-accepted
+	defer second.Close()
+
+	line, err := bufio.NewReader(second).ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "record 2", decode(t, line).Msg)
+
+	cancel()
+	require.NoError(t, <-done)
+	assert.Empty(t, lost, "the shipper's own end is no loss")
 }
 
 // TestUDP: one record per datagram, without the newline.

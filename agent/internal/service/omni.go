@@ -36,11 +36,26 @@ type omniAgent struct {
 
 // run runs until ctx is done. Without Omni's join args there is nothing to do.
 func (o *omniAgent) run(ctx context.Context) {
+	// The kernel log's connection to Omni is the agent's one standing connection to Omni
+	// over SideroLink: its receiver dropping it means Omni's end went away — Omni
+	// restarted, which WireGuard alone hides: a restarted Omni takes the old peer back,
+	// and the handshakes resume. Then SideroLink provisions again at once.
+	reprovision := make(chan struct{}, 1)
+
 	if o.cfg.KernelLog != nil && o.pid1 {
 		// Started first: it holds the records from the start of the boot until the
 		// tunnel carries them.
 		go func() {
-			if err := kmsglog.Run(ctx, kmsglog.Options{URL: o.cfg.KernelLog, Logger: o.logger.Named("kmsglog")}); err != nil {
+			err := kmsglog.Run(ctx, kmsglog.Options{
+				URL: o.cfg.KernelLog, Logger: o.logger.Named("kmsglog"),
+				OnLost: func(error) {
+					select {
+					case reprovision <- struct{}{}:
+					default:
+					}
+				},
+			})
+			if err != nil {
 				o.logger.Warn("not shipping the kernel log to Omni", zap.Error(err))
 			}
 		}()
@@ -73,7 +88,8 @@ func (o *omniAgent) run(ctx context.Context) {
 
 			addresses <- addr
 		},
-		Logger: o.logger.Named("siderolink"),
+		Reprovision: reprovision,
+		Logger:      o.logger.Named("siderolink"),
 	})
 	if err != nil {
 		o.logger.Error("not joining Omni", zap.Error(err))

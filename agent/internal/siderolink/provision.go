@@ -20,8 +20,9 @@ import (
 // it has created the machine's peer, within seconds.
 const provisionTimeout = 30 * time.Second
 
-// provisioned is a Provision response, checked.
+// provisioned is a Provision response, checked, and the node key it was asked with.
 type provisioned struct {
+	nodeKey       wgtypes.Key
 	serverKey     wgtypes.Key
 	serverAddress netip.Addr
 	nodePrefix    netip.Prefix
@@ -31,7 +32,19 @@ type provisioned struct {
 
 // provision asks Omni's Provision API for the node's place on SideroLink, as Talos asks:
 // the same request fields, TLS or not by the URL's scheme.
+//
+// Unlike Talos, which keeps one WireGuard key for the whole boot, every Provision presents
+// a key of its own: the machine is known to Omni by its UUID and unique token, not by its
+// key, so nothing is lost, and a re-join then never rides on a WireGuard session of the
+// configuration it replaces, and shows in Omni (the Link's node public key changes, Omni
+// logs the new peer) — a machine that re-joined can be told from one that merely
+// handshook again.
 func (r *runner) provision(ctx context.Context) (provisioned, error) {
+	nodeKey, err := wgtypes.GeneratePrivateKey()
+	if err != nil {
+		return provisioned{}, fmt.Errorf("error generating the WireGuard key: %w", err)
+	}
+
 	ctx, cancel := context.WithTimeout(ctx, provisionTimeout)
 	defer cancel()
 
@@ -47,7 +60,7 @@ func (r *runner) provision(ctx context.Context) (provisioned, error) {
 
 	defer conn.Close()
 
-	publicKey := r.key.PublicKey().String()
+	publicKey := nodeKey.PublicKey().String()
 	req := &pb.ProvisionRequest{
 		NodeUuid:        r.opts.UUID,
 		NodePublicKey:   publicKey,
@@ -62,7 +75,10 @@ func (r *runner) provision(ctx context.Context) (provisioned, error) {
 		return provisioned{}, fmt.Errorf("error calling Provision at %s: %w", r.opts.API, err)
 	}
 
-	return checkResponse(resp)
+	p, err := checkResponse(resp)
+	p.nodeKey = nodeKey
+
+	return p, err
 }
 
 // checkResponse reads a Provision response: every field the link needs, well formed.

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
 // Defaults of Options' timings.
@@ -76,7 +75,13 @@ type Options struct {
 	// whenever a re-provision moves it, and the zero Addr when Run removes the link on
 	// its way out. It runs on Run's goroutine: it must return quickly.
 	OnAddress func(netip.Addr)
-	Logger    *zap.Logger
+	// Reprovision, when it delivers, makes Run provision again at once, as for a stale
+	// link: its owner sends when it learns that Omni's end of the link went away (Omni
+	// restarted), which the handshakes would tell only after StaleAfter, if at all — a
+	// restarted Omni with its state takes the old peer back. A send from before the link
+	// was last configured counts for nothing. nil: never.
+	Reprovision <-chan struct{}
+	Logger      *zap.Logger
 
 	// Timings; 0 means the default of the same name.
 	StaleAfter           time.Duration
@@ -98,12 +103,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 
-	key, err := wgtypes.GeneratePrivateKey()
-	if err != nil {
-		return fmt.Errorf("error generating the WireGuard key: %w", err)
-	}
-
-	r := &runner{opts: opts, key: key, log: opts.Logger, uniqueToken: opts.UniqueToken}
+	r := &runner{opts: opts, log: opts.Logger, uniqueToken: opts.UniqueToken}
 
 	r.run(ctx)
 
@@ -164,10 +164,9 @@ func (o *Options) setDefaults() error {
 	return nil
 }
 
-// runner is one Run: the node's key and unique token, which every Provision presents.
+// runner is one Run: the node's unique token, which every Provision presents.
 type runner struct {
 	opts        Options
-	key         wgtypes.Key
 	uniqueToken string
 	log         *zap.Logger
 }
@@ -234,7 +233,7 @@ func (r *runner) run(ctx context.Context) {
 		}
 
 		cfg := tunnelConfig{
-			PrivateKey: r.key,
+			PrivateKey: current.nodeKey,
 			PeerKey:    current.serverKey,
 			Endpoint:   ep,
 			AllowedIPs: []netip.Prefix{netip.PrefixFrom(current.serverAddress, current.serverAddress.BitLen())},
@@ -254,6 +253,12 @@ func (r *runner) run(ctx context.Context) {
 
 		r.log.Info("SideroLink link configured", zap.Stringer("endpoint", ep), zap.Stringer("node_address", cfg.Address))
 
+		// What was said of the configuration this one replaces is no news.
+		select {
+		case <-r.opts.Reprovision:
+		default:
+		}
+
 		if a := cfg.Address.Addr(); a != addr {
 			addr = a
 			r.opts.OnAddress(addr)
@@ -264,9 +269,10 @@ func (r *runner) run(ctx context.Context) {
 			return
 		}
 
-		r.log.Warn("SideroLink is down; reconnecting", zap.Error(err), zap.Bool("provision_again", len(pending) == 0 || errors.Is(err, errPeerGone)))
+		again := len(pending) == 0 || errors.Is(err, errPeerGone) || errors.Is(err, errOmniGone)
+		r.log.Warn("SideroLink is down; reconnecting", zap.Error(err), zap.Bool("provision_again", again))
 
-		if errors.Is(err, errPeerGone) {
+		if again {
 			pending = nil
 		}
 	}

@@ -195,11 +195,19 @@ func TestRunReprovisions(t *testing.T) {
 	assert.Len(t, prov.requests(), 10)
 	second.set(func(f *fakeTunnel) { assert.Len(t, f.configs, 2) })
 
-	// Every request presented the same key and unique token.
+	// Every request presented the same unique token and a key of its own; the link runs
+	// on the key of the last.
+	keys := map[string]bool{}
+
 	for _, r := range prov.requests() {
-		assert.Equal(t, reqs[0].GetNodePublicKey(), r.GetNodePublicKey())
 		assert.Equal(t, reqs[0].GetNodeUniqueToken(), r.GetNodeUniqueToken())
+		keys[r.GetNodePublicKey()] = true
 	}
+
+	assert.Len(t, keys, len(prov.requests()), "a key per Provision")
+	second.set(func(f *fakeTunnel) {
+		assert.Equal(t, prov.requests()[9].GetNodePublicKey(), f.configs[len(f.configs)-1].PrivateKey.PublicKey().String())
+	})
 
 	// 9. The end: the link removed, the address withdrawn.
 	cancel()
@@ -228,6 +236,60 @@ func TestRunReprovisions(t *testing.T) {
 	}
 
 	assert.NotEmpty(t, logs.FilterMessage("SideroLink is down; reconnecting").All())
+}
+
+// TestRunReprovisionsWhenOmniGoes: a send on Reprovision makes Run provision again at
+// once, on a live link, with a key of its own; a send from before the configuration
+// counts for nothing.
+func TestRunReprovisionsWhenOmniGoes(t *testing.T) {
+	t.Parallel()
+
+	omniKey, err := wgtypes.GeneratePrivateKey()
+	require.NoError(t, err)
+
+	prov := &fakeProvision{answer: func(int, *pb.ProvisionRequest) (*pb.ProvisionResponse, error) {
+		return response(omniKey, "fdae:41e4:649b:9303::a/64", "127.0.0.1:51820"), nil
+	}}
+	api := startProvision(t, prov)
+
+	clk := newFakeClock()
+	opened := make(chan *fakeTunnel, 1)
+	reprovision := make(chan struct{}, 1)
+	reprovision <- struct{}{} // before the link exists: no news
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+
+	go func() {
+		_ = Run(ctx, Options{
+			API: api, Insecure: true, JoinToken: joinToken, UUID: "4c4c4544-0000-1000-8000-000000000001",
+			MACs: func() []net.HardwareAddr { return []net.HardwareAddr{{0x52, 0x54, 0, 0x12, 0x34, 0x56}} }, TalosVersion: "v1.13.9",
+			Reprovision: reprovision, open: fakeOpener(opened), clock: clk,
+		})
+	}()
+
+	tun := recv(t, opened, "the link")
+	tun.set(func(f *fakeTunnel) { f.handshake = clk.Now() })
+	clk.waitSleeping(t)
+	assert.Never(t, func() bool { return len(prov.requests()) > 1 }, 300*time.Millisecond, 10*time.Millisecond,
+		"the send from before the link counted for nothing")
+
+	reprovision <- struct{}{}
+
+	require.Eventually(t, func() bool { return len(prov.requests()) == 2 }, 10*time.Second, time.Millisecond, "no Provision after the send")
+
+	var configs []tunnelConfig
+
+	require.Eventually(t, func() bool {
+		tun.set(func(f *fakeTunnel) { configs = append([]tunnelConfig(nil), f.configs...) })
+
+		return len(configs) == 2
+	}, 10*time.Second, time.Millisecond, "the link was not configured again")
+
+	reqs := prov.requests()
+	assert.NotEqual(t, reqs[0].GetNodePublicKey(), reqs[1].GetNodePublicKey(), "a key of its own")
+	assert.Equal(t, reqs[1].GetNodePublicKey(), configs[1].PrivateKey.PublicKey().String())
+	assert.Equal(t, configs[0].Address, configs[1].Address)
 }
 
 func TestStale(t *testing.T) {

@@ -2,16 +2,28 @@ package siderolink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
+// errOmniGone says Options.Reprovision delivered: Omni's end of the link went away.
+var errOmniGone = errors.New("Omni's end of the link went away (Omni restarted?)")
+
 // watch reads the peer's last handshake every CheckEvery until the link is stale (see
-// stale) or gone, and says why; it returns when ctx ends too.
+// stale) or gone, or Reprovision delivers, and says why; it returns when ctx ends too.
 func (r *runner) watch(ctx context.Context, t tunnel, peer wgtypes.Key, configured time.Time) error {
-	for r.sleep(ctx, r.opts.CheckEvery) {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.opts.Reprovision:
+			return errOmniGone
+		case <-r.opts.clock.After(r.opts.CheckEvery):
+		}
+
 		last, err := t.LastHandshake(peer)
 		if err != nil {
 			return err
@@ -21,8 +33,6 @@ func (r *runner) watch(ctx context.Context, t tunnel, peer wgtypes.Key, configur
 			return err
 		}
 	}
-
-	return ctx.Err()
 }
 
 // stale says why a link configured at configured, whose last handshake was at last, is
