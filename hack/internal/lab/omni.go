@@ -34,6 +34,25 @@ func (s *State) startOmni(ctx context.Context, cfg Config) error {
 
 	_ = os.Remove(s.OmniLog()) // this run's log only, as the factory's
 
+	return s.runOmni(ctx, cfg)
+}
+
+// RestartOmni stops the lab's Omni and starts it again on its state, as an Omni restarts
+// in production: its machines, links and keys kept. Its log goes on.
+func (s *State) RestartOmni(ctx context.Context, cfg Config) error {
+	if s.Omni == nil {
+		return fmt.Errorf("the lab in %s runs no Omni", s.Dir)
+	}
+
+	if err := s.Omni.Halt(ctx); err != nil {
+		return err
+	}
+
+	return s.runOmni(ctx, cfg)
+}
+
+// runOmni starts Omni on its directory and records it.
+func (s *State) runOmni(ctx context.Context, cfg Config) error {
 	o, err := omnilab.Start(ctx, omnilab.Config{
 		Bin:        cfg.OmniBin,
 		Dir:        OmniDir(s.Dir),

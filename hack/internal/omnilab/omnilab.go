@@ -122,9 +122,12 @@ func Start(ctx context.Context, cfg Config) (*Omni, error) {
 		return nil, err
 	}
 
-	// A key left from an earlier run would be taken for this run's.
-	if err := os.Remove(o.AdminKeyFile()); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("error removing the old service account key: %w", err)
+	// A key left beside no state is an earlier Omni's, and would be taken for this one's.
+	// Beside its state it is this Omni's: Omni restarting on it writes none.
+	if !exists(filepath.Join(dir, etcdDir)) {
+		if err := os.Remove(o.AdminKeyFile()); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("error removing the old service account key: %w", err)
+		}
 	}
 
 	argv := append([]string{"unshare", "--mount", "--propagation", "private", "--", "sh", "-c", sandbox, bin},
@@ -243,12 +246,32 @@ func (o *Omni) healthy(ctx context.Context, client *http.Client) error {
 	return nil
 }
 
-// Stop stops Omni, whatever else still runs in its network namespace, and removes its
-// directory; its log stays. Its mount namespace and the tmpfs in it go with the last of
-// its processes; its network namespace (and with it the TUN and the veth) is the lab
-// network's to remove (labnet.Net.Down). It is safe to call again, and on an Omni that
-// did not start.
+// Stop stops Omni (Halt) and removes its directory; its log stays. It is safe to call
+// again, and on an Omni that did not start.
 func (o *Omni) Stop(ctx context.Context) error {
+	if o == nil {
+		return nil
+	}
+
+	if err := o.Halt(ctx); err != nil {
+		return err
+	}
+
+	if o.Dir != "" {
+		if err := os.RemoveAll(o.Dir); err != nil {
+			return fmt.Errorf("error removing Omni's directory: %w", err)
+		}
+	}
+
+	return nil
+}
+
+// Halt stops Omni and whatever else still runs in its network namespace, keeping its
+// directory: Start on the same directory restarts it with its state, as an Omni restarts
+// in production. Its mount namespace and the tmpfs in it go with the last of its
+// processes; its network namespace (and with it the TUN and the veth) is the lab
+// network's to remove (labnet.Net.Down).
+func (o *Omni) Halt(ctx context.Context) error {
 	if o == nil {
 		return nil
 	}
@@ -264,12 +287,6 @@ func (o *Omni) Stop(ctx context.Context) error {
 
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("error stopping Omni: %w", err)
-	}
-
-	if o.Dir != "" {
-		if err := os.RemoveAll(o.Dir); err != nil {
-			return fmt.Errorf("error removing Omni's directory: %w", err)
-		}
 	}
 
 	return nil
