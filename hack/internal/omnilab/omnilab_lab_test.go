@@ -243,6 +243,8 @@ func TestLabOmniUpDown(t *testing.T) {
 	bin := t.TempDir()
 	provider, factory := filepath.Join(bin, "provider"), filepath.Join(bin, "lab-factory")
 	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
+	// The provider runs its Omni adapter from beside itself.
+	labtest.GoBuild(t, root, filepath.Join(bin, "omni-adapter"), "./provider/cmd/omni-adapter")
 	labtest.GoBuild(t, root, factory, "./hack/cmd/lab-factory")
 
 	dir, prefix := labtest.NewLab(t, "omu", nil)
@@ -250,7 +252,7 @@ func TestLabOmniUpDown(t *testing.T) {
 	cfg := lab.Config{
 		Dir: dir, Prefix: prefix, ProviderBin: provider, AgentAssetsDir: t.TempDir(), APIPort: 50042,
 		FactoryURL: "http://10.77.0.1:8080", FactoryPXEURL: "http://10.77.0.1:8080",
-		FactoryBin: factory, OmniBin: omniBin,
+		FactoryBin: factory, OmniBin: omniBin, OmnictlBin: omnictlBin,
 	}
 
 	for _, lost := range []bool{false, true} {
