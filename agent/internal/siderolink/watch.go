@@ -10,7 +10,7 @@ import (
 )
 
 // errOmniGone says Options.Reprovision delivered: Omni's end of the link went away.
-var errOmniGone = errors.New("Omni's end of the link went away (Omni restarted?)")
+var errOmniGone = errors.New("the end of the link at Omni went away (Omni restarted?)")
 
 // watch reads the peer's last handshake every CheckEvery until the link is stale (see
 // stale) or gone, or Reprovision delivers, and says why; it returns when ctx ends too.
