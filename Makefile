@@ -21,7 +21,7 @@ ARGS      ?=
 PKGS_BUILD := protobuf-compiler
 PKGS_AGENT := linux-image-amd64
 PKGS_TEST  := iproute2 ipxe dnsmasq-base util-linux qemu-system-x86 qemu-utils ipxe-qemu ovmf \
-	syslinux syslinux-common mtools dosfstools systemd-boot-efi fdisk openipmi ipmitool
+	syslinux syslinux-common mtools dosfstools systemd-boot-efi fdisk openipmi ipmitool nftables
 PKGS_BENCH := kea-admin dnsmasq-base nginx-light wrk iproute2
 
 # Code generation plugins, at the versions of deps.md.
@@ -140,7 +140,7 @@ test: setup lint unit lab
 unit:
 	$(GO) test -race -count=1 -timeout 15m ./...
 
-lab: setup omni
+lab: setup omni talosctl
 	$(GO) test -tags lab -count=1 -timeout 45m -run '^($(LAB_TESTS))$$' $(LAB_PKGS)
 
 bench: setup-bench build

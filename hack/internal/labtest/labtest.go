@@ -76,6 +76,20 @@ func OmniBinaries(t testing.TB, root string) (omni, omnictl string) {
 	return filepath.Join(root, "_out", "bin", "omni"), filepath.Join(root, "_out", "bin", "omnictl")
 }
 
+// Talosctl is _out/bin/talosctl, made by "make talosctl" when missing or older than its
+// tools module (~8 min the first time on two cores, instant after).
+func Talosctl(t testing.TB, root string) string {
+	t.Helper()
+
+	cmd := exec.Command("make", "--no-print-directory", "talosctl")
+	cmd.Dir = root
+
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "make talosctl: %s", b)
+
+	return filepath.Join(root, "_out", "bin", "talosctl")
+}
+
 // AgentAssets is _out/agent when make agent-initramfs has run, else assets built into
 // bin.
 func AgentAssets(t testing.TB, root, bin string) string {
