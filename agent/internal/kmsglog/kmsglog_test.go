@@ -280,33 +280,7 @@ func TestUnreachableThenUp(t *testing.T) {
 func TestRefusedThenAccepted(t *testing.T) {
 	t.Parallel()
 
-	lis, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-
-	defer lis.Close()
-
-	var refuse atomic.Bool
-
-	refuse.Store(true)
-
-	accepted := make(chan net.Conn, 16)
-
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-
-			if refuse.Load() {
-				c.Close()
-
-				continue
-			}
-
-			accepted <- c
-		}
-	}()
+	lis, refuse, accepted := refusingReceiver(t)
 
 	core, logs := observer.New(zapcore.DebugLevel)
 	r := newFakeReader()
@@ -342,33 +316,7 @@ func TestRefusedThenAccepted(t *testing.T) {
 func TestLostTellsOwner(t *testing.T) {
 	t.Parallel()
 
-	lis, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-
-	defer lis.Close()
-
-	var refuse atomic.Bool
-
-	refuse.Store(true)
-
-	accepted := make(chan net.Conn, 16)
-
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-
-			if refuse.Load() {
-				c.Close()
-
-				continue
-			}
-
-			accepted <- c
-		}
-	}()
+	lis, refuse, accepted := refusingReceiver(t)
 
 	lost := make(chan error, 16)
 	r := newFakeReader()
@@ -381,7 +329,7 @@ func TestLostTellsOwner(t *testing.T) {
 	refuse.Store(false)
 
 	first := <-accepted
-	_, err = bufio.NewReader(first).ReadString('\n')
+	_, err := bufio.NewReader(first).ReadString('\n')
 	require.NoError(t, err)
 
 	first.Close()
@@ -528,4 +476,39 @@ func TestRealKernelLog(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not end with its context")
 	}
+}
+
+// refusingReceiver listens on loopback and closes every connection at once while refuse
+// holds (it does at first), then hands the connections it accepts to accepted.
+func refusingReceiver(t *testing.T) (lis net.Listener, refuse *atomic.Bool, accepted chan net.Conn) {
+	t.Helper()
+
+	lis, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+
+	t.Cleanup(func() { lis.Close() })
+
+	refuse = &atomic.Bool{}
+	refuse.Store(true)
+
+	accepted = make(chan net.Conn, 16)
+
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+
+			if refuse.Load() {
+				c.Close()
+
+				continue
+			}
+
+			accepted <- c
+		}
+	}()
+
+	return lis, refuse, accepted
 }
