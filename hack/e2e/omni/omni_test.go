@@ -1,6 +1,9 @@
 //go:build lab
 
-package e2e
+// Package omni is Anvil beside a real Omni, end to end, on a lab of its own (see
+// TestOmniE2E). It is a package of its own so that it runs beside hack/e2e's flow rather
+// than after it.
+package omni
 
 import (
 	"bytes"
@@ -41,6 +44,9 @@ import (
 )
 
 const (
+	// stepDeadline is generous: under TCG power-on to the agent is ~30–60 s, and the
+	// host's two cores are shared with another lab's machines.
+	stepDeadline = 5 * time.Minute
 	// staleAfter is the agent's siderolink.DefaultStaleAfter (Omni's and Talos' peer-down
 	// interval) and checkEvery how often it reads the handshake: a WireGuard path blocked
 	// longer than their sum is down by every clock there is.
