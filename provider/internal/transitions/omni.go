@@ -1,0 +1,195 @@
+package transitions
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/anvil-metal/anvil/provider/internal/resources"
+)
+
+// OmniMachine is what Omni wants of a machine: the fields of its infra.Machine that
+// decide the machine's desired state (OMNI-CONTRACT.md, section A), as the Omni adapter
+// read them. Omni owns these decisions in Omni mode; ApplyOmni makes them the machine's
+// intent.
+type OmniMachine struct {
+	// Acceptance is the admin's decision in Omni (InfraMachineConfig).
+	Acceptance resources.Acceptance
+	// ClusterTalosVersion, non-empty, means the machine is allocated to a cluster that
+	// runs this Talos version, with Extensions and ExtraKernelArgs.
+	ClusterTalosVersion string
+	Extensions          []string
+	ExtraKernelArgs     string
+	// PreferredPower is on or off (Omni's preferred_power_state).
+	PreferredPower resources.PowerState
+	// WipeID changes each time Omni deallocates the machine: a new one owes a wipe.
+	WipeID string
+	// RequestedRebootID asks for a reboot each time it changes.
+	RequestedRebootID string
+	// PowerOffRequestID, non-empty, keeps the machine off whatever its allocation wants.
+	PowerOffRequestID string
+	Cordoned          bool
+}
+
+// Identifiers of the intent derived from Omni's: stable, so that applying the same
+// OmniMachine again (after a restart, on every resync) changes nothing.
+const (
+	omniIDPrefix = "omni:"
+	// omniInitialWipe is the wipe acceptance owes in Omni mode, before Omni has ever
+	// named one (its wipe_id is empty until the first deallocation).
+	omniInitialWipe = omniIDPrefix + "initial"
+)
+
+// ApplyOmni makes Omni's decisions the machine's intent: acceptance, allocation, power,
+// the wipe owed, reboot requests and cordon. It is the owner's transition (see Owner):
+// refused on a view whose ManagedBy names another owner. Applying the same OmniMachine
+// twice changes nothing; what Omni does not decide (labels, wipe mode) is kept.
+func (s *Service) ApplyOmni(ctx context.Context, id string, o OmniMachine) (*resources.MachineIntentSpec, error) {
+	if err := s.owned("Omni's decisions"); err != nil {
+		return nil, err
+	}
+
+	if err := validateOmni(o); err != nil {
+		return nil, invalid(fmt.Errorf("the infra machine %s from Omni: %w", id, err))
+	}
+
+	cur, err := s.current(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+
+	// A new allocation is built (validated, its schematic computed) outside the change,
+	// which runs under the lock; the change keeps the current one when Omni's is the same.
+	var alloc *resources.Allocation
+
+	if omniAllocates(o) && !sameAllocation(cur.Allocation, o) {
+		if alloc, err = s.newAllocation(ctx, id, AllocationRequest{
+			TalosVersion: o.ClusterTalosVersion, Extensions: o.Extensions, KernelArgs: strings.Fields(o.ExtraKernelArgs),
+		}); err != nil {
+			return nil, err
+		}
+	}
+
+	return s.transition(ctx, "omni", id, func(spec *resources.MachineIntentSpec) error {
+		next := omniIntent(*spec, o, alloc)
+		*spec = next
+
+		return nil
+	}, zap.String("omni_wipe_id", o.WipeID), zap.String("talos_version", o.ClusterTalosVersion))
+}
+
+// omniIntent is the rule of ApplyOmni: the intent that carries out o, from the current
+// one; alloc is the allocation to use when o allocates and cur's does not match it.
+func omniIntent(cur resources.MachineIntentSpec, o OmniMachine, alloc *resources.Allocation) resources.MachineIntentSpec {
+	next := cur
+	next.Acceptance = o.Acceptance
+	next.Cordoned = o.Cordoned
+
+	if o.Acceptance != resources.AcceptanceAccepted {
+		// Pending or rejected: nothing is handed out, nothing powered.
+		next.Allocation = nil
+		next.Power = resources.PowerDefault
+
+		return next
+	}
+
+	// The wipe owed: the initial one until Omni names one, then each of Omni's.
+	// Acceptance in Omni mode always owes it: Omni cannot tell the disks are empty.
+	next.WipeID = omniInitialWipe
+	if o.WipeID != "" {
+		next.WipeID = omniIDPrefix + o.WipeID
+	}
+
+	switch {
+	case !omniAllocates(o):
+		next.Allocation = nil
+	case sameAllocation(cur.Allocation, o):
+		next.Allocation = cur.Allocation
+	default:
+		next.Allocation = alloc
+	}
+
+	switch {
+	case o.PowerOffRequestID != "":
+		next.Power = resources.PowerOff
+	case o.PreferredPower == resources.PowerOn || o.PreferredPower == resources.PowerOff:
+		next.Power = o.PreferredPower
+	default:
+		next.Power = resources.PowerDefault
+	}
+
+	// Omni's reboot request; a new wipe Omni names (a deallocation) reboots the machine
+	// too, so that it leaves the Talos Omni reset for the agent that wipes it. The
+	// initial wipe needs none: an accepted machine's agent is running already.
+	var reboot []string
+
+	if o.RequestedRebootID != "" {
+		reboot = append(reboot, "reboot="+o.RequestedRebootID)
+	}
+
+	if o.WipeID != "" {
+		reboot = append(reboot, "wipe="+o.WipeID)
+	}
+
+	next.RebootID = ""
+	if len(reboot) > 0 {
+		next.RebootID = omniIDPrefix + strings.Join(reboot, ",")
+	}
+
+	return next
+}
+
+// omniAllocates says whether Omni has allocated the machine to a cluster.
+func omniAllocates(o OmniMachine) bool { return o.ClusterTalosVersion != "" }
+
+// sameAllocation says whether the allocation a is the one Omni asks for: same Talos
+// version, extensions and kernel args. Keeping it keeps its ID, to which the metadata
+// token and the install are bound.
+func sameAllocation(a *resources.Allocation, o OmniMachine) bool {
+	if a == nil {
+		return false
+	}
+
+	version, err := validateTalosVersion(o.ClusterTalosVersion)
+	if err != nil {
+		return false
+	}
+
+	exts, err := validateExtensions(o.Extensions)
+	if err != nil {
+		return false
+	}
+
+	args := strings.Fields(o.ExtraKernelArgs)
+
+	return a.TalosVersion == version && slices.Equal(a.Extensions, exts) && slices.Equal(a.KernelArgs, args)
+}
+
+// validateOmni checks what the adapter passed on of Omni's resource.
+func validateOmni(o OmniMachine) error {
+	switch o.Acceptance {
+	case resources.AcceptancePending, resources.AcceptanceAccepted, resources.AcceptanceRejected:
+	default:
+		return fmt.Errorf("unknown acceptance %q", o.Acceptance)
+	}
+
+	switch o.PreferredPower {
+	case "", resources.PowerDefault, resources.PowerOn, resources.PowerOff:
+	default:
+		return fmt.Errorf("unknown preferred power state %q", o.PreferredPower)
+	}
+
+	for name, id := range map[string]string{"wipe_id": o.WipeID, "requested_reboot_id": o.RequestedRebootID, "power_off_request_id": o.PowerOffRequestID} {
+		if len(id) > maxOmniID || strings.ContainsAny(id, ",\n") {
+			return fmt.Errorf("%s: not an id (at most %d characters, no comma or newline)", name, maxOmniID)
+		}
+	}
+
+	return nil
+}
+
+// maxOmniID bounds the ids Omni sends (UUIDs and xids in practice).
+const maxOmniID = 128
