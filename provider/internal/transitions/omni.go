@@ -11,29 +11,6 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
-// OmniMachine is what Omni wants of a machine: the fields of its infra.Machine that
-// decide the machine's desired state (OMNI-CONTRACT.md, section A), as the Omni adapter
-// read them. Omni owns these decisions in Omni mode; ApplyOmni makes them the machine's
-// intent.
-type OmniMachine struct {
-	// Acceptance is the admin's decision in Omni (InfraMachineConfig).
-	Acceptance resources.Acceptance
-	// ClusterTalosVersion, non-empty, means the machine is allocated to a cluster that
-	// runs this Talos version, with Extensions and ExtraKernelArgs.
-	ClusterTalosVersion string
-	Extensions          []string
-	ExtraKernelArgs     string
-	// PreferredPower is on or off (Omni's preferred_power_state).
-	PreferredPower resources.PowerState
-	// WipeID changes each time Omni deallocates the machine: a new one owes a wipe.
-	WipeID string
-	// RequestedRebootID asks for a reboot each time it changes.
-	RequestedRebootID string
-	// PowerOffRequestID, non-empty, keeps the machine off whatever its allocation wants.
-	PowerOffRequestID string
-	Cordoned          bool
-}
-
 // Identifiers of the intent derived from Omni's: stable, so that applying the same
 // OmniMachine again (after a restart, on every resync) changes nothing.
 const (
@@ -43,16 +20,17 @@ const (
 	omniInitialWipe = omniIDPrefix + "initial"
 )
 
-// ApplyOmni makes Omni's decisions the machine's intent: acceptance, allocation, power,
+// ApplyOmni makes Omni's decisions (its infra.Machine, as the adapter reported it) the
+// machine's intent: acceptance, allocation, power,
 // the wipe owed, reboot requests and cordon. It is the owner's transition (see Owner):
 // refused on a view whose ManagedBy names another owner. Applying the same OmniMachine
 // twice changes nothing; what Omni does not decide (labels, wipe mode) is kept.
-func (s *Service) ApplyOmni(ctx context.Context, id string, o OmniMachine) (*resources.MachineIntentSpec, error) {
+func (s *Service) ApplyOmni(ctx context.Context, id string, o resources.OmniMachineSpec) (*resources.MachineIntentSpec, error) {
 	if err := s.owned("Omni's decisions"); err != nil {
 		return nil, err
 	}
 
-	if err := validateOmni(o); err != nil {
+	if err := ValidateOmni(o); err != nil {
 		return nil, invalid(fmt.Errorf("the infra machine %s from Omni: %w", id, err))
 	}
 
@@ -83,7 +61,7 @@ func (s *Service) ApplyOmni(ctx context.Context, id string, o OmniMachine) (*res
 
 // omniIntent is the rule of ApplyOmni: the intent that carries out o, from the current
 // one; alloc is the allocation to use when o allocates and cur's does not match it.
-func omniIntent(cur resources.MachineIntentSpec, o OmniMachine, alloc *resources.Allocation) resources.MachineIntentSpec {
+func omniIntent(cur resources.MachineIntentSpec, o resources.OmniMachineSpec, alloc *resources.Allocation) resources.MachineIntentSpec {
 	next := cur
 	next.Acceptance = o.Acceptance
 	next.Cordoned = o.Cordoned
@@ -143,12 +121,12 @@ func omniIntent(cur resources.MachineIntentSpec, o OmniMachine, alloc *resources
 }
 
 // omniAllocates says whether Omni has allocated the machine to a cluster.
-func omniAllocates(o OmniMachine) bool { return o.ClusterTalosVersion != "" }
+func omniAllocates(o resources.OmniMachineSpec) bool { return o.ClusterTalosVersion != "" }
 
 // sameAllocation says whether the allocation a is the one Omni asks for: same Talos
 // version, extensions and kernel args. Keeping it keeps its ID, to which the metadata
 // token and the install are bound.
-func sameAllocation(a *resources.Allocation, o OmniMachine) bool {
+func sameAllocation(a *resources.Allocation, o resources.OmniMachineSpec) bool {
 	if a == nil {
 		return false
 	}
@@ -168,8 +146,9 @@ func sameAllocation(a *resources.Allocation, o OmniMachine) bool {
 	return a.TalosVersion == version && slices.Equal(a.Extensions, exts) && slices.Equal(a.KernelArgs, args)
 }
 
-// validateOmni checks what the adapter passed on of Omni's resource.
-func validateOmni(o OmniMachine) error {
+// ValidateOmni checks what the adapter passed on of Omni's resource: the adapter API
+// refuses what fails it, and ApplyOmni checks it again.
+func ValidateOmni(o resources.OmniMachineSpec) error {
 	switch o.Acceptance {
 	case resources.AcceptancePending, resources.AcceptanceAccepted, resources.AcceptanceRejected:
 	default:

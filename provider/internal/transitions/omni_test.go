@@ -21,7 +21,7 @@ func TestApplyOmni(t *testing.T) {
 	acc, rej, pen := resources.AcceptanceAccepted, resources.AcceptanceRejected, resources.AcceptancePending
 	on, off, def := resources.PowerOn, resources.PowerOff, resources.PowerDefault
 
-	alloc := func(o transitions.OmniMachine) transitions.OmniMachine {
+	alloc := func(o resources.OmniMachineSpec) resources.OmniMachineSpec {
 		o.ClusterTalosVersion, o.Extensions, o.ExtraKernelArgs = "v1.9.0", []string{"siderolabs/intel-ucode"}, "console=ttyS0 talos.dashboard.disabled=1"
 
 		return o
@@ -38,72 +38,72 @@ func TestApplyOmni(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		from []transitions.OmniMachine // applied first, in order
-		omni transitions.OmniMachine
+		from []resources.OmniMachineSpec // applied first, in order
+		omni resources.OmniMachineSpec
 		want want
 	}{
 		{
 			name: "pending",
-			omni: transitions.OmniMachine{Acceptance: pen, PreferredPower: on},
+			omni: resources.OmniMachineSpec{Acceptance: pen, PreferredPower: on},
 			want: want{acceptance: pen, power: def},
 		},
 		{
 			name: "rejected: never powered",
-			omni: transitions.OmniMachine{Acceptance: rej, PreferredPower: on},
+			omni: resources.OmniMachineSpec{Acceptance: rej, PreferredPower: on},
 			want: want{acceptance: rej, power: def},
 		},
 		{
 			name: "accepted: the initial wipe is owed",
-			omni: transitions.OmniMachine{Acceptance: acc, PreferredPower: off},
+			omni: resources.OmniMachineSpec{Acceptance: acc, PreferredPower: off},
 			want: want{acceptance: acc, power: off, wipeID: "omni:initial"},
 		},
 		{
 			name: "accepted, preferred on",
-			omni: transitions.OmniMachine{Acceptance: acc, PreferredPower: on},
+			omni: resources.OmniMachineSpec{Acceptance: acc, PreferredPower: on},
 			want: want{acceptance: acc, power: on, wipeID: "omni:initial"},
 		},
 		{
 			name: "allocated",
-			omni: alloc(transitions.OmniMachine{Acceptance: acc, PreferredPower: on}),
+			omni: alloc(resources.OmniMachineSpec{Acceptance: acc, PreferredPower: on}),
 			want: want{acceptance: acc, talos: "v1.9.0", power: on, wipeID: "omni:initial"},
 		},
 		{
 			name: "allocated, a power-off request wins over the allocation",
-			omni: alloc(transitions.OmniMachine{Acceptance: acc, PreferredPower: on, PowerOffRequestID: "p1"}),
+			omni: alloc(resources.OmniMachineSpec{Acceptance: acc, PreferredPower: on, PowerOffRequestID: "p1"}),
 			want: want{acceptance: acc, talos: "v1.9.0", power: off, wipeID: "omni:initial"},
 		},
 		{
 			name: "a reboot request",
-			omni: alloc(transitions.OmniMachine{Acceptance: acc, PreferredPower: on, RequestedRebootID: "r1"}),
+			omni: alloc(resources.OmniMachineSpec{Acceptance: acc, PreferredPower: on, RequestedRebootID: "r1"}),
 			want: want{acceptance: acc, talos: "v1.9.0", power: on, wipeID: "omni:initial", rebootID: "omni:reboot=r1"},
 		},
 		{
 			name: "deallocated: Omni's new wipe id owes a wipe and reboots into the agent",
-			from: []transitions.OmniMachine{alloc(transitions.OmniMachine{Acceptance: acc, PreferredPower: on})},
-			omni: transitions.OmniMachine{Acceptance: acc, PreferredPower: off, WipeID: "w1"},
+			from: []resources.OmniMachineSpec{alloc(resources.OmniMachineSpec{Acceptance: acc, PreferredPower: on})},
+			omni: resources.OmniMachineSpec{Acceptance: acc, PreferredPower: off, WipeID: "w1"},
 			want: want{acceptance: acc, power: off, wipeID: "omni:w1", rebootID: "omni:wipe=w1"},
 		},
 		{
 			name: "a reboot request and a wipe",
-			omni: transitions.OmniMachine{Acceptance: acc, WipeID: "w2", RequestedRebootID: "r2"},
+			omni: resources.OmniMachineSpec{Acceptance: acc, WipeID: "w2", RequestedRebootID: "r2"},
 			want: want{acceptance: acc, power: def, wipeID: "omni:w2", rebootID: "omni:reboot=r2,wipe=w2"},
 		},
 		{
 			name: "cordoned",
-			omni: transitions.OmniMachine{Acceptance: acc, Cordoned: true},
+			omni: resources.OmniMachineSpec{Acceptance: acc, Cordoned: true},
 			want: want{acceptance: acc, power: def, wipeID: "omni:initial", cordoned: true},
 		},
 		{
 			name: "rejected after being allocated: the allocation goes",
-			from: []transitions.OmniMachine{alloc(transitions.OmniMachine{Acceptance: acc, PreferredPower: on})},
-			omni: transitions.OmniMachine{Acceptance: rej},
+			from: []resources.OmniMachineSpec{alloc(resources.OmniMachineSpec{Acceptance: acc, PreferredPower: on})},
+			omni: resources.OmniMachineSpec{Acceptance: rej},
 			want: want{acceptance: rej, power: def, wipeID: "omni:initial"},
 		},
 		{
 			name: "a Talos upgrade: a new allocation",
-			from: []transitions.OmniMachine{alloc(transitions.OmniMachine{Acceptance: acc, PreferredPower: on})},
-			omni: func() transitions.OmniMachine {
-				o := alloc(transitions.OmniMachine{Acceptance: acc, PreferredPower: on})
+			from: []resources.OmniMachineSpec{alloc(resources.OmniMachineSpec{Acceptance: acc, PreferredPower: on})},
+			omni: func() resources.OmniMachineSpec {
+				o := alloc(resources.OmniMachineSpec{Acceptance: acc, PreferredPower: on})
 				o.ClusterTalosVersion = "v1.9.1"
 
 				return o
@@ -175,7 +175,7 @@ func TestApplyOmniKeepsLocal(t *testing.T) {
 	_, err = local.SetWipeMode(t.Context(), machineID, resources.WipeModeZeroes)
 	require.NoError(t, err)
 
-	got, err := tr.ApplyOmni(t.Context(), machineID, transitions.OmniMachine{Acceptance: resources.AcceptanceAccepted})
+	got, err := tr.ApplyOmni(t.Context(), machineID, resources.OmniMachineSpec{Acceptance: resources.AcceptanceAccepted})
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{"team": "storage"}, got.Labels)
 	assert.Equal(t, resources.WipeModeZeroes, got.WipeMode)
@@ -189,7 +189,7 @@ func TestApplyOmniRefused(t *testing.T) {
 	st := openState(t)
 	local := transitions.New(st, transitions.Options{ManagedBy: "Omni at https://omni.test"})
 
-	_, err := local.ApplyOmni(t.Context(), machineID, transitions.OmniMachine{Acceptance: resources.AcceptanceAccepted})
+	_, err := local.ApplyOmni(t.Context(), machineID, resources.OmniMachineSpec{Acceptance: resources.AcceptanceAccepted})
 	assert.Equal(t, transitions.CodeManaged, transitions.CodeOf(err))
 
 	_, err = local.Accept(t.Context(), machineID, false)
@@ -197,7 +197,7 @@ func TestApplyOmniRefused(t *testing.T) {
 	assert.Equal(t, transitions.CodeManaged, transitions.CodeOf(err))
 	assert.Contains(t, err.Error(), "this provider is managed by Omni at https://omni.test")
 
-	for name, o := range map[string]transitions.OmniMachine{
+	for name, o := range map[string]resources.OmniMachineSpec{
 		"acceptance":   {Acceptance: "maybe"},
 		"power":        {Acceptance: resources.AcceptanceAccepted, PreferredPower: "half"},
 		"wipe id":      {Acceptance: resources.AcceptanceAccepted, WipeID: "a,b"},
@@ -213,6 +213,6 @@ func TestApplyOmniRefused(t *testing.T) {
 	_, err = safe.StateGetByID[*resources.MachineIntent](t.Context(), st, machineID)
 	assert.Error(t, err, "nothing written")
 
-	_, err = local.Owner().ApplyOmni(t.Context(), "4c4c4544-0000-1000-8000-0000000000ff", transitions.OmniMachine{Acceptance: resources.AcceptanceAccepted})
+	_, err = local.Owner().ApplyOmni(t.Context(), "4c4c4544-0000-1000-8000-0000000000ff", resources.OmniMachineSpec{Acceptance: resources.AcceptanceAccepted})
 	assert.Equal(t, transitions.CodeNotFound, transitions.CodeOf(err), "a machine the provider never saw")
 }
