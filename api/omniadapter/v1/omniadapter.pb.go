@@ -28,6 +28,101 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type OmniMachine_Acceptance int32
+
+const (
+	OmniMachine_ACCEPTANCE_PENDING  OmniMachine_Acceptance = 0
+	OmniMachine_ACCEPTANCE_ACCEPTED OmniMachine_Acceptance = 1
+	OmniMachine_ACCEPTANCE_REJECTED OmniMachine_Acceptance = 2
+)
+
+// Enum value maps for OmniMachine_Acceptance.
+var (
+	OmniMachine_Acceptance_name = map[int32]string{
+		0: "ACCEPTANCE_PENDING",
+		1: "ACCEPTANCE_ACCEPTED",
+		2: "ACCEPTANCE_REJECTED",
+	}
+	OmniMachine_Acceptance_value = map[string]int32{
+		"ACCEPTANCE_PENDING":  0,
+		"ACCEPTANCE_ACCEPTED": 1,
+		"ACCEPTANCE_REJECTED": 2,
+	}
+)
+
+func (x OmniMachine_Acceptance) Enum() *OmniMachine_Acceptance {
+	p := new(OmniMachine_Acceptance)
+	*p = x
+	return p
+}
+
+func (x OmniMachine_Acceptance) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OmniMachine_Acceptance) Descriptor() protoreflect.EnumDescriptor {
+	return file_omniadapter_v1_omniadapter_proto_enumTypes[0].Descriptor()
+}
+
+func (OmniMachine_Acceptance) Type() protoreflect.EnumType {
+	return &file_omniadapter_v1_omniadapter_proto_enumTypes[0]
+}
+
+func (x OmniMachine_Acceptance) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OmniMachine_Acceptance.Descriptor instead.
+func (OmniMachine_Acceptance) EnumDescriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{2, 0}
+}
+
+type OmniMachine_Power int32
+
+const (
+	OmniMachine_POWER_OFF OmniMachine_Power = 0
+	OmniMachine_POWER_ON  OmniMachine_Power = 1
+)
+
+// Enum value maps for OmniMachine_Power.
+var (
+	OmniMachine_Power_name = map[int32]string{
+		0: "POWER_OFF",
+		1: "POWER_ON",
+	}
+	OmniMachine_Power_value = map[string]int32{
+		"POWER_OFF": 0,
+		"POWER_ON":  1,
+	}
+)
+
+func (x OmniMachine_Power) Enum() *OmniMachine_Power {
+	p := new(OmniMachine_Power)
+	*p = x
+	return p
+}
+
+func (x OmniMachine_Power) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OmniMachine_Power) Descriptor() protoreflect.EnumDescriptor {
+	return file_omniadapter_v1_omniadapter_proto_enumTypes[1].Descriptor()
+}
+
+func (OmniMachine_Power) Type() protoreflect.EnumType {
+	return &file_omniadapter_v1_omniadapter_proto_enumTypes[1]
+}
+
+func (x OmniMachine_Power) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OmniMachine_Power.Descriptor instead.
+func (OmniMachine_Power) EnumDescriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{2, 1}
+}
+
 type SetJoinConfigRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	KernelArgs    []string               `protobuf:"bytes,1,rep,name=kernel_args,json=kernelArgs,proto3" json:"kernel_args,omitempty"`
@@ -108,6 +203,302 @@ func (*SetJoinConfigResponse) Descriptor() ([]byte, []int) {
 	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{1}
 }
 
+// OmniMachine is an infra.Machine, the fields the provider acts on
+// (OMNI-CONTRACT.md, section A).
+type OmniMachine struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the machine's UUID, as Anvil and Omni both name it.
+	Id                  string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Acceptance          OmniMachine_Acceptance `protobuf:"varint,2,opt,name=acceptance,proto3,enum=anvil.omniadapter.v1.OmniMachine_Acceptance" json:"acceptance,omitempty"`
+	ClusterTalosVersion string                 `protobuf:"bytes,3,opt,name=cluster_talos_version,json=clusterTalosVersion,proto3" json:"cluster_talos_version,omitempty"`
+	Extensions          []string               `protobuf:"bytes,4,rep,name=extensions,proto3" json:"extensions,omitempty"`
+	ExtraKernelArgs     string                 `protobuf:"bytes,5,opt,name=extra_kernel_args,json=extraKernelArgs,proto3" json:"extra_kernel_args,omitempty"`
+	PreferredPower      OmniMachine_Power      `protobuf:"varint,6,opt,name=preferred_power,json=preferredPower,proto3,enum=anvil.omniadapter.v1.OmniMachine_Power" json:"preferred_power,omitempty"`
+	WipeId              string                 `protobuf:"bytes,7,opt,name=wipe_id,json=wipeId,proto3" json:"wipe_id,omitempty"`
+	InstallEventId      uint64                 `protobuf:"varint,8,opt,name=install_event_id,json=installEventId,proto3" json:"install_event_id,omitempty"`
+	RequestedRebootId   string                 `protobuf:"bytes,9,opt,name=requested_reboot_id,json=requestedRebootId,proto3" json:"requested_reboot_id,omitempty"`
+	PowerOffRequestId   string                 `protobuf:"bytes,10,opt,name=power_off_request_id,json=powerOffRequestId,proto3" json:"power_off_request_id,omitempty"`
+	Cordoned            bool                   `protobuf:"varint,11,opt,name=cordoned,proto3" json:"cordoned,omitempty"`
+	// node_unique_token lets the machine's Talos re-join Omni as itself: never logged.
+	NodeUniqueToken string `protobuf:"bytes,12,opt,name=node_unique_token,json=nodeUniqueToken,proto3" json:"node_unique_token,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *OmniMachine) Reset() {
+	*x = OmniMachine{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OmniMachine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OmniMachine) ProtoMessage() {}
+
+func (x *OmniMachine) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OmniMachine.ProtoReflect.Descriptor instead.
+func (*OmniMachine) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *OmniMachine) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *OmniMachine) GetAcceptance() OmniMachine_Acceptance {
+	if x != nil {
+		return x.Acceptance
+	}
+	return OmniMachine_ACCEPTANCE_PENDING
+}
+
+func (x *OmniMachine) GetClusterTalosVersion() string {
+	if x != nil {
+		return x.ClusterTalosVersion
+	}
+	return ""
+}
+
+func (x *OmniMachine) GetExtensions() []string {
+	if x != nil {
+		return x.Extensions
+	}
+	return nil
+}
+
+func (x *OmniMachine) GetExtraKernelArgs() string {
+	if x != nil {
+		return x.ExtraKernelArgs
+	}
+	return ""
+}
+
+func (x *OmniMachine) GetPreferredPower() OmniMachine_Power {
+	if x != nil {
+		return x.PreferredPower
+	}
+	return OmniMachine_POWER_OFF
+}
+
+func (x *OmniMachine) GetWipeId() string {
+	if x != nil {
+		return x.WipeId
+	}
+	return ""
+}
+
+func (x *OmniMachine) GetInstallEventId() uint64 {
+	if x != nil {
+		return x.InstallEventId
+	}
+	return 0
+}
+
+func (x *OmniMachine) GetRequestedRebootId() string {
+	if x != nil {
+		return x.RequestedRebootId
+	}
+	return ""
+}
+
+func (x *OmniMachine) GetPowerOffRequestId() string {
+	if x != nil {
+		return x.PowerOffRequestId
+	}
+	return ""
+}
+
+func (x *OmniMachine) GetCordoned() bool {
+	if x != nil {
+		return x.Cordoned
+	}
+	return false
+}
+
+func (x *OmniMachine) GetNodeUniqueToken() string {
+	if x != nil {
+		return x.NodeUniqueToken
+	}
+	return ""
+}
+
+type ApplyMachineRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Machine       *OmniMachine           `protobuf:"bytes,1,opt,name=machine,proto3" json:"machine,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyMachineRequest) Reset() {
+	*x = ApplyMachineRequest{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyMachineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyMachineRequest) ProtoMessage() {}
+
+func (x *ApplyMachineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyMachineRequest.ProtoReflect.Descriptor instead.
+func (*ApplyMachineRequest) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ApplyMachineRequest) GetMachine() *OmniMachine {
+	if x != nil {
+		return x.Machine
+	}
+	return nil
+}
+
+type ApplyMachineResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyMachineResponse) Reset() {
+	*x = ApplyMachineResponse{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyMachineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyMachineResponse) ProtoMessage() {}
+
+func (x *ApplyMachineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyMachineResponse.ProtoReflect.Descriptor instead.
+func (*ApplyMachineResponse) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{4}
+}
+
+type ForgetMachineRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetMachineRequest) Reset() {
+	*x = ForgetMachineRequest{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetMachineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetMachineRequest) ProtoMessage() {}
+
+func (x *ForgetMachineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetMachineRequest.ProtoReflect.Descriptor instead.
+func (*ForgetMachineRequest) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ForgetMachineRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type ForgetMachineResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetMachineResponse) Reset() {
+	*x = ForgetMachineResponse{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetMachineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetMachineResponse) ProtoMessage() {}
+
+func (x *ForgetMachineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetMachineResponse.ProtoReflect.Descriptor instead.
+func (*ForgetMachineResponse) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{6}
+}
+
 var File_omniadapter_v1_omniadapter_proto protoreflect.FileDescriptor
 
 const file_omniadapter_v1_omniadapter_proto_rawDesc = "" +
@@ -116,9 +507,43 @@ const file_omniadapter_v1_omniadapter_proto_rawDesc = "" +
 	"\x14SetJoinConfigRequest\x12\x1f\n" +
 	"\vkernel_args\x18\x01 \x03(\tR\n" +
 	"kernelArgs\"\x17\n" +
-	"\x15SetJoinConfigResponse2~\n" +
+	"\x15SetJoinConfigResponse\"\xa7\x05\n" +
+	"\vOmniMachine\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12L\n" +
+	"\n" +
+	"acceptance\x18\x02 \x01(\x0e2,.anvil.omniadapter.v1.OmniMachine.AcceptanceR\n" +
+	"acceptance\x122\n" +
+	"\x15cluster_talos_version\x18\x03 \x01(\tR\x13clusterTalosVersion\x12\x1e\n" +
+	"\n" +
+	"extensions\x18\x04 \x03(\tR\n" +
+	"extensions\x12*\n" +
+	"\x11extra_kernel_args\x18\x05 \x01(\tR\x0fextraKernelArgs\x12P\n" +
+	"\x0fpreferred_power\x18\x06 \x01(\x0e2'.anvil.omniadapter.v1.OmniMachine.PowerR\x0epreferredPower\x12\x17\n" +
+	"\awipe_id\x18\a \x01(\tR\x06wipeId\x12(\n" +
+	"\x10install_event_id\x18\b \x01(\x04R\x0einstallEventId\x12.\n" +
+	"\x13requested_reboot_id\x18\t \x01(\tR\x11requestedRebootId\x12/\n" +
+	"\x14power_off_request_id\x18\n" +
+	" \x01(\tR\x11powerOffRequestId\x12\x1a\n" +
+	"\bcordoned\x18\v \x01(\bR\bcordoned\x12*\n" +
+	"\x11node_unique_token\x18\f \x01(\tR\x0fnodeUniqueToken\"V\n" +
+	"\n" +
+	"Acceptance\x12\x16\n" +
+	"\x12ACCEPTANCE_PENDING\x10\x00\x12\x17\n" +
+	"\x13ACCEPTANCE_ACCEPTED\x10\x01\x12\x17\n" +
+	"\x13ACCEPTANCE_REJECTED\x10\x02\"$\n" +
+	"\x05Power\x12\r\n" +
+	"\tPOWER_OFF\x10\x00\x12\f\n" +
+	"\bPOWER_ON\x10\x01\"R\n" +
+	"\x13ApplyMachineRequest\x12;\n" +
+	"\amachine\x18\x01 \x01(\v2!.anvil.omniadapter.v1.OmniMachineR\amachine\"\x16\n" +
+	"\x14ApplyMachineResponse\"&\n" +
+	"\x14ForgetMachineRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x17\n" +
+	"\x15ForgetMachineResponse2\xcf\x02\n" +
 	"\x12OmniAdapterService\x12h\n" +
-	"\rSetJoinConfig\x12*.anvil.omniadapter.v1.SetJoinConfigRequest\x1a+.anvil.omniadapter.v1.SetJoinConfigResponseB?Z=github.com/anvil-metal/anvil/api/omniadapter/v1;omniadapterv1b\x06proto3"
+	"\rSetJoinConfig\x12*.anvil.omniadapter.v1.SetJoinConfigRequest\x1a+.anvil.omniadapter.v1.SetJoinConfigResponse\x12e\n" +
+	"\fApplyMachine\x12).anvil.omniadapter.v1.ApplyMachineRequest\x1a*.anvil.omniadapter.v1.ApplyMachineResponse\x12h\n" +
+	"\rForgetMachine\x12*.anvil.omniadapter.v1.ForgetMachineRequest\x1a+.anvil.omniadapter.v1.ForgetMachineResponseB?Z=github.com/anvil-metal/anvil/api/omniadapter/v1;omniadapterv1b\x06proto3"
 
 var (
 	file_omniadapter_v1_omniadapter_proto_rawDescOnce sync.Once
@@ -132,19 +557,34 @@ func file_omniadapter_v1_omniadapter_proto_rawDescGZIP() []byte {
 	return file_omniadapter_v1_omniadapter_proto_rawDescData
 }
 
-var file_omniadapter_v1_omniadapter_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_omniadapter_v1_omniadapter_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_omniadapter_v1_omniadapter_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_omniadapter_v1_omniadapter_proto_goTypes = []any{
-	(*SetJoinConfigRequest)(nil),  // 0: anvil.omniadapter.v1.SetJoinConfigRequest
-	(*SetJoinConfigResponse)(nil), // 1: anvil.omniadapter.v1.SetJoinConfigResponse
+	(OmniMachine_Acceptance)(0),   // 0: anvil.omniadapter.v1.OmniMachine.Acceptance
+	(OmniMachine_Power)(0),        // 1: anvil.omniadapter.v1.OmniMachine.Power
+	(*SetJoinConfigRequest)(nil),  // 2: anvil.omniadapter.v1.SetJoinConfigRequest
+	(*SetJoinConfigResponse)(nil), // 3: anvil.omniadapter.v1.SetJoinConfigResponse
+	(*OmniMachine)(nil),           // 4: anvil.omniadapter.v1.OmniMachine
+	(*ApplyMachineRequest)(nil),   // 5: anvil.omniadapter.v1.ApplyMachineRequest
+	(*ApplyMachineResponse)(nil),  // 6: anvil.omniadapter.v1.ApplyMachineResponse
+	(*ForgetMachineRequest)(nil),  // 7: anvil.omniadapter.v1.ForgetMachineRequest
+	(*ForgetMachineResponse)(nil), // 8: anvil.omniadapter.v1.ForgetMachineResponse
 }
 var file_omniadapter_v1_omniadapter_proto_depIdxs = []int32{
-	0, // 0: anvil.omniadapter.v1.OmniAdapterService.SetJoinConfig:input_type -> anvil.omniadapter.v1.SetJoinConfigRequest
-	1, // 1: anvil.omniadapter.v1.OmniAdapterService.SetJoinConfig:output_type -> anvil.omniadapter.v1.SetJoinConfigResponse
-	1, // [1:2] is the sub-list for method output_type
-	0, // [0:1] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	0, // 0: anvil.omniadapter.v1.OmniMachine.acceptance:type_name -> anvil.omniadapter.v1.OmniMachine.Acceptance
+	1, // 1: anvil.omniadapter.v1.OmniMachine.preferred_power:type_name -> anvil.omniadapter.v1.OmniMachine.Power
+	4, // 2: anvil.omniadapter.v1.ApplyMachineRequest.machine:type_name -> anvil.omniadapter.v1.OmniMachine
+	2, // 3: anvil.omniadapter.v1.OmniAdapterService.SetJoinConfig:input_type -> anvil.omniadapter.v1.SetJoinConfigRequest
+	5, // 4: anvil.omniadapter.v1.OmniAdapterService.ApplyMachine:input_type -> anvil.omniadapter.v1.ApplyMachineRequest
+	7, // 5: anvil.omniadapter.v1.OmniAdapterService.ForgetMachine:input_type -> anvil.omniadapter.v1.ForgetMachineRequest
+	3, // 6: anvil.omniadapter.v1.OmniAdapterService.SetJoinConfig:output_type -> anvil.omniadapter.v1.SetJoinConfigResponse
+	6, // 7: anvil.omniadapter.v1.OmniAdapterService.ApplyMachine:output_type -> anvil.omniadapter.v1.ApplyMachineResponse
+	8, // 8: anvil.omniadapter.v1.OmniAdapterService.ForgetMachine:output_type -> anvil.omniadapter.v1.ForgetMachineResponse
+	6, // [6:9] is the sub-list for method output_type
+	3, // [3:6] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_omniadapter_v1_omniadapter_proto_init() }
@@ -157,13 +597,14 @@ func file_omniadapter_v1_omniadapter_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_omniadapter_v1_omniadapter_proto_rawDesc), len(file_omniadapter_v1_omniadapter_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   2,
+			NumEnums:      2,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_omniadapter_v1_omniadapter_proto_goTypes,
 		DependencyIndexes: file_omniadapter_v1_omniadapter_proto_depIdxs,
+		EnumInfos:         file_omniadapter_v1_omniadapter_proto_enumTypes,
 		MessageInfos:      file_omniadapter_v1_omniadapter_proto_msgTypes,
 	}.Build()
 	File_omniadapter_v1_omniadapter_proto = out.File

@@ -27,6 +27,8 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	OmniAdapterService_SetJoinConfig_FullMethodName = "/anvil.omniadapter.v1.OmniAdapterService/SetJoinConfig"
+	OmniAdapterService_ApplyMachine_FullMethodName  = "/anvil.omniadapter.v1.OmniAdapterService/ApplyMachine"
+	OmniAdapterService_ForgetMachine_FullMethodName = "/anvil.omniadapter.v1.OmniAdapterService/ForgetMachine"
 )
 
 // OmniAdapterServiceClient is the client API for OmniAdapterService service.
@@ -39,6 +41,12 @@ type OmniAdapterServiceClient interface {
 	// (Omni's siderolink.ProviderJoinConfig): agents boot with them. They hold a join
 	// token: the provider never logs them whole.
 	SetJoinConfig(ctx context.Context, in *SetJoinConfigRequest, opts ...grpc.CallOption) (*SetJoinConfigResponse, error)
+	// ApplyMachine gives what Omni decides of one machine (its infra.Machine): the
+	// provider carries it out. The adapter sends every machine when it starts following
+	// Omni, then each change.
+	ApplyMachine(ctx context.Context, in *ApplyMachineRequest, opts ...grpc.CallOption) (*ApplyMachineResponse, error)
+	// ForgetMachine says that Omni no longer has the machine (its infra.Machine is gone).
+	ForgetMachine(ctx context.Context, in *ForgetMachineRequest, opts ...grpc.CallOption) (*ForgetMachineResponse, error)
 }
 
 type omniAdapterServiceClient struct {
@@ -59,6 +67,26 @@ func (c *omniAdapterServiceClient) SetJoinConfig(ctx context.Context, in *SetJoi
 	return out, nil
 }
 
+func (c *omniAdapterServiceClient) ApplyMachine(ctx context.Context, in *ApplyMachineRequest, opts ...grpc.CallOption) (*ApplyMachineResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApplyMachineResponse)
+	err := c.cc.Invoke(ctx, OmniAdapterService_ApplyMachine_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *omniAdapterServiceClient) ForgetMachine(ctx context.Context, in *ForgetMachineRequest, opts ...grpc.CallOption) (*ForgetMachineResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForgetMachineResponse)
+	err := c.cc.Invoke(ctx, OmniAdapterService_ForgetMachine_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OmniAdapterServiceServer is the server API for OmniAdapterService service.
 // All implementations must embed UnimplementedOmniAdapterServiceServer
 // for forward compatibility.
@@ -69,6 +97,12 @@ type OmniAdapterServiceServer interface {
 	// (Omni's siderolink.ProviderJoinConfig): agents boot with them. They hold a join
 	// token: the provider never logs them whole.
 	SetJoinConfig(context.Context, *SetJoinConfigRequest) (*SetJoinConfigResponse, error)
+	// ApplyMachine gives what Omni decides of one machine (its infra.Machine): the
+	// provider carries it out. The adapter sends every machine when it starts following
+	// Omni, then each change.
+	ApplyMachine(context.Context, *ApplyMachineRequest) (*ApplyMachineResponse, error)
+	// ForgetMachine says that Omni no longer has the machine (its infra.Machine is gone).
+	ForgetMachine(context.Context, *ForgetMachineRequest) (*ForgetMachineResponse, error)
 	mustEmbedUnimplementedOmniAdapterServiceServer()
 }
 
@@ -81,6 +115,12 @@ type UnimplementedOmniAdapterServiceServer struct{}
 
 func (UnimplementedOmniAdapterServiceServer) SetJoinConfig(context.Context, *SetJoinConfigRequest) (*SetJoinConfigResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetJoinConfig not implemented")
+}
+func (UnimplementedOmniAdapterServiceServer) ApplyMachine(context.Context, *ApplyMachineRequest) (*ApplyMachineResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApplyMachine not implemented")
+}
+func (UnimplementedOmniAdapterServiceServer) ForgetMachine(context.Context, *ForgetMachineRequest) (*ForgetMachineResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForgetMachine not implemented")
 }
 func (UnimplementedOmniAdapterServiceServer) mustEmbedUnimplementedOmniAdapterServiceServer() {}
 func (UnimplementedOmniAdapterServiceServer) testEmbeddedByValue()                            {}
@@ -121,6 +161,42 @@ func _OmniAdapterService_SetJoinConfig_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OmniAdapterService_ApplyMachine_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApplyMachineRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OmniAdapterServiceServer).ApplyMachine(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OmniAdapterService_ApplyMachine_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OmniAdapterServiceServer).ApplyMachine(ctx, req.(*ApplyMachineRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OmniAdapterService_ForgetMachine_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForgetMachineRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OmniAdapterServiceServer).ForgetMachine(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OmniAdapterService_ForgetMachine_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OmniAdapterServiceServer).ForgetMachine(ctx, req.(*ForgetMachineRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OmniAdapterService_ServiceDesc is the grpc.ServiceDesc for OmniAdapterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -131,6 +207,14 @@ var OmniAdapterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetJoinConfig",
 			Handler:    _OmniAdapterService_SetJoinConfig_Handler,
+		},
+		{
+			MethodName: "ApplyMachine",
+			Handler:    _OmniAdapterService_ApplyMachine_Handler,
+		},
+		{
+			MethodName: "ForgetMachine",
+			Handler:    _OmniAdapterService_ForgetMachine_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"unicode"
 
+	"github.com/cosi-project/runtime/pkg/state"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -39,15 +40,19 @@ type Link struct {
 	omniadapterv1.UnimplementedOmniAdapterServiceServer
 
 	socket string
+	// st holds the OmniMachines the adapter reports, of which the link is the only
+	// writer.
+	st     state.State
 	logger *zap.Logger
 
 	mu       sync.RWMutex
 	joinArgs []string
 }
 
-// New returns the link; its socket is served at socket.
-func New(socket string, logger *zap.Logger) *Link {
-	return &Link{socket: socket, logger: logger}
+// New returns the link; its socket is served at socket, and what the adapter reports of
+// machines is stored in st.
+func New(socket string, st state.State, logger *zap.Logger) *Link {
+	return &Link{socket: socket, st: st, logger: logger}
 }
 
 // Socket is where the adapter API is served.

@@ -129,7 +129,7 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 
 	if omniMode {
 		adapter.Logger = logger.Named("omni")
-		env.omni = omnilink.New(filepath.Join(opts.StateDir, "omni-adapter.sock"), logger.Named("omni"))
+		env.omni = omnilink.New(filepath.Join(opts.StateDir, "omni-adapter.sock"), store, logger.Named("omni"))
 		env.adapter = &adapter
 
 		// Omni owns acceptance, allocation, power, wipe and reboot; agents boot with its

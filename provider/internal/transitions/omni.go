@@ -30,8 +30,8 @@ func (s *Service) ApplyOmni(ctx context.Context, id string, o resources.OmniMach
 		return nil, err
 	}
 
-	if err := ValidateOmni(o); err != nil {
-		return nil, invalid(fmt.Errorf("the infra machine %s from Omni: %w", id, err))
+	if err := ValidateOmni(id, o); err != nil {
+		return nil, invalid(err)
 	}
 
 	cur, err := s.current(ctx, id)
@@ -148,7 +148,19 @@ func sameAllocation(a *resources.Allocation, o resources.OmniMachineSpec) bool {
 
 // ValidateOmni checks what the adapter passed on of Omni's resource: the adapter API
 // refuses what fails it, and ApplyOmni checks it again.
-func ValidateOmni(o resources.OmniMachineSpec) error {
+func ValidateOmni(id string, o resources.OmniMachineSpec) error {
+	if err := validateMachineID(id); err != nil {
+		return fmt.Errorf("the infra machine from Omni: %w", err)
+	}
+
+	if err := validateOmniSpec(o); err != nil {
+		return fmt.Errorf("the infra machine %s from Omni: %w", id, err)
+	}
+
+	return nil
+}
+
+func validateOmniSpec(o resources.OmniMachineSpec) error {
 	switch o.Acceptance {
 	case resources.AcceptancePending, resources.AcceptanceAccepted, resources.AcceptanceRejected:
 	default:
@@ -161,6 +173,10 @@ func ValidateOmni(o resources.OmniMachineSpec) error {
 		return fmt.Errorf("unknown preferred power state %q", o.PreferredPower)
 	}
 
+	if len(o.NodeUniqueToken) > maxOmniToken {
+		return fmt.Errorf("node_unique_token is longer than %d bytes", maxOmniToken)
+	}
+
 	for name, id := range map[string]string{"wipe_id": o.WipeID, "requested_reboot_id": o.RequestedRebootID, "power_off_request_id": o.PowerOffRequestID} {
 		if len(id) > maxOmniID || strings.ContainsAny(id, ",\n") {
 			return fmt.Errorf("%s: not an id (at most %d characters, no comma or newline)", name, maxOmniID)
@@ -170,5 +186,9 @@ func ValidateOmni(o resources.OmniMachineSpec) error {
 	return nil
 }
 
-// maxOmniID bounds the ids Omni sends (UUIDs and xids in practice).
-const maxOmniID = 128
+// Bounds of what Omni sends: ids (UUIDs and xids in practice) and the node unique
+// token (a JSON object of a fingerprint and a UUID, ~120 bytes).
+const (
+	maxOmniID    = 128
+	maxOmniToken = 1024
+)
