@@ -19,14 +19,12 @@ const pushTimeout = 10 * time.Second
 // pushJoinArgs hands every new join config to the provider, over the socket it serves
 // the adapter on, until ctx is done; a failed hand-over is tried again.
 func (c *Connection) pushJoinArgs(ctx context.Context) error {
-	conn, err := grpc.NewClient("unix://"+c.opts.ProviderSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	client, closeConn, err := c.providerClient()
 	if err != nil {
-		return fmt.Errorf("error dialing the provider at %s: %w", c.opts.ProviderSocket, err)
+		return err
 	}
 
-	defer conn.Close()
-
-	client := omniadapterv1.NewOmniAdapterServiceClient(conn)
+	defer closeConn()
 
 	var sent []string
 
@@ -56,4 +54,15 @@ func (c *Connection) pushJoinArgs(ctx context.Context) error {
 
 		sent = args
 	}
+}
+
+// providerClient is a client of the adapter API the provider serves on its socket, and
+// what closes its connection.
+func (c *Connection) providerClient() (omniadapterv1.OmniAdapterServiceClient, func(), error) {
+	conn, err := grpc.NewClient("unix://"+c.opts.ProviderSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("error dialing the provider at %s: %w", c.opts.ProviderSocket, err)
+	}
+
+	return omniadapterv1.NewOmniAdapterServiceClient(conn), func() { conn.Close() }, nil
 }

@@ -42,6 +42,9 @@ func (c *Connection) Run(ctx context.Context) error {
 		eg.Go(func() error {
 			return retry(ctx, c.opts.Logger, "handing the join config to the provider", c.pushJoinArgs)
 		})
+		eg.Go(func() error {
+			return retry(ctx, c.opts.Logger, "handing Omni's machines to the provider", c.followMachines)
+		})
 	}
 
 	return eg.Wait()

@@ -1,0 +1,190 @@
+package omni_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/controller/runtime"
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/state/impl/inmem"
+	"github.com/cosi-project/runtime/pkg/state/impl/namespaced"
+	"github.com/siderolabs/omni/client/api/omni/specs"
+	"github.com/siderolabs/omni/client/pkg/omni/resources/infra"
+	omnires "github.com/siderolabs/omni/client/pkg/omni/resources/omni"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/anvil-metal/anvil/provider/internal/controllers"
+	"github.com/anvil-metal/anvil/provider/internal/omni"
+	"github.com/anvil-metal/anvil/provider/internal/omnilink"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
+	"github.com/anvil-metal/anvil/provider/internal/transitions"
+)
+
+// TestOmniMachinesToIntent is the Omni → desired-state path whole, row by row: an
+// in-memory state holding Omni's infra types (as Omni's API serves them) is followed by
+// the adapter, which hands each infra.Machine of its provider to the provider's real
+// link; the provider's real controller runtime makes it the machine's intent through
+// the transitions. Each row changes Omni's infra.Machine of one machine and waits for
+// the intent the mapping rules want; a machine of another provider is never handed over.
+func TestOmniMachinesToIntent(t *testing.T) {
+	t.Parallel()
+
+	const (
+		providerID = "anvil-test"
+		id         = "4c4c4544-0000-1000-8000-0000000000aa"
+		foreign    = "4c4c4544-0000-1000-8000-0000000000bb"
+	)
+
+	ctx := t.Context()
+	omniState := state.WrapCore(namespaced.NewState(inmem.Build))
+	provider := runProvider(t, providerID, omniState)
+
+	for _, mid := range []string{id, foreign} {
+		m := resources.NewMachine(mid)
+		m.TypedSpec().Arch = "amd64"
+		require.NoError(t, provider.Create(ctx, m))
+	}
+
+	other := infra.NewMachine(foreign)
+	other.Metadata().Labels().Set(omnires.LabelInfraProviderID, "someone-else")
+	other.TypedSpec().Value.AcceptanceStatus = specs.InfraMachineConfigSpec_ACCEPTED
+	require.NoError(t, omniState.Create(ctx, other))
+
+	im := infra.NewMachine(id)
+	im.Metadata().Labels().Set(omnires.LabelInfraProviderID, providerID)
+	require.NoError(t, omniState.Create(ctx, im))
+
+	type want struct {
+		acceptance resources.Acceptance
+		talos      string
+		power      resources.PowerState
+		wipeID     string
+		rebootID   string
+		cordoned   bool
+	}
+
+	acc := specs.InfraMachineConfigSpec_ACCEPTED
+	on, off := specs.InfraMachineSpec_POWER_STATE_ON, specs.InfraMachineSpec_POWER_STATE_OFF
+
+	for _, row := range []struct {
+		name   string
+		change func(*specs.InfraMachineSpec)
+		want   want
+	}{
+		{"pending, Omni's power preference ignored", func(s *specs.InfraMachineSpec) { s.PreferredPowerState = on },
+			want{acceptance: resources.AcceptancePending, power: resources.PowerDefault}},
+		{"accepted: the initial wipe", func(s *specs.InfraMachineSpec) { s.AcceptanceStatus, s.PreferredPowerState = acc, off },
+			want{acceptance: resources.AcceptanceAccepted, power: resources.PowerOff, wipeID: "omni:initial"}},
+		{"allocated", func(s *specs.InfraMachineSpec) {
+			s.ClusterTalosVersion, s.Extensions, s.ExtraKernelArgs, s.PreferredPowerState = "v1.9.0", []string{"siderolabs/intel-ucode"}, "console=ttyS0", on
+		}, want{acceptance: resources.AcceptanceAccepted, talos: "v1.9.0", power: resources.PowerOn, wipeID: "omni:initial"}},
+		{"installed (Omni counted an install)", func(s *specs.InfraMachineSpec) { s.InstallEventId = 1 },
+			want{acceptance: resources.AcceptanceAccepted, talos: "v1.9.0", power: resources.PowerOn, wipeID: "omni:initial"}},
+		{"a reboot request", func(s *specs.InfraMachineSpec) { s.RequestedRebootId = "r1" },
+			want{acceptance: resources.AcceptanceAccepted, talos: "v1.9.0", power: resources.PowerOn, wipeID: "omni:initial", rebootID: "omni:reboot=r1"}},
+		{"a power-off request", func(s *specs.InfraMachineSpec) { s.PowerOffRequestId = "p1" },
+			want{acceptance: resources.AcceptanceAccepted, talos: "v1.9.0", power: resources.PowerOff, wipeID: "omni:initial", rebootID: "omni:reboot=r1"}},
+		{"cluster deleted: a new wipe id", func(s *specs.InfraMachineSpec) {
+			s.ClusterTalosVersion, s.Extensions, s.ExtraKernelArgs, s.PowerOffRequestId, s.PreferredPowerState, s.WipeId = "", nil, "", "", off, "w1"
+		}, want{acceptance: resources.AcceptanceAccepted, power: resources.PowerOff, wipeID: "omni:w1", rebootID: "omni:reboot=r1,wipe=w1"}},
+		{"cordoned", func(s *specs.InfraMachineSpec) { s.Cordoned = true },
+			want{acceptance: resources.AcceptanceAccepted, power: resources.PowerOff, wipeID: "omni:w1", rebootID: "omni:reboot=r1,wipe=w1", cordoned: true}},
+		{"rejected", func(s *specs.InfraMachineSpec) { s.AcceptanceStatus = specs.InfraMachineConfigSpec_REJECTED },
+			want{acceptance: resources.AcceptanceRejected, power: resources.PowerDefault, wipeID: "omni:w1", rebootID: "omni:reboot=r1,wipe=w1", cordoned: true}},
+	} {
+		_, err := safe.StateUpdateWithConflicts(ctx, omniState, im.Metadata(), func(m *infra.Machine) error {
+			row.change(m.TypedSpec().Value)
+
+			return nil
+		})
+		require.NoError(t, err, row.name)
+
+		var got want
+
+		ok := assert.Eventually(t, func() bool {
+			in, err := safe.StateGetByID[*resources.MachineIntent](ctx, provider, id)
+			if err != nil {
+				return false
+			}
+
+			s := in.TypedSpec()
+			got = want{acceptance: s.Acceptance, power: s.Power, wipeID: s.WipeID, rebootID: s.RebootID, cordoned: s.Cordoned}
+
+			if s.Allocation != nil {
+				got.talos = s.Allocation.TalosVersion
+			}
+
+			return got == row.want
+		}, 20*time.Second, 10*time.Millisecond, "%s: the intent", row.name)
+		if !ok {
+			t.Logf("%s: got %+v, want %+v", row.name, got, row.want)
+		}
+
+		om, err := safe.StateGetByID[*resources.OmniMachine](ctx, provider, id)
+		require.NoError(t, err)
+		assert.Equal(t, im.Metadata().ID(), om.Metadata().ID())
+	}
+
+	_, err := safe.StateGetByID[*resources.OmniMachine](ctx, provider, foreign)
+	assert.True(t, state.IsNotFoundError(err), "another provider's machine is not handed over: %v", err)
+
+	// Omni drops the machine: so does the provider's view of Omni; the intent stays.
+	require.NoError(t, omniState.Destroy(ctx, im.Metadata()))
+
+	assert.Eventually(t, func() bool {
+		_, err := safe.StateGetByID[*resources.OmniMachine](ctx, provider, id)
+
+		return state.IsNotFoundError(err)
+	}, 20*time.Second, 10*time.Millisecond)
+}
+
+// runProvider runs the provider's side for the test: its store, its link to the adapter
+// on a socket, the Omni intent controller in a real runtime, and the adapter's
+// connection to omniState, until the test ends.
+func runProvider(t *testing.T, providerID string, omniState state.State) *resources.Store {
+	t.Helper()
+
+	store, err := resources.Open(t.Context(), t.TempDir())
+	require.NoError(t, err)
+
+	dir, err := os.MkdirTemp("", "omni") // short: a socket path fits in 108 bytes
+	require.NoError(t, err)
+
+	logger := zaptest.NewLogger(t)
+	link := omnilink.New(filepath.Join(dir, "omni-adapter.sock"), store, logger.Named("link"))
+	tr := transitions.New(store, transitions.Options{ManagedBy: "Omni at https://omni.lab:8099", Logger: logger})
+
+	rt, err := runtime.NewRuntime(store, logger.Named("runtime"))
+	require.NoError(t, err)
+	require.NoError(t, rt.RegisterQController(&controllers.OmniIntentController{Applier: tr.Owner()}))
+
+	c, err := omni.Dial(omni.Options{
+		Endpoint: "https://omni.lab:8099", ProviderID: providerID, State: omniState, ProviderSocket: link.Socket(), Logger: zap.NewNop(),
+	})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+
+	var wg sync.WaitGroup
+
+	wg.Go(func() { link.Serve(ctx) }) //nolint:errcheck // nil when ctx ends
+	wg.Go(func() { rt.Run(ctx) })     //nolint:errcheck // nil when ctx ends
+	wg.Go(func() { c.Run(ctx) })      //nolint:errcheck // nil when ctx ends
+
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		store.Close()
+		os.RemoveAll(dir)
+	})
+
+	return store
+}
