@@ -10,6 +10,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/state"
 	"go.uber.org/zap"
 
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 	"github.com/anvil-metal/anvil/provider/internal/transitions"
 )
@@ -31,6 +32,8 @@ type OmniApplier interface {
 // state does, after the state was lost).
 type OmniIntentController struct {
 	Applier OmniApplier
+	// Recorder records the install Omni counted (MachineStatusController).
+	Recorder transitions.InstallRecorder
 }
 
 // Name implements controller.QController.
@@ -42,6 +45,7 @@ func (ctrl *OmniIntentController) Settings() controller.QSettings {
 		Inputs: []controller.Input{
 			{Namespace: resources.NamespaceName, Type: resources.OmniMachineType, Kind: controller.InputQPrimary},
 			{Namespace: resources.NamespaceName, Type: resources.MachineType, Kind: controller.InputQMapped},
+			{Namespace: resources.NamespaceName, Type: resources.MachineStatusType, Kind: controller.InputQMapped},
 		},
 	}
 }
@@ -85,5 +89,36 @@ func (ctrl *OmniIntentController) Reconcile(ctx context.Context, logger *zap.Log
 
 	logger.Debug("Omni's decisions applied", zap.String("machine", id), zap.String("acceptance", string(intent.Acceptance)))
 
+	return ctrl.recordInstall(ctx, r, id, om.TypedSpec(), intent)
+}
+
+// recordInstall records, once, that the allocation is installed when Omni counted an
+// install since the last wipe (lifecycle.OmniInstalled).
+func (ctrl *OmniIntentController) recordInstall(ctx context.Context, r controller.QRuntime, id string, om *resources.OmniMachineSpec, intent *resources.MachineIntentSpec) error {
+	if intent.Allocation == nil || ctrl.Recorder == nil {
+		return nil
+	}
+
+	status, err := safe.ReaderGetByID[*resources.MachineStatus](ctx, r, id)
+	if err != nil && !state.IsNotFoundError(err) {
+		return fmt.Errorf("error reading the status of machine %s: %w", id, err)
+	}
+
+	var spec *resources.MachineStatusSpec
+	if status != nil {
+		spec = status.TypedSpec()
+	}
+
+	if !lifecycle.OmniInstalled(*om, spec) || (spec != nil && spec.InstalledAllocation == intent.Allocation.ID) {
+		return nil
+	}
+
+	if err := ctrl.Recorder.RecordInstalled(ctx, id, intent.Allocation.ID, InstalledByOmni); err != nil {
+		return fmt.Errorf("error recording the install of machine %s: %w", id, err)
+	}
+
 	return nil
 }
+
+// InstalledByOmni is the source of an install Omni counted.
+const InstalledByOmni = "omni"

@@ -23,7 +23,8 @@ func TestOmniIntentController(t *testing.T) {
 
 	// The transitions need the runtime's state: wire them once it exists.
 	applier := &lateApplier{}
-	st := run(t, &controllers.OmniIntentController{Applier: applier})
+	status := controllers.NewMachineStatusController()
+	st := run(t, status, &controllers.OmniIntentController{Applier: applier, Recorder: status})
 	local := transitions.New(st, transitions.Options{ManagedBy: "Omni at https://omni.test"})
 	applier.tr.Store(local.Owner())
 
@@ -59,6 +60,19 @@ func TestOmniIntentController(t *testing.T) {
 	})
 	assert.Equal(t, "v1.9.0", in.TypedSpec().Allocation.TalosVersion)
 
+	// Talos installs itself and tells Omni, which counts it: the allocation is installed.
+	_, err = safe.StateUpdateWithConflicts(ctx, st, om.Metadata(), func(om *resources.OmniMachine) error {
+		om.TypedSpec().InstallEventID = 1
+
+		return nil
+	})
+	require.NoError(t, err)
+
+	ms := eventually(t, st, id, func(ms *resources.MachineStatus) bool {
+		return ms.TypedSpec().InstalledAllocation == in.TypedSpec().Allocation.ID
+	})
+	assert.Equal(t, controllers.InstalledByOmni, ms.TypedSpec().InstalledBy)
+
 	// The cluster is deleted: Omni names a new wipe.
 	_, err = safe.StateUpdateWithConflicts(ctx, st, om.Metadata(), func(om *resources.OmniMachine) error {
 		om.TypedSpec().ClusterTalosVersion = ""
@@ -78,7 +92,9 @@ func TestOmniIntentController(t *testing.T) {
 }
 
 // lateApplier hands the controller the transitions once the test has made them.
-type lateApplier struct{ tr atomic.Pointer[transitions.Service] }
+type lateApplier struct {
+	tr atomic.Pointer[transitions.Service]
+}
 
 func (a *lateApplier) ApplyOmni(ctx context.Context, id string, o resources.OmniMachineSpec) (*resources.MachineIntentSpec, error) {
 	return a.tr.Load().ApplyOmni(ctx, id, o)

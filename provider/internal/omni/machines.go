@@ -111,7 +111,9 @@ func omniMachine(m *infra.Machine) *omniadapterv1.OmniMachine {
 }
 
 // adapterSink is MachineSink over the adapter API.
-type adapterSink struct{ client omniadapterv1.OmniAdapterServiceClient }
+type adapterSink struct {
+	client omniadapterv1.OmniAdapterServiceClient
+}
 
 func (s adapterSink) ApplyMachine(ctx context.Context, m *omniadapterv1.OmniMachine) error {
 	_, err := s.client.ApplyMachine(ctx, &omniadapterv1.ApplyMachineRequest{Machine: m})
