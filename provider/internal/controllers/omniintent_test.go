@@ -43,7 +43,7 @@ func TestOmniIntentController(t *testing.T) {
 
 	eventually(t, st, id, func(in *resources.MachineIntent) bool {
 		return in.TypedSpec().Acceptance == resources.AcceptanceAccepted && in.TypedSpec().WipeID == "omni:initial" &&
-			in.TypedSpec().Power == resources.PowerOff
+			in.TypedSpec().IdlePower == resources.PowerOff
 	})
 
 	// A cluster takes it.
@@ -56,7 +56,7 @@ func TestOmniIntentController(t *testing.T) {
 	require.NoError(t, err)
 
 	in := eventually(t, st, id, func(in *resources.MachineIntent) bool {
-		return in.TypedSpec().Allocation != nil && in.TypedSpec().Power == resources.PowerOn
+		return in.TypedSpec().Allocation != nil && in.TypedSpec().IdlePower == resources.PowerOn
 	})
 	assert.Equal(t, "v1.9.0", in.TypedSpec().Allocation.TalosVersion)
 

@@ -32,3 +32,41 @@ func TestOmniInstalled(t *testing.T) {
 		assert.Equal(t, tc.want, lifecycle.OmniInstalled(resources.OmniMachineSpec{InstallEventID: tc.events}, tc.status), tc.name)
 	}
 }
+
+// TestIdlePower: an owner's idle power (Omni's preferred power state) replaces the
+// provider's idle default, never the power a machine with work needs, and yields to an
+// override.
+func TestIdlePower(t *testing.T) {
+	t.Parallel()
+
+	on, off, def := resources.PowerOn, resources.PowerOff, resources.PowerDefault
+
+	for _, tc := range []struct {
+		name            string
+		policyIdle      resources.PowerState
+		power, idle     resources.PowerState
+		wipeOwed, alloc bool
+		want            resources.PowerState
+	}{
+		{"the provider's default", off, def, "", false, false, off},
+		{"the owner's idle on", off, def, on, false, false, on},
+		{"the owner's idle off", on, def, off, false, false, off},
+		{"a wipe owed: on whatever the idle power", off, def, off, true, false, on},
+		{"allocated: on whatever the idle power", off, def, off, false, true, on},
+		{"an override off wins over an allocation", off, off, on, false, true, off},
+	} {
+		intent := &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Power: tc.power, IdlePower: tc.idle}
+		status := &resources.MachineStatusSpec{}
+
+		if tc.wipeOwed {
+			intent.WipeID = "w"
+		}
+
+		if tc.alloc {
+			intent.Allocation = &resources.Allocation{ID: "a", TalosVersion: "v1.9.0"}
+		}
+
+		m := lifecycle.Machine{ID: "m", Machine: &resources.MachineSpec{}, Intent: intent, Status: status}
+		assert.Equal(t, tc.want, m.DesiredPower(lifecycle.Policy{IdlePower: tc.policyIdle}), tc.name)
+	}
+}

@@ -66,6 +66,7 @@ func TestOmniMachinesToIntent(t *testing.T) {
 		acceptance resources.Acceptance
 		talos      string
 		power      resources.PowerState
+		idle       resources.PowerState
 		wipeID     string
 		rebootID   string
 		cordoned   bool
@@ -82,21 +83,21 @@ func TestOmniMachinesToIntent(t *testing.T) {
 		{"pending, Omni's power preference ignored", func(s *specs.InfraMachineSpec) { s.PreferredPowerState = on },
 			want{acceptance: resources.AcceptancePending, power: resources.PowerDefault}},
 		{"accepted: the initial wipe", func(s *specs.InfraMachineSpec) { s.AcceptanceStatus, s.PreferredPowerState = acc, off },
-			want{acceptance: resources.AcceptanceAccepted, power: resources.PowerOff, wipeID: "omni:initial"}},
+			want{acceptance: resources.AcceptanceAccepted, power: resources.PowerDefault, idle: resources.PowerOff, wipeID: "omni:initial"}},
 		{"allocated", func(s *specs.InfraMachineSpec) {
 			s.ClusterTalosVersion, s.Extensions, s.ExtraKernelArgs, s.PreferredPowerState = "v1.9.0", []string{"siderolabs/intel-ucode"}, "console=ttyS0", on
-		}, want{acceptance: resources.AcceptanceAccepted, talos: "v1.9.0", power: resources.PowerOn, wipeID: "omni:initial"}},
+		}, want{acceptance: resources.AcceptanceAccepted, talos: "v1.9.0", power: resources.PowerDefault, idle: resources.PowerOn, wipeID: "omni:initial"}},
 		{"installed (Omni counted an install)", func(s *specs.InfraMachineSpec) { s.InstallEventId = 1 },
-			want{acceptance: resources.AcceptanceAccepted, talos: "v1.9.0", power: resources.PowerOn, wipeID: "omni:initial"}},
+			want{acceptance: resources.AcceptanceAccepted, talos: "v1.9.0", power: resources.PowerDefault, idle: resources.PowerOn, wipeID: "omni:initial"}},
 		{"a reboot request", func(s *specs.InfraMachineSpec) { s.RequestedRebootId = "r1" },
-			want{acceptance: resources.AcceptanceAccepted, talos: "v1.9.0", power: resources.PowerOn, wipeID: "omni:initial", rebootID: "omni:reboot=r1"}},
+			want{acceptance: resources.AcceptanceAccepted, talos: "v1.9.0", power: resources.PowerDefault, idle: resources.PowerOn, wipeID: "omni:initial", rebootID: "omni:reboot=r1"}},
 		{"a power-off request", func(s *specs.InfraMachineSpec) { s.PowerOffRequestId = "p1" },
-			want{acceptance: resources.AcceptanceAccepted, talos: "v1.9.0", power: resources.PowerOff, wipeID: "omni:initial", rebootID: "omni:reboot=r1"}},
+			want{acceptance: resources.AcceptanceAccepted, talos: "v1.9.0", power: resources.PowerOff, idle: resources.PowerOn, wipeID: "omni:initial", rebootID: "omni:reboot=r1"}},
 		{"cluster deleted: a new wipe id", func(s *specs.InfraMachineSpec) {
 			s.ClusterTalosVersion, s.Extensions, s.ExtraKernelArgs, s.PowerOffRequestId, s.PreferredPowerState, s.WipeId = "", nil, "", "", off, "w1"
-		}, want{acceptance: resources.AcceptanceAccepted, power: resources.PowerOff, wipeID: "omni:w1", rebootID: "omni:reboot=r1,wipe=w1"}},
+		}, want{acceptance: resources.AcceptanceAccepted, power: resources.PowerDefault, idle: resources.PowerOff, wipeID: "omni:w1", rebootID: "omni:reboot=r1,wipe=w1"}},
 		{"cordoned", func(s *specs.InfraMachineSpec) { s.Cordoned = true },
-			want{acceptance: resources.AcceptanceAccepted, power: resources.PowerOff, wipeID: "omni:w1", rebootID: "omni:reboot=r1,wipe=w1", cordoned: true}},
+			want{acceptance: resources.AcceptanceAccepted, power: resources.PowerDefault, idle: resources.PowerOff, wipeID: "omni:w1", rebootID: "omni:reboot=r1,wipe=w1", cordoned: true}},
 		{"rejected", func(s *specs.InfraMachineSpec) { s.AcceptanceStatus = specs.InfraMachineConfigSpec_REJECTED },
 			want{acceptance: resources.AcceptanceRejected, power: resources.PowerDefault, wipeID: "omni:w1", rebootID: "omni:reboot=r1,wipe=w1", cordoned: true}},
 	} {
@@ -116,7 +117,7 @@ func TestOmniMachinesToIntent(t *testing.T) {
 			}
 
 			s := in.TypedSpec()
-			got = want{acceptance: s.Acceptance, power: s.Power, wipeID: s.WipeID, rebootID: s.RebootID, cordoned: s.Cordoned}
+			got = want{acceptance: s.Acceptance, power: s.Power, idle: s.IdlePower, wipeID: s.WipeID, rebootID: s.RebootID, cordoned: s.Cordoned}
 
 			if s.Allocation != nil {
 				got.talos = s.Allocation.TalosVersion

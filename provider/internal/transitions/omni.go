@@ -69,7 +69,7 @@ func omniIntent(cur resources.MachineIntentSpec, o resources.OmniMachineSpec, al
 	if o.Acceptance != resources.AcceptanceAccepted {
 		// Pending or rejected: nothing is handed out, nothing powered.
 		next.Allocation = nil
-		next.Power = resources.PowerDefault
+		next.Power, next.IdlePower = resources.PowerDefault, ""
 
 		return next
 	}
@@ -90,13 +90,17 @@ func omniIntent(cur resources.MachineIntentSpec, o resources.OmniMachineSpec, al
 		next.Allocation = alloc
 	}
 
-	switch {
-	case o.PowerOffRequestID != "":
+	// Omni's power-off request overrides everything (the machine stays off whatever its
+	// allocation wants); its preferred power state is the machine's idle power: a
+	// machine with work (a wipe, an allocation) is on whatever Omni prefers for it idle.
+	next.Power = resources.PowerDefault
+	if o.PowerOffRequestID != "" {
 		next.Power = resources.PowerOff
-	case o.PreferredPower == resources.PowerOn || o.PreferredPower == resources.PowerOff:
-		next.Power = o.PreferredPower
-	default:
-		next.Power = resources.PowerDefault
+	}
+
+	next.IdlePower = ""
+	if o.PreferredPower == resources.PowerOn || o.PreferredPower == resources.PowerOff {
+		next.IdlePower = o.PreferredPower
 	}
 
 	// Omni's reboot request; a new wipe Omni names (a deallocation) reboots the machine

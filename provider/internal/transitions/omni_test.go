@@ -30,7 +30,8 @@ func TestApplyOmni(t *testing.T) {
 	type want struct {
 		acceptance resources.Acceptance
 		talos      string // the allocation's Talos version, "" for none
-		power      resources.PowerState
+		power      resources.PowerState // the override
+		idle       resources.PowerState
 		wipeID     string
 		rebootID   string
 		cordoned   bool
@@ -55,33 +56,33 @@ func TestApplyOmni(t *testing.T) {
 		{
 			name: "accepted: the initial wipe is owed",
 			omni: resources.OmniMachineSpec{Acceptance: acc, PreferredPower: off},
-			want: want{acceptance: acc, power: off, wipeID: "omni:initial"},
+			want: want{acceptance: acc, power: def, idle: off, wipeID: "omni:initial"},
 		},
 		{
 			name: "accepted, preferred on",
 			omni: resources.OmniMachineSpec{Acceptance: acc, PreferredPower: on},
-			want: want{acceptance: acc, power: on, wipeID: "omni:initial"},
+			want: want{acceptance: acc, power: def, idle: on, wipeID: "omni:initial"},
 		},
 		{
 			name: "allocated",
 			omni: alloc(resources.OmniMachineSpec{Acceptance: acc, PreferredPower: on}),
-			want: want{acceptance: acc, talos: "v1.9.0", power: on, wipeID: "omni:initial"},
+			want: want{acceptance: acc, talos: "v1.9.0", power: def, idle: on, wipeID: "omni:initial"},
 		},
 		{
 			name: "allocated, a power-off request wins over the allocation",
 			omni: alloc(resources.OmniMachineSpec{Acceptance: acc, PreferredPower: on, PowerOffRequestID: "p1"}),
-			want: want{acceptance: acc, talos: "v1.9.0", power: off, wipeID: "omni:initial"},
+			want: want{acceptance: acc, talos: "v1.9.0", power: off, idle: on, wipeID: "omni:initial"},
 		},
 		{
 			name: "a reboot request",
 			omni: alloc(resources.OmniMachineSpec{Acceptance: acc, PreferredPower: on, RequestedRebootID: "r1"}),
-			want: want{acceptance: acc, talos: "v1.9.0", power: on, wipeID: "omni:initial", rebootID: "omni:reboot=r1"},
+			want: want{acceptance: acc, talos: "v1.9.0", power: def, idle: on, wipeID: "omni:initial", rebootID: "omni:reboot=r1"},
 		},
 		{
 			name: "deallocated: Omni's new wipe id owes a wipe and reboots into the agent",
 			from: []resources.OmniMachineSpec{alloc(resources.OmniMachineSpec{Acceptance: acc, PreferredPower: on})},
 			omni: resources.OmniMachineSpec{Acceptance: acc, PreferredPower: off, WipeID: "w1"},
-			want: want{acceptance: acc, power: off, wipeID: "omni:w1", rebootID: "omni:wipe=w1"},
+			want: want{acceptance: acc, power: def, idle: off, wipeID: "omni:w1", rebootID: "omni:wipe=w1"},
 		},
 		{
 			name: "a reboot request and a wipe",
@@ -108,7 +109,7 @@ func TestApplyOmni(t *testing.T) {
 
 				return o
 			}(),
-			want: want{acceptance: acc, talos: "v1.9.1", power: on, wipeID: "omni:initial"},
+			want: want{acceptance: acc, talos: "v1.9.1", power: def, idle: on, wipeID: "omni:initial"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -137,7 +138,7 @@ func TestApplyOmni(t *testing.T) {
 			}
 
 			assert.Equal(t, tc.want, want{
-				acceptance: got.Acceptance, talos: talos, power: got.Power, wipeID: got.WipeID, rebootID: got.RebootID, cordoned: got.Cordoned,
+				acceptance: got.Acceptance, talos: talos, power: got.Power, idle: got.IdlePower, wipeID: got.WipeID, rebootID: got.RebootID, cordoned: got.Cordoned,
 			})
 
 			if before != nil && before.Allocation != nil && got.Allocation != nil && tc.want.talos == before.Allocation.TalosVersion {
