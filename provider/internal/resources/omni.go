@@ -1,6 +1,8 @@
 package resources
 
 import (
+	"time"
+
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/resource/meta"
 	"github.com/cosi-project/runtime/pkg/resource/protobuf"
@@ -71,4 +73,63 @@ func (OmniMachineExtension) ResourceDefinition() meta.ResourceDefinitionSpec {
 
 func init() {
 	mustRegister(protobuf.RegisterDynamic[OmniMachineSpec](OmniMachineType, &OmniMachine{}))
+}
+
+// OmniMachineStatusType is the type of the OmniMachineStatus resource.
+const OmniMachineStatusType = resource.Type("OmniMachineStatuses.anvil.dev")
+
+// OmniMachineStatus is what the provider reports to Omni of a machine Omni has: the
+// fields of its infra.MachineStatus (OMNI-CONTRACT.md, section A), which the Omni
+// adapter writes. OmniMachineStatusController is its only writer.
+type OmniMachineStatus = typed.Resource[OmniMachineStatusSpec, OmniMachineStatusExtension]
+
+// OmniMachineStatusSpec is a machine's infra.MachineStatus, as Anvil computes it.
+type OmniMachineStatusSpec struct {
+	// Power is the power state its BMC last reported: on, off or unknown.
+	Power PowerState `yaml:"power" protobuf:"1"`
+	// ReadyToUse: accepted, no wipe owed, no BMC provisioning owed, not installed.
+	ReadyToUse bool `yaml:"readyToUse" protobuf:"2"`
+	// Installed: Talos is installed for its allocation.
+	Installed bool `yaml:"installed" protobuf:"3"`
+	// LastRebootID is Omni's reboot request carried out last, at LastRebootAt.
+	LastRebootID string    `yaml:"lastRebootID,omitempty" protobuf:"4"`
+	LastRebootAt time.Time `yaml:"lastRebootAt,omitempty" protobuf:"5"`
+	// LastPowerOffID is Omni's power-off request carried out (the machine is off).
+	LastPowerOffID string `yaml:"lastPowerOffID,omitempty" protobuf:"6"`
+	// WipedNodeUniqueToken is the node unique token the last wipe made void.
+	WipedNodeUniqueToken string `yaml:"wipedNodeUniqueToken,omitempty" protobuf:"7"`
+	// Labels are the machine's effective labels (static, derived, the user's): Omni
+	// shows them as omni.sidero.dev/infra-provider/<id>/<key>.
+	Labels map[string]string `yaml:"labels,omitempty" protobuf:"8"`
+}
+
+// NewOmniMachineStatus returns an empty OmniMachineStatus for the machine.
+func NewOmniMachineStatus(id resource.ID) *OmniMachineStatus {
+	return typed.NewResource[OmniMachineStatusSpec, OmniMachineStatusExtension](
+		resource.NewMetadata(NamespaceName, OmniMachineStatusType, id, resource.VersionUndefined),
+		OmniMachineStatusSpec{Power: PowerUnknown},
+	)
+}
+
+// OmniMachineStatusExtension provides the resource definition of OmniMachineStatus.
+type OmniMachineStatusExtension struct{}
+
+// ResourceDefinition implements typed.Extension.
+func (OmniMachineStatusExtension) ResourceDefinition() meta.ResourceDefinitionSpec {
+	return meta.ResourceDefinitionSpec{
+		Type:             OmniMachineStatusType,
+		Aliases:          []resource.Type{"omnimachinestatus", "omnimachinestatuses", "omnistatus"},
+		DefaultNamespace: NamespaceName,
+		// The wiped node unique token was a machine's credential in Omni.
+		Sensitivity: meta.Sensitive,
+		PrintColumns: []meta.PrintColumn{
+			{Name: "Power", JSONPath: "{.power}"},
+			{Name: "Ready", JSONPath: "{.readyToUse}"},
+			{Name: "Installed", JSONPath: "{.installed}"},
+		},
+	}
+}
+
+func init() {
+	mustRegister(protobuf.RegisterDynamic[OmniMachineStatusSpec](OmniMachineStatusType, &OmniMachineStatus{}))
 }

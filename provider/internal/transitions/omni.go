@@ -124,6 +124,23 @@ func omniIntent(cur resources.MachineIntentSpec, o resources.OmniMachineSpec, al
 	return next
 }
 
+// OmniRebootRequest is Omni's reboot request in a reboot request ID ApplyOmni made
+// ("omni:reboot=<id>,wipe=<id>"), and whether there is one.
+func OmniRebootRequest(rebootID string) (string, bool) {
+	rest, ok := strings.CutPrefix(rebootID, omniIDPrefix)
+	if !ok {
+		return "", false
+	}
+
+	for part := range strings.SplitSeq(rest, ",") {
+		if v, ok := strings.CutPrefix(part, "reboot="); ok {
+			return v, true
+		}
+	}
+
+	return "", false
+}
+
 // omniAllocates says whether Omni has allocated the machine to a cluster.
 func omniAllocates(o resources.OmniMachineSpec) bool { return o.ClusterTalosVersion != "" }
 
