@@ -123,6 +123,55 @@ func (OmniMachine_Power) EnumDescriptor() ([]byte, []int) {
 	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{2, 1}
 }
 
+type MachineStatus_Power int32
+
+const (
+	MachineStatus_POWER_UNKNOWN MachineStatus_Power = 0
+	MachineStatus_POWER_OFF     MachineStatus_Power = 1
+	MachineStatus_POWER_ON      MachineStatus_Power = 2
+)
+
+// Enum value maps for MachineStatus_Power.
+var (
+	MachineStatus_Power_name = map[int32]string{
+		0: "POWER_UNKNOWN",
+		1: "POWER_OFF",
+		2: "POWER_ON",
+	}
+	MachineStatus_Power_value = map[string]int32{
+		"POWER_UNKNOWN": 0,
+		"POWER_OFF":     1,
+		"POWER_ON":      2,
+	}
+)
+
+func (x MachineStatus_Power) Enum() *MachineStatus_Power {
+	p := new(MachineStatus_Power)
+	*p = x
+	return p
+}
+
+func (x MachineStatus_Power) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MachineStatus_Power) Descriptor() protoreflect.EnumDescriptor {
+	return file_omniadapter_v1_omniadapter_proto_enumTypes[2].Descriptor()
+}
+
+func (MachineStatus_Power) Type() protoreflect.EnumType {
+	return &file_omniadapter_v1_omniadapter_proto_enumTypes[2]
+}
+
+func (x MachineStatus_Power) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MachineStatus_Power.Descriptor instead.
+func (MachineStatus_Power) EnumDescriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{8, 0}
+}
+
 type SetJoinConfigRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	KernelArgs    []string               `protobuf:"bytes,1,rep,name=kernel_args,json=kernelArgs,proto3" json:"kernel_args,omitempty"`
@@ -499,6 +548,206 @@ func (*ForgetMachineResponse) Descriptor() ([]byte, []int) {
 	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{6}
 }
 
+type WatchMachineStatusesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchMachineStatusesRequest) Reset() {
+	*x = WatchMachineStatusesRequest{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchMachineStatusesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchMachineStatusesRequest) ProtoMessage() {}
+
+func (x *WatchMachineStatusesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchMachineStatusesRequest.ProtoReflect.Descriptor instead.
+func (*WatchMachineStatusesRequest) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{7}
+}
+
+// MachineStatus is a machine's infra.MachineStatus, as the provider computes it.
+type MachineStatus struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Power        MachineStatus_Power    `protobuf:"varint,2,opt,name=power,proto3,enum=anvil.omniadapter.v1.MachineStatus_Power" json:"power,omitempty"`
+	ReadyToUse   bool                   `protobuf:"varint,3,opt,name=ready_to_use,json=readyToUse,proto3" json:"ready_to_use,omitempty"`
+	Installed    bool                   `protobuf:"varint,4,opt,name=installed,proto3" json:"installed,omitempty"`
+	LastRebootId string                 `protobuf:"bytes,5,opt,name=last_reboot_id,json=lastRebootId,proto3" json:"last_reboot_id,omitempty"`
+	// last_reboot_unix_nano is when the provider carried it out (0: never).
+	LastRebootUnixNano int64  `protobuf:"varint,6,opt,name=last_reboot_unix_nano,json=lastRebootUnixNano,proto3" json:"last_reboot_unix_nano,omitempty"`
+	LastPowerOffId     string `protobuf:"bytes,7,opt,name=last_power_off_id,json=lastPowerOffId,proto3" json:"last_power_off_id,omitempty"`
+	// wiped_node_unique_token is the token the last wipe made void: never logged.
+	WipedNodeUniqueToken string            `protobuf:"bytes,8,opt,name=wiped_node_unique_token,json=wipedNodeUniqueToken,proto3" json:"wiped_node_unique_token,omitempty"`
+	Labels               map[string]string `protobuf:"bytes,9,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *MachineStatus) Reset() {
+	*x = MachineStatus{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MachineStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MachineStatus) ProtoMessage() {}
+
+func (x *MachineStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MachineStatus.ProtoReflect.Descriptor instead.
+func (*MachineStatus) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *MachineStatus) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *MachineStatus) GetPower() MachineStatus_Power {
+	if x != nil {
+		return x.Power
+	}
+	return MachineStatus_POWER_UNKNOWN
+}
+
+func (x *MachineStatus) GetReadyToUse() bool {
+	if x != nil {
+		return x.ReadyToUse
+	}
+	return false
+}
+
+func (x *MachineStatus) GetInstalled() bool {
+	if x != nil {
+		return x.Installed
+	}
+	return false
+}
+
+func (x *MachineStatus) GetLastRebootId() string {
+	if x != nil {
+		return x.LastRebootId
+	}
+	return ""
+}
+
+func (x *MachineStatus) GetLastRebootUnixNano() int64 {
+	if x != nil {
+		return x.LastRebootUnixNano
+	}
+	return 0
+}
+
+func (x *MachineStatus) GetLastPowerOffId() string {
+	if x != nil {
+		return x.LastPowerOffId
+	}
+	return ""
+}
+
+func (x *MachineStatus) GetWipedNodeUniqueToken() string {
+	if x != nil {
+		return x.WipedNodeUniqueToken
+	}
+	return ""
+}
+
+func (x *MachineStatus) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+type MachineStatusEvent struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status *MachineStatus         `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// removed: Omni no longer has the machine, the provider reports nothing of it.
+	Removed       bool `protobuf:"varint,2,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MachineStatusEvent) Reset() {
+	*x = MachineStatusEvent{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MachineStatusEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MachineStatusEvent) ProtoMessage() {}
+
+func (x *MachineStatusEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MachineStatusEvent.ProtoReflect.Descriptor instead.
+func (*MachineStatusEvent) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *MachineStatusEvent) GetStatus() *MachineStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *MachineStatusEvent) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
+}
+
 var File_omniadapter_v1_omniadapter_proto protoreflect.FileDescriptor
 
 const file_omniadapter_v1_omniadapter_proto_rawDesc = "" +
@@ -539,11 +788,34 @@ const file_omniadapter_v1_omniadapter_proto_rawDesc = "" +
 	"\x14ApplyMachineResponse\"&\n" +
 	"\x14ForgetMachineRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x17\n" +
-	"\x15ForgetMachineResponse2\xcf\x02\n" +
+	"\x15ForgetMachineResponse\"\x1d\n" +
+	"\x1bWatchMachineStatusesRequest\"\x98\x04\n" +
+	"\rMachineStatus\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12?\n" +
+	"\x05power\x18\x02 \x01(\x0e2).anvil.omniadapter.v1.MachineStatus.PowerR\x05power\x12 \n" +
+	"\fready_to_use\x18\x03 \x01(\bR\n" +
+	"readyToUse\x12\x1c\n" +
+	"\tinstalled\x18\x04 \x01(\bR\tinstalled\x12$\n" +
+	"\x0elast_reboot_id\x18\x05 \x01(\tR\flastRebootId\x121\n" +
+	"\x15last_reboot_unix_nano\x18\x06 \x01(\x03R\x12lastRebootUnixNano\x12)\n" +
+	"\x11last_power_off_id\x18\a \x01(\tR\x0elastPowerOffId\x125\n" +
+	"\x17wiped_node_unique_token\x18\b \x01(\tR\x14wipedNodeUniqueToken\x12G\n" +
+	"\x06labels\x18\t \x03(\v2/.anvil.omniadapter.v1.MachineStatus.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"7\n" +
+	"\x05Power\x12\x11\n" +
+	"\rPOWER_UNKNOWN\x10\x00\x12\r\n" +
+	"\tPOWER_OFF\x10\x01\x12\f\n" +
+	"\bPOWER_ON\x10\x02\"k\n" +
+	"\x12MachineStatusEvent\x12;\n" +
+	"\x06status\x18\x01 \x01(\v2#.anvil.omniadapter.v1.MachineStatusR\x06status\x12\x18\n" +
+	"\aremoved\x18\x02 \x01(\bR\aremoved2\xc6\x03\n" +
 	"\x12OmniAdapterService\x12h\n" +
 	"\rSetJoinConfig\x12*.anvil.omniadapter.v1.SetJoinConfigRequest\x1a+.anvil.omniadapter.v1.SetJoinConfigResponse\x12e\n" +
 	"\fApplyMachine\x12).anvil.omniadapter.v1.ApplyMachineRequest\x1a*.anvil.omniadapter.v1.ApplyMachineResponse\x12h\n" +
-	"\rForgetMachine\x12*.anvil.omniadapter.v1.ForgetMachineRequest\x1a+.anvil.omniadapter.v1.ForgetMachineResponseB?Z=github.com/anvil-metal/anvil/api/omniadapter/v1;omniadapterv1b\x06proto3"
+	"\rForgetMachine\x12*.anvil.omniadapter.v1.ForgetMachineRequest\x1a+.anvil.omniadapter.v1.ForgetMachineResponse\x12u\n" +
+	"\x14WatchMachineStatuses\x121.anvil.omniadapter.v1.WatchMachineStatusesRequest\x1a(.anvil.omniadapter.v1.MachineStatusEvent0\x01B?Z=github.com/anvil-metal/anvil/api/omniadapter/v1;omniadapterv1b\x06proto3"
 
 var (
 	file_omniadapter_v1_omniadapter_proto_rawDescOnce sync.Once
@@ -557,34 +829,44 @@ func file_omniadapter_v1_omniadapter_proto_rawDescGZIP() []byte {
 	return file_omniadapter_v1_omniadapter_proto_rawDescData
 }
 
-var file_omniadapter_v1_omniadapter_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_omniadapter_v1_omniadapter_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_omniadapter_v1_omniadapter_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_omniadapter_v1_omniadapter_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_omniadapter_v1_omniadapter_proto_goTypes = []any{
-	(OmniMachine_Acceptance)(0),   // 0: anvil.omniadapter.v1.OmniMachine.Acceptance
-	(OmniMachine_Power)(0),        // 1: anvil.omniadapter.v1.OmniMachine.Power
-	(*SetJoinConfigRequest)(nil),  // 2: anvil.omniadapter.v1.SetJoinConfigRequest
-	(*SetJoinConfigResponse)(nil), // 3: anvil.omniadapter.v1.SetJoinConfigResponse
-	(*OmniMachine)(nil),           // 4: anvil.omniadapter.v1.OmniMachine
-	(*ApplyMachineRequest)(nil),   // 5: anvil.omniadapter.v1.ApplyMachineRequest
-	(*ApplyMachineResponse)(nil),  // 6: anvil.omniadapter.v1.ApplyMachineResponse
-	(*ForgetMachineRequest)(nil),  // 7: anvil.omniadapter.v1.ForgetMachineRequest
-	(*ForgetMachineResponse)(nil), // 8: anvil.omniadapter.v1.ForgetMachineResponse
+	(OmniMachine_Acceptance)(0),         // 0: anvil.omniadapter.v1.OmniMachine.Acceptance
+	(OmniMachine_Power)(0),              // 1: anvil.omniadapter.v1.OmniMachine.Power
+	(MachineStatus_Power)(0),            // 2: anvil.omniadapter.v1.MachineStatus.Power
+	(*SetJoinConfigRequest)(nil),        // 3: anvil.omniadapter.v1.SetJoinConfigRequest
+	(*SetJoinConfigResponse)(nil),       // 4: anvil.omniadapter.v1.SetJoinConfigResponse
+	(*OmniMachine)(nil),                 // 5: anvil.omniadapter.v1.OmniMachine
+	(*ApplyMachineRequest)(nil),         // 6: anvil.omniadapter.v1.ApplyMachineRequest
+	(*ApplyMachineResponse)(nil),        // 7: anvil.omniadapter.v1.ApplyMachineResponse
+	(*ForgetMachineRequest)(nil),        // 8: anvil.omniadapter.v1.ForgetMachineRequest
+	(*ForgetMachineResponse)(nil),       // 9: anvil.omniadapter.v1.ForgetMachineResponse
+	(*WatchMachineStatusesRequest)(nil), // 10: anvil.omniadapter.v1.WatchMachineStatusesRequest
+	(*MachineStatus)(nil),               // 11: anvil.omniadapter.v1.MachineStatus
+	(*MachineStatusEvent)(nil),          // 12: anvil.omniadapter.v1.MachineStatusEvent
+	nil,                                 // 13: anvil.omniadapter.v1.MachineStatus.LabelsEntry
 }
 var file_omniadapter_v1_omniadapter_proto_depIdxs = []int32{
-	0, // 0: anvil.omniadapter.v1.OmniMachine.acceptance:type_name -> anvil.omniadapter.v1.OmniMachine.Acceptance
-	1, // 1: anvil.omniadapter.v1.OmniMachine.preferred_power:type_name -> anvil.omniadapter.v1.OmniMachine.Power
-	4, // 2: anvil.omniadapter.v1.ApplyMachineRequest.machine:type_name -> anvil.omniadapter.v1.OmniMachine
-	2, // 3: anvil.omniadapter.v1.OmniAdapterService.SetJoinConfig:input_type -> anvil.omniadapter.v1.SetJoinConfigRequest
-	5, // 4: anvil.omniadapter.v1.OmniAdapterService.ApplyMachine:input_type -> anvil.omniadapter.v1.ApplyMachineRequest
-	7, // 5: anvil.omniadapter.v1.OmniAdapterService.ForgetMachine:input_type -> anvil.omniadapter.v1.ForgetMachineRequest
-	3, // 6: anvil.omniadapter.v1.OmniAdapterService.SetJoinConfig:output_type -> anvil.omniadapter.v1.SetJoinConfigResponse
-	6, // 7: anvil.omniadapter.v1.OmniAdapterService.ApplyMachine:output_type -> anvil.omniadapter.v1.ApplyMachineResponse
-	8, // 8: anvil.omniadapter.v1.OmniAdapterService.ForgetMachine:output_type -> anvil.omniadapter.v1.ForgetMachineResponse
-	6, // [6:9] is the sub-list for method output_type
-	3, // [3:6] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	0,  // 0: anvil.omniadapter.v1.OmniMachine.acceptance:type_name -> anvil.omniadapter.v1.OmniMachine.Acceptance
+	1,  // 1: anvil.omniadapter.v1.OmniMachine.preferred_power:type_name -> anvil.omniadapter.v1.OmniMachine.Power
+	5,  // 2: anvil.omniadapter.v1.ApplyMachineRequest.machine:type_name -> anvil.omniadapter.v1.OmniMachine
+	2,  // 3: anvil.omniadapter.v1.MachineStatus.power:type_name -> anvil.omniadapter.v1.MachineStatus.Power
+	13, // 4: anvil.omniadapter.v1.MachineStatus.labels:type_name -> anvil.omniadapter.v1.MachineStatus.LabelsEntry
+	11, // 5: anvil.omniadapter.v1.MachineStatusEvent.status:type_name -> anvil.omniadapter.v1.MachineStatus
+	3,  // 6: anvil.omniadapter.v1.OmniAdapterService.SetJoinConfig:input_type -> anvil.omniadapter.v1.SetJoinConfigRequest
+	6,  // 7: anvil.omniadapter.v1.OmniAdapterService.ApplyMachine:input_type -> anvil.omniadapter.v1.ApplyMachineRequest
+	8,  // 8: anvil.omniadapter.v1.OmniAdapterService.ForgetMachine:input_type -> anvil.omniadapter.v1.ForgetMachineRequest
+	10, // 9: anvil.omniadapter.v1.OmniAdapterService.WatchMachineStatuses:input_type -> anvil.omniadapter.v1.WatchMachineStatusesRequest
+	4,  // 10: anvil.omniadapter.v1.OmniAdapterService.SetJoinConfig:output_type -> anvil.omniadapter.v1.SetJoinConfigResponse
+	7,  // 11: anvil.omniadapter.v1.OmniAdapterService.ApplyMachine:output_type -> anvil.omniadapter.v1.ApplyMachineResponse
+	9,  // 12: anvil.omniadapter.v1.OmniAdapterService.ForgetMachine:output_type -> anvil.omniadapter.v1.ForgetMachineResponse
+	12, // 13: anvil.omniadapter.v1.OmniAdapterService.WatchMachineStatuses:output_type -> anvil.omniadapter.v1.MachineStatusEvent
+	10, // [10:14] is the sub-list for method output_type
+	6,  // [6:10] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_omniadapter_v1_omniadapter_proto_init() }
@@ -597,8 +879,8 @@ func file_omniadapter_v1_omniadapter_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_omniadapter_v1_omniadapter_proto_rawDesc), len(file_omniadapter_v1_omniadapter_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   7,
+			NumEnums:      3,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,9 +26,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OmniAdapterService_SetJoinConfig_FullMethodName = "/anvil.omniadapter.v1.OmniAdapterService/SetJoinConfig"
-	OmniAdapterService_ApplyMachine_FullMethodName  = "/anvil.omniadapter.v1.OmniAdapterService/ApplyMachine"
-	OmniAdapterService_ForgetMachine_FullMethodName = "/anvil.omniadapter.v1.OmniAdapterService/ForgetMachine"
+	OmniAdapterService_SetJoinConfig_FullMethodName        = "/anvil.omniadapter.v1.OmniAdapterService/SetJoinConfig"
+	OmniAdapterService_ApplyMachine_FullMethodName         = "/anvil.omniadapter.v1.OmniAdapterService/ApplyMachine"
+	OmniAdapterService_ForgetMachine_FullMethodName        = "/anvil.omniadapter.v1.OmniAdapterService/ForgetMachine"
+	OmniAdapterService_WatchMachineStatuses_FullMethodName = "/anvil.omniadapter.v1.OmniAdapterService/WatchMachineStatuses"
 )
 
 // OmniAdapterServiceClient is the client API for OmniAdapterService service.
@@ -47,6 +48,10 @@ type OmniAdapterServiceClient interface {
 	ApplyMachine(ctx context.Context, in *ApplyMachineRequest, opts ...grpc.CallOption) (*ApplyMachineResponse, error)
 	// ForgetMachine says that Omni no longer has the machine (its infra.Machine is gone).
 	ForgetMachine(ctx context.Context, in *ForgetMachineRequest, opts ...grpc.CallOption) (*ForgetMachineResponse, error)
+	// WatchMachineStatuses streams what the provider reports to Omni of each machine Omni
+	// has (its infra.MachineStatus): every status first, then each change, a removal as
+	// removed.
+	WatchMachineStatuses(ctx context.Context, in *WatchMachineStatusesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MachineStatusEvent], error)
 }
 
 type omniAdapterServiceClient struct {
@@ -87,6 +92,25 @@ func (c *omniAdapterServiceClient) ForgetMachine(ctx context.Context, in *Forget
 	return out, nil
 }
 
+func (c *omniAdapterServiceClient) WatchMachineStatuses(ctx context.Context, in *WatchMachineStatusesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MachineStatusEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &OmniAdapterService_ServiceDesc.Streams[0], OmniAdapterService_WatchMachineStatuses_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchMachineStatusesRequest, MachineStatusEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OmniAdapterService_WatchMachineStatusesClient = grpc.ServerStreamingClient[MachineStatusEvent]
+
 // OmniAdapterServiceServer is the server API for OmniAdapterService service.
 // All implementations must embed UnimplementedOmniAdapterServiceServer
 // for forward compatibility.
@@ -103,6 +127,10 @@ type OmniAdapterServiceServer interface {
 	ApplyMachine(context.Context, *ApplyMachineRequest) (*ApplyMachineResponse, error)
 	// ForgetMachine says that Omni no longer has the machine (its infra.Machine is gone).
 	ForgetMachine(context.Context, *ForgetMachineRequest) (*ForgetMachineResponse, error)
+	// WatchMachineStatuses streams what the provider reports to Omni of each machine Omni
+	// has (its infra.MachineStatus): every status first, then each change, a removal as
+	// removed.
+	WatchMachineStatuses(*WatchMachineStatusesRequest, grpc.ServerStreamingServer[MachineStatusEvent]) error
 	mustEmbedUnimplementedOmniAdapterServiceServer()
 }
 
@@ -121,6 +149,9 @@ func (UnimplementedOmniAdapterServiceServer) ApplyMachine(context.Context, *Appl
 }
 func (UnimplementedOmniAdapterServiceServer) ForgetMachine(context.Context, *ForgetMachineRequest) (*ForgetMachineResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForgetMachine not implemented")
+}
+func (UnimplementedOmniAdapterServiceServer) WatchMachineStatuses(*WatchMachineStatusesRequest, grpc.ServerStreamingServer[MachineStatusEvent]) error {
+	return status.Error(codes.Unimplemented, "method WatchMachineStatuses not implemented")
 }
 func (UnimplementedOmniAdapterServiceServer) mustEmbedUnimplementedOmniAdapterServiceServer() {}
 func (UnimplementedOmniAdapterServiceServer) testEmbeddedByValue()                            {}
@@ -197,6 +228,17 @@ func _OmniAdapterService_ForgetMachine_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OmniAdapterService_WatchMachineStatuses_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchMachineStatusesRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(OmniAdapterServiceServer).WatchMachineStatuses(m, &grpc.GenericServerStream[WatchMachineStatusesRequest, MachineStatusEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OmniAdapterService_WatchMachineStatusesServer = grpc.ServerStreamingServer[MachineStatusEvent]
+
 // OmniAdapterService_ServiceDesc is the grpc.ServiceDesc for OmniAdapterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -217,6 +259,12 @@ var OmniAdapterService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _OmniAdapterService_ForgetMachine_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchMachineStatuses",
+			Handler:       _OmniAdapterService_WatchMachineStatuses_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "omniadapter/v1/omniadapter.proto",
 }

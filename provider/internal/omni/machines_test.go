@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/omni"
 	"github.com/anvil-metal/anvil/provider/internal/omnilink"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
@@ -166,6 +167,7 @@ func runProvider(t *testing.T, providerID string, omniState state.State) *resour
 	rt, err := runtime.NewRuntime(store, logger.Named("runtime"))
 	require.NoError(t, err)
 	require.NoError(t, rt.RegisterQController(&controllers.OmniIntentController{Applier: tr.Owner()}))
+	require.NoError(t, rt.RegisterQController(&controllers.OmniMachineStatusController{Policy: lifecycle.Policy{}}))
 
 	c, err := omni.Dial(omni.Options{
 		Endpoint: "https://omni.lab:8099", ProviderID: providerID, State: omniState, ProviderSocket: link.Socket(), Logger: zap.NewNop(),
@@ -188,4 +190,99 @@ func runProvider(t *testing.T, providerID string, omniState state.State) *resour
 	})
 
 	return store
+}
+
+// TestStatusesReachOmni is the provider → Omni path whole: the provider's Omni status of
+// a machine Omni has (its real controller, from the machine's state) reaches Omni's
+// state as the machine's infra.MachineStatus — power, ready to use, the token a wipe
+// voided, the labels — follows its changes, and goes when Omni drops the machine.
+func TestStatusesReachOmni(t *testing.T) {
+	t.Parallel()
+
+	const (
+		providerID = "anvil-test"
+		id         = "4c4c4544-0000-1000-8000-0000000000cc"
+	)
+
+	ctx := t.Context()
+	omniState := state.WrapCore(namespaced.NewState(inmem.Build))
+	provider := runProvider(t, providerID, omniState)
+
+	m := resources.NewMachine(id)
+	m.TypedSpec().Arch = "amd64"
+	require.NoError(t, provider.Create(ctx, m))
+
+	// The machine was wiped (what the status controller records from the agent's report).
+	ms := resources.NewMachineStatus(id)
+	ms.TypedSpec().WipedID = "omni:initial"
+	ms.TypedSpec().LastWipe = &resources.WipeRecord{ID: "omni:initial", OmniNodeUniqueToken: "tok-void"}
+	require.NoError(t, provider.Create(ctx, ms))
+
+	ps := resources.NewPowerStatus(id)
+	ps.TypedSpec().State = resources.PowerOff
+	require.NoError(t, provider.Create(ctx, ps))
+
+	ml := resources.NewMachineLabels(id)
+	ml.Metadata().Labels().Set("anvil.dev/vendor", "dell-inc")
+	ml.Metadata().Labels().Set("rack", "r1")
+	require.NoError(t, provider.Create(ctx, ml))
+
+	im := infra.NewMachine(id)
+	im.Metadata().Labels().Set(omnires.LabelInfraProviderID, providerID)
+	im.TypedSpec().Value.AcceptanceStatus = specs.InfraMachineConfigSpec_ACCEPTED
+	require.NoError(t, omniState.Create(ctx, im))
+
+	status := func() *infra.MachineStatus {
+		s, err := safe.StateGetByID[*infra.MachineStatus](ctx, omniState, id)
+		if err != nil {
+			return nil
+		}
+
+		return s
+	}
+
+	require.Eventually(t, func() bool {
+		s := status()
+
+		return s != nil && s.TypedSpec().Value.ReadyToUse && s.TypedSpec().Value.PowerState == specs.InfraMachineStatusSpec_POWER_STATE_OFF
+	}, 20*time.Second, 10*time.Millisecond, "the infra machine status in Omni")
+
+	s := status()
+	assert.Equal(t, "tok-void", s.TypedSpec().Value.WipedNodeUniqueToken)
+	assert.False(t, s.TypedSpec().Value.Installed)
+
+	vendor, _ := s.Metadata().Labels().Get("anvil.dev/vendor")
+	rack, _ := s.Metadata().Labels().Get("rack")
+	assert.Equal(t, []string{"dell-inc", "r1"}, []string{vendor, rack})
+
+	// The machine powers on, a label goes.
+	_, err := safe.StateUpdateWithConflicts(ctx, provider, ps.Metadata(), func(ps *resources.PowerStatus) error {
+		ps.TypedSpec().State = resources.PowerOn
+
+		return nil
+	})
+	require.NoError(t, err)
+
+	_, err = safe.StateUpdateWithConflicts(ctx, provider, ml.Metadata(), func(ml *resources.MachineLabels) error {
+		ml.Metadata().Labels().Delete("rack")
+
+		return nil
+	})
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool {
+		s := status()
+		if s == nil {
+			return false
+		}
+
+		_, rack := s.Metadata().Labels().Get("rack")
+
+		return s.TypedSpec().Value.PowerState == specs.InfraMachineStatusSpec_POWER_STATE_ON && !rack
+	}, 20*time.Second, 10*time.Millisecond, "the status follows the machine")
+
+	// Omni drops the machine: its status goes from Omni too.
+	require.NoError(t, omniState.Destroy(ctx, im.Metadata()))
+
+	require.Eventually(t, func() bool { return status() == nil }, 20*time.Second, 10*time.Millisecond, "the status goes")
 }

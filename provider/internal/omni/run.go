@@ -45,6 +45,9 @@ func (c *Connection) Run(ctx context.Context) error {
 		eg.Go(func() error {
 			return retry(ctx, c.opts.Logger, "handing Omni's machines to the provider", c.followMachines)
 		})
+		eg.Go(func() error {
+			return retry(ctx, c.opts.Logger, "writing the provider's machine statuses into Omni", c.followStatuses)
+		})
 	}
 
 	return eg.Wait()
