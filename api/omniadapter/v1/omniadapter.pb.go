@@ -173,8 +173,12 @@ func (MachineStatus_Power) EnumDescriptor() ([]byte, []int) {
 }
 
 type SetJoinConfigRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	KernelArgs    []string               `protobuf:"bytes,1,rep,name=kernel_args,json=kernelArgs,proto3" json:"kernel_args,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	KernelArgs []string               `protobuf:"bytes,1,rep,name=kernel_args,json=kernelArgs,proto3" json:"kernel_args,omitempty"`
+	// config is the same as Talos machine configuration documents (SideroLinkConfig,
+	// EventSinkConfig, KmsgLogConfig): what the provider serves Talos as its talos.config=
+	// in Omni mode. It holds the join token too.
+	Config        string `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -214,6 +218,13 @@ func (x *SetJoinConfigRequest) GetKernelArgs() []string {
 		return x.KernelArgs
 	}
 	return nil
+}
+
+func (x *SetJoinConfigRequest) GetConfig() string {
+	if x != nil {
+		return x.Config
+	}
+	return ""
 }
 
 type SetJoinConfigResponse struct {
@@ -752,10 +763,11 @@ var File_omniadapter_v1_omniadapter_proto protoreflect.FileDescriptor
 
 const file_omniadapter_v1_omniadapter_proto_rawDesc = "" +
 	"\n" +
-	" omniadapter/v1/omniadapter.proto\x12\x14anvil.omniadapter.v1\"7\n" +
+	" omniadapter/v1/omniadapter.proto\x12\x14anvil.omniadapter.v1\"O\n" +
 	"\x14SetJoinConfigRequest\x12\x1f\n" +
 	"\vkernel_args\x18\x01 \x03(\tR\n" +
-	"kernelArgs\"\x17\n" +
+	"kernelArgs\x12\x16\n" +
+	"\x06config\x18\x02 \x01(\tR\x06config\"\x17\n" +
 	"\x15SetJoinConfigResponse\"\xa7\x05\n" +
 	"\vOmniMachine\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12L\n" +

@@ -26,7 +26,10 @@ func (c *Connection) pushJoinArgs(ctx context.Context) error {
 
 	defer closeConn()
 
-	var sent []string
+	var (
+		sent       []string
+		sentConfig string
+	)
 
 	for {
 		select {
@@ -37,12 +40,14 @@ func (c *Connection) pushJoinArgs(ctx context.Context) error {
 		}
 
 		args, ok := c.JoinArgs()
-		if !ok || (sent != nil && slices.Equal(sent, args)) {
+		config := c.joinConfigDocs()
+
+		if !ok || (sent != nil && slices.Equal(sent, args) && sentConfig == config) {
 			continue
 		}
 
 		callCtx, cancel := context.WithTimeout(ctx, pushTimeout)
-		_, err := client.SetJoinConfig(callCtx, &omniadapterv1.SetJoinConfigRequest{KernelArgs: args})
+		_, err := client.SetJoinConfig(callCtx, &omniadapterv1.SetJoinConfigRequest{KernelArgs: args, Config: config})
 
 		cancel()
 
@@ -52,8 +57,16 @@ func (c *Connection) pushJoinArgs(ctx context.Context) error {
 			continue
 		}
 
-		sent = args
+		sent, sentConfig = args, config
 	}
+}
+
+// joinConfigDocs is the join config's documents, "" until read.
+func (c *Connection) joinConfigDocs() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	return c.joinConfig
 }
 
 // providerClient is a client of the adapter API the provider serves on its socket, and

@@ -31,8 +31,9 @@ import (
 
 // Limits on what the adapter may send.
 const (
-	maxJoinArgs    = 16
-	maxJoinArgSize = 4096
+	maxJoinArgs       = 16
+	maxJoinArgSize    = 4096
+	maxJoinConfigSize = 64 << 10
 )
 
 // Link is the provider's end of the link.
@@ -45,8 +46,9 @@ type Link struct {
 	st     state.State
 	logger *zap.Logger
 
-	mu       sync.RWMutex
-	joinArgs []string
+	mu         sync.RWMutex
+	joinArgs   []string
+	joinConfig string
 }
 
 // New returns the link; its socket is served at socket, and what the adapter reports of
@@ -67,12 +69,25 @@ func (l *Link) JoinArgs() ([]string, bool) {
 	return slices.Clone(l.joinArgs), l.joinArgs != nil
 }
 
+// JoinConfig returns the join config documents (Talos machine configuration) Talos is
+// served in Omni mode, and false until the adapter has said them.
+func (l *Link) JoinConfig() (string, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+
+	return l.joinConfig, l.joinConfig != ""
+}
+
 // SetJoinConfig implements omniadapterv1.OmniAdapterServiceServer.
 func (l *Link) SetJoinConfig(_ context.Context, req *omniadapterv1.SetJoinConfigRequest) (*omniadapterv1.SetJoinConfigResponse, error) {
 	args := req.GetKernelArgs()
 
 	if err := validateJoinArgs(args); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+
+	if len(req.GetConfig()) > maxJoinConfigSize {
+		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("the join config documents are longer than %d bytes", maxJoinConfigSize))
 	}
 
 	if args == nil {
@@ -82,6 +97,7 @@ func (l *Link) SetJoinConfig(_ context.Context, req *omniadapterv1.SetJoinConfig
 	l.mu.Lock()
 	changed := !slices.Equal(l.joinArgs, args)
 	l.joinArgs = slices.Clone(args)
+	l.joinConfig = req.GetConfig()
 	l.mu.Unlock()
 
 	if changed {
@@ -130,7 +146,7 @@ func (l *Link) Serve(ctx context.Context) error {
 		return fmt.Errorf("error setting the mode of %s: %w", l.socket, err)
 	}
 
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxJoinArgs * (maxJoinArgSize + 16)))
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxJoinArgs*(maxJoinArgSize+16) + maxJoinConfigSize))
 	omniadapterv1.RegisterOmniAdapterServiceServer(srv, l)
 
 	errc := make(chan error, 1)

@@ -28,7 +28,7 @@ func (env *environment) apiServices() ([]runner, error) {
 	opts := env.opts
 	address := net.JoinHostPort(opts.APIListenAddress, strconv.Itoa(opts.APIPort))
 
-	http := httpapi.New(httpapi.Options{
+	httpOpts := httpapi.Options{
 		State:        env.store,
 		View:         env.view,
 		Scripts:      env.scripts,
@@ -37,7 +37,13 @@ func (env *environment) apiServices() ([]runner, error) {
 		Policy:       env.policy,
 		Registry:     env.registry,
 		Logger:       env.logger.Named("http"),
-	})
+	}
+
+	if env.omni != nil {
+		httpOpts.JoinConfig = env.omni.JoinConfig
+	}
+
+	http := httpapi.New(httpOpts)
 
 	hosts := []string{env.advertise.String()}
 	if opts.APIListenAddress != "" {

@@ -143,7 +143,7 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		Recorder:  env.status,
 		// The same schematic the SchematicController registers with the factory.
 		SchematicFor: func(_ context.Context, _ string, alloc resources.Allocation) (schematic.Schematic, error) {
-			return env.scripts.Schematic(alloc.Extensions, alloc.KernelArgs), nil
+			return env.scripts.Schematic(alloc.Extensions, alloc.KernelArgs)
 		},
 		Logger: logger.Named("transitions"),
 	})

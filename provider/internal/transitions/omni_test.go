@@ -29,7 +29,7 @@ func TestApplyOmni(t *testing.T) {
 
 	type want struct {
 		acceptance resources.Acceptance
-		talos      string // the allocation's Talos version, "" for none
+		talos      string               // the allocation's Talos version, "" for none
 		power      resources.PowerState // the override
 		idle       resources.PowerState
 		wipeID     string
