@@ -759,6 +759,244 @@ func (x *MachineStatusEvent) GetRemoved() bool {
 	return false
 }
 
+type SetBMCRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Bmc:
+	//
+	//	*SetBMCRequest_Ipmi
+	//	*SetBMCRequest_Api
+	Bmc           isSetBMCRequest_Bmc `protobuf_oneof:"bmc"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBMCRequest) Reset() {
+	*x = SetBMCRequest{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBMCRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBMCRequest) ProtoMessage() {}
+
+func (x *SetBMCRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBMCRequest.ProtoReflect.Descriptor instead.
+func (*SetBMCRequest) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SetBMCRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SetBMCRequest) GetBmc() isSetBMCRequest_Bmc {
+	if x != nil {
+		return x.Bmc
+	}
+	return nil
+}
+
+func (x *SetBMCRequest) GetIpmi() *SetBMCRequest_IPMI {
+	if x != nil {
+		if x, ok := x.Bmc.(*SetBMCRequest_Ipmi); ok {
+			return x.Ipmi
+		}
+	}
+	return nil
+}
+
+func (x *SetBMCRequest) GetApi() *SetBMCRequest_API {
+	if x != nil {
+		if x, ok := x.Bmc.(*SetBMCRequest_Api); ok {
+			return x.Api
+		}
+	}
+	return nil
+}
+
+type isSetBMCRequest_Bmc interface {
+	isSetBMCRequest_Bmc()
+}
+
+type SetBMCRequest_Ipmi struct {
+	Ipmi *SetBMCRequest_IPMI `protobuf:"bytes,2,opt,name=ipmi,proto3,oneof"`
+}
+
+type SetBMCRequest_Api struct {
+	Api *SetBMCRequest_API `protobuf:"bytes,3,opt,name=api,proto3,oneof"`
+}
+
+func (*SetBMCRequest_Ipmi) isSetBMCRequest_Bmc() {}
+
+func (*SetBMCRequest_Api) isSetBMCRequest_Bmc() {}
+
+type SetBMCResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBMCResponse) Reset() {
+	*x = SetBMCResponse{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBMCResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBMCResponse) ProtoMessage() {}
+
+func (x *SetBMCResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBMCResponse.ProtoReflect.Descriptor instead.
+func (*SetBMCResponse) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{11}
+}
+
+type SetBMCRequest_IPMI struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	Port          uint32                 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	Username      string                 `protobuf:"bytes,3,opt,name=username,proto3" json:"username,omitempty"`
+	Password      string                 `protobuf:"bytes,4,opt,name=password,proto3" json:"password,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBMCRequest_IPMI) Reset() {
+	*x = SetBMCRequest_IPMI{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBMCRequest_IPMI) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBMCRequest_IPMI) ProtoMessage() {}
+
+func (x *SetBMCRequest_IPMI) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBMCRequest_IPMI.ProtoReflect.Descriptor instead.
+func (*SetBMCRequest_IPMI) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{10, 0}
+}
+
+func (x *SetBMCRequest_IPMI) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *SetBMCRequest_IPMI) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *SetBMCRequest_IPMI) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *SetBMCRequest_IPMI) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
+type SetBMCRequest_API struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBMCRequest_API) Reset() {
+	*x = SetBMCRequest_API{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBMCRequest_API) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBMCRequest_API) ProtoMessage() {}
+
+func (x *SetBMCRequest_API) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBMCRequest_API.ProtoReflect.Descriptor instead.
+func (*SetBMCRequest_API) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{10, 1}
+}
+
+func (x *SetBMCRequest_API) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
 var File_omniadapter_v1_omniadapter_proto protoreflect.FileDescriptor
 
 const file_omniadapter_v1_omniadapter_proto_rawDesc = "" +
@@ -822,12 +1060,26 @@ const file_omniadapter_v1_omniadapter_proto_rawDesc = "" +
 	"\bPOWER_ON\x10\x02\"k\n" +
 	"\x12MachineStatusEvent\x12;\n" +
 	"\x06status\x18\x01 \x01(\v2#.anvil.omniadapter.v1.MachineStatusR\x06status\x12\x18\n" +
-	"\aremoved\x18\x02 \x01(\bR\aremoved2\xc6\x03\n" +
+	"\aremoved\x18\x02 \x01(\bR\aremoved\"\xb2\x02\n" +
+	"\rSetBMCRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12>\n" +
+	"\x04ipmi\x18\x02 \x01(\v2(.anvil.omniadapter.v1.SetBMCRequest.IPMIH\x00R\x04ipmi\x12;\n" +
+	"\x03api\x18\x03 \x01(\v2'.anvil.omniadapter.v1.SetBMCRequest.APIH\x00R\x03api\x1al\n" +
+	"\x04IPMI\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\rR\x04port\x12\x1a\n" +
+	"\busername\x18\x03 \x01(\tR\busername\x12\x1a\n" +
+	"\bpassword\x18\x04 \x01(\tR\bpassword\x1a\x1f\n" +
+	"\x03API\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddressB\x05\n" +
+	"\x03bmc\"\x10\n" +
+	"\x0eSetBMCResponse2\x9b\x04\n" +
 	"\x12OmniAdapterService\x12h\n" +
 	"\rSetJoinConfig\x12*.anvil.omniadapter.v1.SetJoinConfigRequest\x1a+.anvil.omniadapter.v1.SetJoinConfigResponse\x12e\n" +
 	"\fApplyMachine\x12).anvil.omniadapter.v1.ApplyMachineRequest\x1a*.anvil.omniadapter.v1.ApplyMachineResponse\x12h\n" +
 	"\rForgetMachine\x12*.anvil.omniadapter.v1.ForgetMachineRequest\x1a+.anvil.omniadapter.v1.ForgetMachineResponse\x12u\n" +
-	"\x14WatchMachineStatuses\x121.anvil.omniadapter.v1.WatchMachineStatusesRequest\x1a(.anvil.omniadapter.v1.MachineStatusEvent0\x01B?Z=github.com/anvil-metal/anvil/api/omniadapter/v1;omniadapterv1b\x06proto3"
+	"\x14WatchMachineStatuses\x121.anvil.omniadapter.v1.WatchMachineStatusesRequest\x1a(.anvil.omniadapter.v1.MachineStatusEvent0\x01\x12S\n" +
+	"\x06SetBMC\x12#.anvil.omniadapter.v1.SetBMCRequest\x1a$.anvil.omniadapter.v1.SetBMCResponseB?Z=github.com/anvil-metal/anvil/api/omniadapter/v1;omniadapterv1b\x06proto3"
 
 var (
 	file_omniadapter_v1_omniadapter_proto_rawDescOnce sync.Once
@@ -842,7 +1094,7 @@ func file_omniadapter_v1_omniadapter_proto_rawDescGZIP() []byte {
 }
 
 var file_omniadapter_v1_omniadapter_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_omniadapter_v1_omniadapter_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_omniadapter_v1_omniadapter_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_omniadapter_v1_omniadapter_proto_goTypes = []any{
 	(OmniMachine_Acceptance)(0),         // 0: anvil.omniadapter.v1.OmniMachine.Acceptance
 	(OmniMachine_Power)(0),              // 1: anvil.omniadapter.v1.OmniMachine.Power
@@ -857,28 +1109,36 @@ var file_omniadapter_v1_omniadapter_proto_goTypes = []any{
 	(*WatchMachineStatusesRequest)(nil), // 10: anvil.omniadapter.v1.WatchMachineStatusesRequest
 	(*MachineStatus)(nil),               // 11: anvil.omniadapter.v1.MachineStatus
 	(*MachineStatusEvent)(nil),          // 12: anvil.omniadapter.v1.MachineStatusEvent
-	nil,                                 // 13: anvil.omniadapter.v1.MachineStatus.LabelsEntry
+	(*SetBMCRequest)(nil),               // 13: anvil.omniadapter.v1.SetBMCRequest
+	(*SetBMCResponse)(nil),              // 14: anvil.omniadapter.v1.SetBMCResponse
+	nil,                                 // 15: anvil.omniadapter.v1.MachineStatus.LabelsEntry
+	(*SetBMCRequest_IPMI)(nil),          // 16: anvil.omniadapter.v1.SetBMCRequest.IPMI
+	(*SetBMCRequest_API)(nil),           // 17: anvil.omniadapter.v1.SetBMCRequest.API
 }
 var file_omniadapter_v1_omniadapter_proto_depIdxs = []int32{
 	0,  // 0: anvil.omniadapter.v1.OmniMachine.acceptance:type_name -> anvil.omniadapter.v1.OmniMachine.Acceptance
 	1,  // 1: anvil.omniadapter.v1.OmniMachine.preferred_power:type_name -> anvil.omniadapter.v1.OmniMachine.Power
 	5,  // 2: anvil.omniadapter.v1.ApplyMachineRequest.machine:type_name -> anvil.omniadapter.v1.OmniMachine
 	2,  // 3: anvil.omniadapter.v1.MachineStatus.power:type_name -> anvil.omniadapter.v1.MachineStatus.Power
-	13, // 4: anvil.omniadapter.v1.MachineStatus.labels:type_name -> anvil.omniadapter.v1.MachineStatus.LabelsEntry
+	15, // 4: anvil.omniadapter.v1.MachineStatus.labels:type_name -> anvil.omniadapter.v1.MachineStatus.LabelsEntry
 	11, // 5: anvil.omniadapter.v1.MachineStatusEvent.status:type_name -> anvil.omniadapter.v1.MachineStatus
-	3,  // 6: anvil.omniadapter.v1.OmniAdapterService.SetJoinConfig:input_type -> anvil.omniadapter.v1.SetJoinConfigRequest
-	6,  // 7: anvil.omniadapter.v1.OmniAdapterService.ApplyMachine:input_type -> anvil.omniadapter.v1.ApplyMachineRequest
-	8,  // 8: anvil.omniadapter.v1.OmniAdapterService.ForgetMachine:input_type -> anvil.omniadapter.v1.ForgetMachineRequest
-	10, // 9: anvil.omniadapter.v1.OmniAdapterService.WatchMachineStatuses:input_type -> anvil.omniadapter.v1.WatchMachineStatusesRequest
-	4,  // 10: anvil.omniadapter.v1.OmniAdapterService.SetJoinConfig:output_type -> anvil.omniadapter.v1.SetJoinConfigResponse
-	7,  // 11: anvil.omniadapter.v1.OmniAdapterService.ApplyMachine:output_type -> anvil.omniadapter.v1.ApplyMachineResponse
-	9,  // 12: anvil.omniadapter.v1.OmniAdapterService.ForgetMachine:output_type -> anvil.omniadapter.v1.ForgetMachineResponse
-	12, // 13: anvil.omniadapter.v1.OmniAdapterService.WatchMachineStatuses:output_type -> anvil.omniadapter.v1.MachineStatusEvent
-	10, // [10:14] is the sub-list for method output_type
-	6,  // [6:10] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	16, // 6: anvil.omniadapter.v1.SetBMCRequest.ipmi:type_name -> anvil.omniadapter.v1.SetBMCRequest.IPMI
+	17, // 7: anvil.omniadapter.v1.SetBMCRequest.api:type_name -> anvil.omniadapter.v1.SetBMCRequest.API
+	3,  // 8: anvil.omniadapter.v1.OmniAdapterService.SetJoinConfig:input_type -> anvil.omniadapter.v1.SetJoinConfigRequest
+	6,  // 9: anvil.omniadapter.v1.OmniAdapterService.ApplyMachine:input_type -> anvil.omniadapter.v1.ApplyMachineRequest
+	8,  // 10: anvil.omniadapter.v1.OmniAdapterService.ForgetMachine:input_type -> anvil.omniadapter.v1.ForgetMachineRequest
+	10, // 11: anvil.omniadapter.v1.OmniAdapterService.WatchMachineStatuses:input_type -> anvil.omniadapter.v1.WatchMachineStatusesRequest
+	13, // 12: anvil.omniadapter.v1.OmniAdapterService.SetBMC:input_type -> anvil.omniadapter.v1.SetBMCRequest
+	4,  // 13: anvil.omniadapter.v1.OmniAdapterService.SetJoinConfig:output_type -> anvil.omniadapter.v1.SetJoinConfigResponse
+	7,  // 14: anvil.omniadapter.v1.OmniAdapterService.ApplyMachine:output_type -> anvil.omniadapter.v1.ApplyMachineResponse
+	9,  // 15: anvil.omniadapter.v1.OmniAdapterService.ForgetMachine:output_type -> anvil.omniadapter.v1.ForgetMachineResponse
+	12, // 16: anvil.omniadapter.v1.OmniAdapterService.WatchMachineStatuses:output_type -> anvil.omniadapter.v1.MachineStatusEvent
+	14, // 17: anvil.omniadapter.v1.OmniAdapterService.SetBMC:output_type -> anvil.omniadapter.v1.SetBMCResponse
+	13, // [13:18] is the sub-list for method output_type
+	8,  // [8:13] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_omniadapter_v1_omniadapter_proto_init() }
@@ -886,13 +1146,17 @@ func file_omniadapter_v1_omniadapter_proto_init() {
 	if File_omniadapter_v1_omniadapter_proto != nil {
 		return
 	}
+	file_omniadapter_v1_omniadapter_proto_msgTypes[10].OneofWrappers = []any{
+		(*SetBMCRequest_Ipmi)(nil),
+		(*SetBMCRequest_Api)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_omniadapter_v1_omniadapter_proto_rawDesc), len(file_omniadapter_v1_omniadapter_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   11,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,7 @@ const (
 	OmniAdapterService_ApplyMachine_FullMethodName         = "/anvil.omniadapter.v1.OmniAdapterService/ApplyMachine"
 	OmniAdapterService_ForgetMachine_FullMethodName        = "/anvil.omniadapter.v1.OmniAdapterService/ForgetMachine"
 	OmniAdapterService_WatchMachineStatuses_FullMethodName = "/anvil.omniadapter.v1.OmniAdapterService/WatchMachineStatuses"
+	OmniAdapterService_SetBMC_FullMethodName               = "/anvil.omniadapter.v1.OmniAdapterService/SetBMC"
 )
 
 // OmniAdapterServiceClient is the client API for OmniAdapterService service.
@@ -52,6 +53,10 @@ type OmniAdapterServiceClient interface {
 	// has (its infra.MachineStatus): every status first, then each change, a removal as
 	// removed.
 	WatchMachineStatuses(ctx context.Context, in *WatchMachineStatusesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MachineStatusEvent], error)
+	// SetBMC gives how to reach a machine's BMC as an admin gave it in Omni
+	// (infra.BMCConfig): it wins over credentials the agent provisions in-band. The
+	// password is never logged.
+	SetBMC(ctx context.Context, in *SetBMCRequest, opts ...grpc.CallOption) (*SetBMCResponse, error)
 }
 
 type omniAdapterServiceClient struct {
@@ -111,6 +116,16 @@ func (c *omniAdapterServiceClient) WatchMachineStatuses(ctx context.Context, in 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type OmniAdapterService_WatchMachineStatusesClient = grpc.ServerStreamingClient[MachineStatusEvent]
 
+func (c *omniAdapterServiceClient) SetBMC(ctx context.Context, in *SetBMCRequest, opts ...grpc.CallOption) (*SetBMCResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetBMCResponse)
+	err := c.cc.Invoke(ctx, OmniAdapterService_SetBMC_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OmniAdapterServiceServer is the server API for OmniAdapterService service.
 // All implementations must embed UnimplementedOmniAdapterServiceServer
 // for forward compatibility.
@@ -131,6 +146,10 @@ type OmniAdapterServiceServer interface {
 	// has (its infra.MachineStatus): every status first, then each change, a removal as
 	// removed.
 	WatchMachineStatuses(*WatchMachineStatusesRequest, grpc.ServerStreamingServer[MachineStatusEvent]) error
+	// SetBMC gives how to reach a machine's BMC as an admin gave it in Omni
+	// (infra.BMCConfig): it wins over credentials the agent provisions in-band. The
+	// password is never logged.
+	SetBMC(context.Context, *SetBMCRequest) (*SetBMCResponse, error)
 	mustEmbedUnimplementedOmniAdapterServiceServer()
 }
 
@@ -152,6 +171,9 @@ func (UnimplementedOmniAdapterServiceServer) ForgetMachine(context.Context, *For
 }
 func (UnimplementedOmniAdapterServiceServer) WatchMachineStatuses(*WatchMachineStatusesRequest, grpc.ServerStreamingServer[MachineStatusEvent]) error {
 	return status.Error(codes.Unimplemented, "method WatchMachineStatuses not implemented")
+}
+func (UnimplementedOmniAdapterServiceServer) SetBMC(context.Context, *SetBMCRequest) (*SetBMCResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetBMC not implemented")
 }
 func (UnimplementedOmniAdapterServiceServer) mustEmbedUnimplementedOmniAdapterServiceServer() {}
 func (UnimplementedOmniAdapterServiceServer) testEmbeddedByValue()                            {}
@@ -239,6 +261,24 @@ func _OmniAdapterService_WatchMachineStatuses_Handler(srv interface{}, stream gr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type OmniAdapterService_WatchMachineStatusesServer = grpc.ServerStreamingServer[MachineStatusEvent]
 
+func _OmniAdapterService_SetBMC_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetBMCRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OmniAdapterServiceServer).SetBMC(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OmniAdapterService_SetBMC_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OmniAdapterServiceServer).SetBMC(ctx, req.(*SetBMCRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OmniAdapterService_ServiceDesc is the grpc.ServiceDesc for OmniAdapterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -257,6 +297,10 @@ var OmniAdapterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ForgetMachine",
 			Handler:    _OmniAdapterService_ForgetMachine_Handler,
+		},
+		{
+			MethodName: "SetBMC",
+			Handler:    _OmniAdapterService_SetBMC_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -2,6 +2,7 @@ package omni
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/cosi-project/runtime/pkg/resource"
@@ -11,6 +12,7 @@ import (
 	"github.com/siderolabs/omni/client/pkg/omni/resources/infra"
 	omnires "github.com/siderolabs/omni/client/pkg/omni/resources/omni"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	omniadapterv1 "github.com/anvil-metal/anvil/api/omniadapter/v1"
 )
@@ -19,6 +21,44 @@ import (
 type MachineSink interface {
 	ApplyMachine(ctx context.Context, m *omniadapterv1.OmniMachine) error
 	ForgetMachine(ctx context.Context, id string) error
+	SetBMC(ctx context.Context, req *omniadapterv1.SetBMCRequest) error
+}
+
+// FollowBMCs hands every BMC an admin gave in Omni for the provider's machines
+// (infra.BMCConfig) to sink, then each change, as FollowMachines does. A BMC config
+// removed in Omni leaves the machine's BMC as it was (anvilctl machine bmc removes it).
+func FollowBMCs(ctx context.Context, st state.State, providerID string, sink MachineSink, logger *zap.Logger) error {
+	return follow(ctx, st, infra.BMCConfigType, providerID, logger, "BMC config",
+		func(ctx context.Context, c *infra.BMCConfig) error {
+			req, err := bmcRequest(c)
+			if err != nil {
+				logger.Warn("Omni: a BMC config the provider cannot use", zap.String("machine", c.Metadata().ID()), zap.Error(err))
+
+				return nil
+			}
+
+			return sink.SetBMC(ctx, req)
+		}, nil)
+}
+
+// bmcRequest is the adapter API's form of an infra.BMCConfig.
+func bmcRequest(c *infra.BMCConfig) (*omniadapterv1.SetBMCRequest, error) {
+	cfg := c.TypedSpec().Value.GetConfig()
+	req := &omniadapterv1.SetBMCRequest{Id: c.Metadata().ID()}
+
+	switch {
+	case cfg.GetIpmi() != nil:
+		i := cfg.GetIpmi()
+		req.Bmc = &omniadapterv1.SetBMCRequest_Ipmi{Ipmi: &omniadapterv1.SetBMCRequest_IPMI{
+			Address: i.GetAddress(), Port: i.GetPort(), Username: i.GetUsername(), Password: i.GetPassword(),
+		}}
+	case cfg.GetApi() != nil:
+		req.Bmc = &omniadapterv1.SetBMCRequest_Api{Api: &omniadapterv1.SetBMCRequest_API{Address: cfg.GetApi().GetAddress()}}
+	default:
+		return nil, errors.New("neither IPMI nor API")
+	}
+
+	return req, nil
 }
 
 // FollowMachines hands every infra.Machine of the provider in Omni to sink, then each
@@ -26,13 +66,24 @@ type MachineSink interface {
 // every machine again: the provider's view is rebuilt from Omni's on every start).
 // Omni labels the infra.Machines of a static provider with its ID.
 func FollowMachines(ctx context.Context, st state.State, providerID string, sink MachineSink, logger *zap.Logger) error {
+	return follow(ctx, st, infra.InfraMachineType, providerID, logger, "infra machine",
+		func(ctx context.Context, m *infra.Machine) error { return sink.ApplyMachine(ctx, omniMachine(m)) },
+		sink.ForgetMachine)
+}
+
+// follow watches the resources of type typ that Omni labels as the provider's, calling
+// set for each (every one first, then each change) and gone for each one destroyed,
+// until ctx is done (nil) or a call or the watch fails.
+func follow[T resource.Resource](ctx context.Context, st state.State, typ resource.Type, providerID string, logger *zap.Logger, what string,
+	set func(context.Context, T) error, gone func(context.Context, string) error,
+) error {
 	events := make(chan state.Event)
 
-	if err := st.WatchKind(ctx, resource.NewMetadata(resources.InfraProviderNamespace, infra.InfraMachineType, "", resource.VersionUndefined), events,
+	if err := st.WatchKind(ctx, resource.NewMetadata(resources.InfraProviderNamespace, typ, "", resource.VersionUndefined), events,
 		state.WithBootstrapContents(true),
 		state.WatchWithLabelQuery(resource.LabelEqual(omnires.LabelInfraProviderID, providerID)),
 	); err != nil {
-		return fmt.Errorf("error watching the infra machines: %w", err)
+		return fmt.Errorf("error watching the %ss: %w", what, err)
 	}
 
 	for {
@@ -44,35 +95,40 @@ func FollowMachines(ctx context.Context, st state.State, providerID string, sink
 		case ev = <-events:
 		}
 
+		id := ""
+		if ev.Resource != nil {
+			id = ev.Resource.Metadata().ID()
+		}
+
+		callCtx, cancel := context.WithTimeout(ctx, pushTimeout)
+
+		var err error
+
 		switch ev.Type {
 		case state.Created, state.Updated:
-			m, ok := ev.Resource.(*infra.Machine)
+			r, ok := ev.Resource.(T)
 			if !ok {
-				return fmt.Errorf("an infra machine is a %T", ev.Resource)
+				cancel()
+
+				return fmt.Errorf("an %s is a %T", what, ev.Resource)
 			}
 
-			callCtx, cancel := context.WithTimeout(ctx, pushTimeout)
-			err := sink.ApplyMachine(callCtx, omniMachine(m))
-
-			cancel()
-
-			if err != nil {
-				return fmt.Errorf("error handing machine %s to the provider: %w", m.Metadata().ID(), err)
-			}
+			err = set(callCtx, r)
 		case state.Destroyed:
-			callCtx, cancel := context.WithTimeout(ctx, pushTimeout)
-			err := sink.ForgetMachine(callCtx, ev.Resource.Metadata().ID())
-
-			cancel()
-
-			if err != nil {
-				return fmt.Errorf("error telling the provider machine %s is gone: %w", ev.Resource.Metadata().ID(), err)
+			if gone != nil {
+				err = gone(callCtx, id)
 			}
 		case state.Bootstrapped:
-			logger.Info("Omni: every infra machine handed to the provider")
+			logger.Info("Omni: every " + what + " handed to the provider")
 		case state.Errored:
-			return fmt.Errorf("the infra machine watch failed: %w", ev.Error)
+			err = fmt.Errorf("the %s watch failed: %w", what, ev.Error)
 		case state.Noop:
+		}
+
+		cancel()
+
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", what, id, err)
 		}
 	}
 }
@@ -127,6 +183,12 @@ func (s adapterSink) ForgetMachine(ctx context.Context, id string) error {
 	return err
 }
 
+func (s adapterSink) SetBMC(ctx context.Context, req *omniadapterv1.SetBMCRequest) error {
+	_, err := s.client.SetBMC(ctx, req)
+
+	return err
+}
+
 // followMachines hands Omni's machines to the provider over the socket it serves the
 // adapter on.
 func (c *Connection) followMachines(ctx context.Context) error {
@@ -137,5 +199,11 @@ func (c *Connection) followMachines(ctx context.Context) error {
 
 	defer closeConn()
 
-	return FollowMachines(ctx, c.st, c.opts.ProviderID, adapterSink{client: client}, c.opts.Logger)
+	sink := adapterSink{client: client}
+
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.Go(func() error { return FollowMachines(ctx, c.st, c.opts.ProviderID, sink, c.opts.Logger) })
+	eg.Go(func() error { return FollowBMCs(ctx, c.st, c.opts.ProviderID, sink, c.opts.Logger) })
+
+	return eg.Wait()
 }

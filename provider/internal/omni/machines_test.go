@@ -161,8 +161,8 @@ func runProvider(t *testing.T, providerID string, omniState state.State) *resour
 	require.NoError(t, err)
 
 	logger := zaptest.NewLogger(t)
-	link := omnilink.New(filepath.Join(dir, "omni-adapter.sock"), store, logger.Named("link"))
 	tr := transitions.New(store, transitions.Options{ManagedBy: "Omni at https://omni.lab:8099", Logger: logger})
+	link := omnilink.New(omnilink.Options{Socket: filepath.Join(dir, "omni-adapter.sock"), State: store, BMCs: tr, Logger: logger.Named("link")})
 
 	rt, err := runtime.NewRuntime(store, logger.Named("runtime"))
 	require.NoError(t, err)
@@ -285,4 +285,56 @@ func TestStatusesReachOmni(t *testing.T) {
 	require.NoError(t, omniState.Destroy(ctx, im.Metadata()))
 
 	require.Eventually(t, func() bool { return status() == nil }, 20*time.Second, 10*time.Millisecond, "the status goes")
+}
+
+// TestBMCsReachTheProvider: a BMC an admin gives in Omni for one of the provider's
+// machines becomes the machine's BMC, as a user's (the agent never replaces it), its
+// password in the secret the state API never serves; another provider's is not
+// handed over.
+func TestBMCsReachTheProvider(t *testing.T) {
+	t.Parallel()
+
+	const (
+		providerID = "anvil-test"
+		id         = "4c4c4544-0000-1000-8000-0000000000dd"
+		foreign    = "4c4c4544-0000-1000-8000-0000000000ee"
+	)
+
+	ctx := t.Context()
+	omniState := state.WrapCore(namespaced.NewState(inmem.Build))
+	provider := runProvider(t, providerID, omniState)
+
+	other := infra.NewBMCConfig(foreign)
+	other.Metadata().Labels().Set(omnires.LabelInfraProviderID, "someone-else")
+	other.TypedSpec().Value.Config = &specs.InfraMachineBMCConfigSpec{Api: &specs.InfraMachineBMCConfigSpec_API{Address: "http://10.0.0.9"}}
+	require.NoError(t, omniState.Create(ctx, other))
+
+	bmc := infra.NewBMCConfig(id)
+	bmc.Metadata().Labels().Set(omnires.LabelInfraProviderID, providerID)
+	bmc.TypedSpec().Value.Config = &specs.InfraMachineBMCConfigSpec{Ipmi: &specs.InfraMachineBMCConfigSpec_IPMI{
+		Address: "10.0.0.5", Port: 623, Username: "admin", Password: "bmc-secret",
+	}}
+	require.NoError(t, omniState.Create(ctx, bmc))
+
+	var cfg *resources.BMCConfig
+
+	require.Eventually(t, func() bool {
+		var err error
+
+		cfg, err = safe.StateGetByID[*resources.BMCConfig](ctx, provider, id)
+
+		return err == nil
+	}, 20*time.Second, 10*time.Millisecond, "the machine's BMC")
+
+	assert.Equal(t, "ipmi", cfg.TypedSpec().Kind)
+	assert.Equal(t, "10.0.0.5", cfg.TypedSpec().Address)
+	assert.Equal(t, "admin", cfg.TypedSpec().Username)
+	assert.Equal(t, resources.BMCSourceUser, cfg.TypedSpec().Source)
+
+	secret, err := safe.StateGetByID[*resources.BMCSecret](ctx, provider, id)
+	require.NoError(t, err)
+	assert.Equal(t, "bmc-secret", secret.TypedSpec().Password)
+
+	_, err = safe.StateGetByID[*resources.BMCConfig](ctx, provider, foreign)
+	assert.True(t, state.IsNotFoundError(err), "another provider's BMC: %v", err)
 }

@@ -2,6 +2,7 @@ package omnilink_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	omniadapterv1 "github.com/anvil-metal/anvil/api/omniadapter/v1"
 	"github.com/anvil-metal/anvil/provider/internal/omnilink"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
+	"github.com/anvil-metal/anvil/provider/internal/transitions"
 )
 
 // TestMachines: what the adapter says of each machine becomes its OmniMachine over the
@@ -35,7 +37,7 @@ func TestMachines(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 
 	core, logs := observer.New(zap.DebugLevel)
-	link := omnilink.New(filepath.Join(shortDir(t), "omni-adapter.sock"), st, zap.New(core))
+	link := omnilink.New(omnilink.Options{Socket: filepath.Join(shortDir(t), "omni-adapter.sock"), State: st, Logger: zap.New(core)})
 	client := serve(t, link)
 	ctx := t.Context()
 
@@ -102,7 +104,7 @@ func TestMachines(t *testing.T) {
 func TestMachinesWithoutState(t *testing.T) {
 	t.Parallel()
 
-	client := serve(t, omnilink.New(filepath.Join(shortDir(t), "omni-adapter.sock"), nil, zap.NewNop()))
+	client := serve(t, omnilink.New(omnilink.Options{Socket: filepath.Join(shortDir(t), "omni-adapter.sock"), Logger: zap.NewNop()}))
 
 	_, err := client.ApplyMachine(t.Context(), &omniadapterv1.ApplyMachineRequest{Machine: &omniadapterv1.OmniMachine{Id: "m"}})
 	assert.Equal(t, codes.Unavailable, status.Code(err))
@@ -145,4 +147,47 @@ func toString(v any) string {
 	}
 
 	return ""
+}
+
+// TestSetBMC: a BMC from Omni goes through the transitions as a user's; what is not a
+// BMC is refused, its password in no error; a link without a BMC setter says so.
+func TestSetBMC(t *testing.T) {
+	t.Parallel()
+
+	st, err := resources.Open(t.Context(), t.TempDir())
+	require.NoError(t, err)
+
+	t.Cleanup(func() { st.Close() })
+
+	tr := transitions.New(st, transitions.Options{ManagedBy: "Omni at https://omni.test"})
+	client := serve(t, omnilink.New(omnilink.Options{Socket: filepath.Join(shortDir(t), "omni-adapter.sock"), State: st, BMCs: tr}))
+	ctx := t.Context()
+
+	const id = "4c4c4544-0000-1000-8000-000000000009"
+
+	ipmi := func(addr string) *omniadapterv1.SetBMCRequest {
+		return &omniadapterv1.SetBMCRequest{Id: id, Bmc: &omniadapterv1.SetBMCRequest_Ipmi{Ipmi: &omniadapterv1.SetBMCRequest_IPMI{
+			Address: addr, Port: 623, Username: "admin", Password: "pw-secret",
+		}}}
+	}
+
+	_, err = client.SetBMC(ctx, ipmi("10.0.0.5"))
+	require.NoError(t, err)
+
+	cfg, err := safe.StateGetByID[*resources.BMCConfig](ctx, st, id)
+	require.NoError(t, err)
+	assert.Equal(t, resources.BMCSourceUser, cfg.TypedSpec().Source)
+
+	for name, req := range map[string]*omniadapterv1.SetBMCRequest{
+		"no BMC":      {Id: id},
+		"bad address": ipmi("not an address\n"),
+		"no id":       {Bmc: &omniadapterv1.SetBMCRequest_Api{Api: &omniadapterv1.SetBMCRequest_API{Address: "http://10.0.0.9"}}},
+	} {
+		_, err := client.SetBMC(ctx, req)
+		assert.Equal(t, codes.InvalidArgument, status.Code(err), "%s: %v", name, err)
+		assert.NotContains(t, fmt.Sprint(err), "pw-secret", name)
+	}
+
+	_, err = serve(t, omnilink.New(omnilink.Options{Socket: filepath.Join(shortDir(t), "omni-adapter.sock")})).SetBMC(ctx, ipmi("10.0.0.5"))
+	assert.Equal(t, codes.Unavailable, status.Code(err))
 }

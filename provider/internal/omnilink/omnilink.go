@@ -27,6 +27,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	omniadapterv1 "github.com/anvil-metal/anvil/api/omniadapter/v1"
+	"github.com/anvil-metal/anvil/provider/internal/power"
+	"github.com/anvil-metal/anvil/provider/internal/transitions"
 )
 
 // Limits on what the adapter may send.
@@ -44,6 +46,7 @@ type Link struct {
 	// st holds the OmniMachines the adapter reports, of which the link is the only
 	// writer.
 	st     state.State
+	bmcs   BMCSetter
 	logger *zap.Logger
 
 	mu         sync.RWMutex
@@ -51,10 +54,31 @@ type Link struct {
 	joinConfig string
 }
 
-// New returns the link; its socket is served at socket, and what the adapter reports of
-// machines is stored in st.
-func New(socket string, st state.State, logger *zap.Logger) *Link {
-	return &Link{socket: socket, st: st, logger: logger}
+// BMCSetter stores how to reach a machine's BMC as a person gave it (the transitions).
+type BMCSetter interface {
+	SetBMC(ctx context.Context, id string, bmc transitions.BMC) (power.Endpoint, error)
+}
+
+// Options configure the link.
+type Options struct {
+	// Socket is where the adapter API is served.
+	Socket string
+	// State holds what the adapter reports of machines; nil keeps nothing (the
+	// machines' calls are refused).
+	State state.State
+	// BMCs takes the BMCs admins give in Omni; nil refuses them.
+	BMCs   BMCSetter
+	Logger *zap.Logger
+}
+
+// New returns the link.
+func New(opts Options) *Link {
+	logger := opts.Logger
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+
+	return &Link{socket: opts.Socket, st: opts.State, bmcs: opts.BMCs, logger: logger}
 }
 
 // Socket is where the adapter API is served.
