@@ -46,6 +46,9 @@ func (ctrl *OmniIntentController) Settings() controller.QSettings {
 			{Namespace: resources.NamespaceName, Type: resources.OmniMachineType, Kind: controller.InputQPrimary},
 			{Namespace: resources.NamespaceName, Type: resources.MachineType, Kind: controller.InputQMapped},
 			{Namespace: resources.NamespaceName, Type: resources.MachineStatusType, Kind: controller.InputQMapped},
+			// A local allocation released (see transitions' adoption rules) hands the
+			// machine to Omni's decisions.
+			{Namespace: resources.NamespaceName, Type: resources.MachineIntentType, Kind: controller.InputQMapped},
 		},
 	}
 }
@@ -75,6 +78,11 @@ func (ctrl *OmniIntentController) Reconcile(ctx context.Context, logger *zap.Log
 	switch transitions.CodeOf(err) {
 	case transitions.CodeNotFound:
 		// Not seen by this provider yet: its first boot maps it here again.
+		return nil
+	case transitions.CodeRefused:
+		// Held by a local allocation (the adoption rules): Omni decides once it is released.
+		logger.Info("machine held by a local allocation: Omni's decisions wait", zap.String("machine", id), zap.Error(err))
+
 		return nil
 	case transitions.CodeInvalid:
 		// The adapter API refuses what is invalid: this is a bug, not a retry.

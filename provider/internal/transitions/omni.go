@@ -39,6 +39,10 @@ func (s *Service) ApplyOmni(ctx context.Context, id string, o resources.OmniMach
 		return nil, err
 	}
 
+	if localAllocation(cur.Allocation) {
+		return nil, heldLocally(id)
+	}
+
 	// A new allocation is built (validated, its schematic computed) outside the change,
 	// which runs under the lock; the change keeps the current one when Omni's is the same.
 	var alloc *resources.Allocation
@@ -49,9 +53,16 @@ func (s *Service) ApplyOmni(ctx context.Context, id string, o resources.OmniMach
 		}); err != nil {
 			return nil, err
 		}
+
+		alloc.ID = omniAllocationPrefix + alloc.ID
 	}
 
 	return s.transition(ctx, "omni", id, func(spec *resources.MachineIntentSpec) error {
+		// Checked again under the lock: a local allocation is never overridden.
+		if localAllocation(spec.Allocation) {
+			return heldLocally(id)
+		}
+
 		next := omniIntent(*spec, o, alloc)
 		*spec = next
 
@@ -139,6 +150,36 @@ func OmniRebootRequest(rebootID string) (string, bool) {
 	}
 
 	return "", false
+}
+
+// The adoption rules, switching a provider with standalone state to Omni mode:
+//
+//   - A machine Omni does not have keeps its intent: Omni decides nothing of it until
+//     it joins Omni (its agent boots and provisions with Omni's join token).
+//   - A machine holding an allocation made locally is never changed by Omni's
+//     decisions (ApplyOmni refuses with CodeRefused, saying so): a tenant's Talos is
+//     never wiped because Omni names a wipe or knows no cluster for it. Deallocating it
+//     locally — the one local transition Omni mode allows for such a machine — owes
+//     the wipe, and the machine goes back to the agent; from then on Omni decides.
+//   - Accepted by Omni, an adopted machine owes Omni's initial wipe even when it was
+//     wiped locally: Omni cannot know what its disks hold.
+//
+// The way back (Omni mode to standalone) needs no rule: the intents stay as Omni's
+// decisions left them, and the local control decides again.
+
+// omniAllocationPrefix marks the allocations ApplyOmni makes: any other was made
+// locally.
+const omniAllocationPrefix = "omni-"
+
+// localAllocation says whether a is an allocation the local control made.
+func localAllocation(a *resources.Allocation) bool {
+	return a != nil && !strings.HasPrefix(a.ID, omniAllocationPrefix)
+}
+
+// heldLocally is ApplyOmni's refusal of a machine under a local allocation.
+func heldLocally(id string) error {
+	return refused(fmt.Sprintf("machine %q holds an allocation made before Omni managed this provider: "+
+		"deallocate it locally (anvilctl machine deallocate) to hand it to Omni", id))
 }
 
 // omniAllocates says whether Omni has allocated the machine to a cluster.

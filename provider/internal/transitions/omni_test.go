@@ -217,3 +217,47 @@ func TestApplyOmniRefused(t *testing.T) {
 	_, err = local.Owner().ApplyOmni(t.Context(), "4c4c4544-0000-1000-8000-0000000000ff", resources.OmniMachineSpec{Acceptance: resources.AcceptanceAccepted})
 	assert.Equal(t, transitions.CodeNotFound, transitions.CodeOf(err), "a machine the provider never saw")
 }
+
+// TestAdoption: a machine a standalone provider handed out keeps its allocation when
+// the provider turns to Omni — Omni's decisions are refused for it, saying how to hand
+// it over — until it is deallocated locally, the one local transition Omni mode allows
+// it; then Omni decides, and an Omni allocation is Omni's to end.
+func TestAdoption(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	st := openState(t)
+
+	standalone := transitions.New(st, transitions.Options{Recorder: &fakeRecorder{}})
+	require.NoError(t, apply(ctx, standalone, "accept"))
+	require.NoError(t, apply(ctx, standalone, "allocate"))
+
+	before := intentSpec(t, st)
+
+	local := transitions.New(st, transitions.Options{ManagedBy: "Omni at https://omni.test"})
+	owner := local.Owner()
+
+	for _, o := range []resources.OmniMachineSpec{
+		{Acceptance: resources.AcceptancePending},
+		{Acceptance: resources.AcceptanceAccepted, WipeID: "w1"},
+		{Acceptance: resources.AcceptanceRejected},
+	} {
+		_, err := owner.ApplyOmni(ctx, machineID, o)
+		require.Equal(t, transitions.CodeRefused, codeOf(err), "%+v: %v", o, err)
+		assert.Contains(t, err.Error(), "deallocate it locally")
+	}
+
+	assert.Equal(t, before, intentSpec(t, st), "a local allocation is never overridden")
+
+	after, err := local.Deallocate(ctx, machineID)
+	require.NoError(t, err, "a local allocation may be released in Omni mode")
+	assert.Nil(t, after.Allocation)
+	assert.NotEqual(t, before.WipeID, after.WipeID, "a wipe is owed")
+
+	got, err := owner.ApplyOmni(ctx, machineID, resources.OmniMachineSpec{Acceptance: resources.AcceptanceAccepted, ClusterTalosVersion: "v1.9.0"})
+	require.NoError(t, err, "Omni decides now")
+	require.NotNil(t, got.Allocation)
+
+	_, err = local.Deallocate(ctx, machineID)
+	assert.Equal(t, transitions.CodeManaged, codeOf(err), "Omni's allocation is Omni's to end")
+}
