@@ -256,6 +256,10 @@ func (v machineView) omniColumn() string {
 		return "-"
 	}
 
+	if o.Gone {
+		return "gone"
+	}
+
 	col := string(o.Acceptance)
 
 	if o.Cordoned {

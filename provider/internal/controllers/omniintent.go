@@ -66,8 +66,7 @@ func (ctrl *OmniIntentController) Reconcile(ctx context.Context, logger *zap.Log
 
 	switch {
 	case state.IsNotFoundError(err):
-		// Omni forgot the machine (its infra.Machine is gone): what it decided stays
-		// until it decides again; the machine holds in the agent as the intent says.
+		// Omni never had the machine: it keeps its intent (the adoption rules).
 		return nil
 	case err != nil:
 		return fmt.Errorf("error reading Omni's view of machine %s: %w", id, err)

@@ -59,8 +59,8 @@ func (ctrl *OmniMachineStatusController) Reconcile(ctx context.Context, _ *zap.L
 	om, err := safe.ReaderGetByID[*resources.OmniMachine](ctx, r, id)
 
 	switch {
-	case state.IsNotFoundError(err):
-		// Omni no longer has the machine: nothing to report.
+	case state.IsNotFoundError(err) || (err == nil && om.TypedSpec().Gone):
+		// Omni does not have the machine: nothing to report.
 		if err = r.Destroy(ctx, resources.NewOmniMachineStatus(id).Metadata()); err != nil && !state.IsNotFoundError(err) {
 			return fmt.Errorf("error removing the Omni status of machine %s: %w", id, err)
 		}

@@ -65,10 +65,44 @@ func bmcRequest(c *infra.BMCConfig) (*omniadapterv1.SetBMCRequest, error) {
 // change, until ctx is done or a call fails (the caller starts it again, which sends
 // every machine again: the provider's view is rebuilt from Omni's on every start).
 // Omni labels the infra.Machines of a static provider with its ID.
+//
+// The provider's finalizer on each infra.Machine holds Omni's removal of it until the
+// provider has stored that the machine is gone (pending again): a machine Omni drops is
+// never left in a cluster's state on this side.
 func FollowMachines(ctx context.Context, st state.State, providerID string, sink MachineSink, logger *zap.Logger) error {
+	finalizer := Finalizer(providerID)
+
 	return follow(ctx, st, infra.InfraMachineType, providerID, logger, "infra machine",
-		func(ctx context.Context, m *infra.Machine) error { return sink.ApplyMachine(ctx, omniMachine(m)) },
+		func(ctx context.Context, m *infra.Machine) error {
+			if m.Metadata().Phase() == resource.PhaseTearingDown {
+				if err := sink.ForgetMachine(ctx, m.Metadata().ID()); err != nil {
+					return err
+				}
+
+				return ignoreNotFound(st.RemoveFinalizer(ctx, m.Metadata(), finalizer))
+			}
+
+			if !m.Metadata().Finalizers().Has(finalizer) {
+				if err := st.AddFinalizer(ctx, m.Metadata(), finalizer); err != nil {
+					return ignoreNotFound(err)
+				}
+			}
+
+			return sink.ApplyMachine(ctx, omniMachine(m))
+		},
 		sink.ForgetMachine)
+}
+
+// Finalizer is the provider's finalizer on the infra.Machines it serves.
+func Finalizer(providerID string) string { return "anvil.dev/" + providerID }
+
+// ignoreNotFound: a resource gone meanwhile is no failure (its destruction is followed).
+func ignoreNotFound(err error) error {
+	if state.IsNotFoundError(err) {
+		return nil
+	}
+
+	return err
 }
 
 // follow watches the resources of type typ that Omni labels as the provider's, calling

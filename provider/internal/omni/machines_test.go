@@ -138,14 +138,35 @@ func TestOmniMachinesToIntent(t *testing.T) {
 	_, err := safe.StateGetByID[*resources.OmniMachine](ctx, provider, foreign)
 	assert.True(t, state.IsNotFoundError(err), "another provider's machine is not handed over: %v", err)
 
-	// Omni drops the machine: so does the provider's view of Omni; the intent stays.
+	foreignNow, err := safe.StateGetByID[*infra.Machine](ctx, omniState, foreign)
+	require.NoError(t, err)
+	assert.Empty(t, *foreignNow.Metadata().Finalizers(), "nor held")
+
+	// The provider's finalizer holds Omni's removal of the machine.
+	got, err := safe.StateGetByID[*infra.Machine](ctx, omniState, id)
+	require.NoError(t, err)
+	assert.True(t, got.Metadata().Finalizers().Has(omni.Finalizer(providerID)), "the provider's finalizer")
+
+	// Omni drops the machine: it is gone from Omni's view, and pending again; then the
+	// finalizer goes, and Omni's removal completes.
+	ready, err := omniState.Teardown(ctx, im.Metadata())
+	require.NoError(t, err)
+	assert.False(t, ready, "held by the provider's finalizer")
+
+	_, err = omniState.WatchFor(ctx, im.Metadata(), state.WithFinalizerEmpty())
+	require.NoError(t, err)
 	require.NoError(t, omniState.Destroy(ctx, im.Metadata()))
 
 	assert.Eventually(t, func() bool {
-		_, err := safe.StateGetByID[*resources.OmniMachine](ctx, provider, id)
+		om, err := safe.StateGetByID[*resources.OmniMachine](ctx, provider, id)
+		if err != nil || !om.TypedSpec().Gone {
+			return false
+		}
 
-		return state.IsNotFoundError(err)
-	}, 20*time.Second, 10*time.Millisecond)
+		in, err := safe.StateGetByID[*resources.MachineIntent](ctx, provider, id)
+
+		return err == nil && in.TypedSpec().Acceptance == resources.AcceptancePending && in.TypedSpec().Allocation == nil
+	}, 20*time.Second, 10*time.Millisecond, "gone from Omni, pending")
 }
 
 // runProvider runs the provider's side for the test: its store, its link to the adapter
@@ -281,7 +302,13 @@ func TestStatusesReachOmni(t *testing.T) {
 		return s.TypedSpec().Value.PowerState == specs.InfraMachineStatusSpec_POWER_STATE_ON && !rack
 	}, 20*time.Second, 10*time.Millisecond, "the status follows the machine")
 
-	// Omni drops the machine: its status goes from Omni too.
+	// Omni drops the machine (its teardown waits for the provider's finalizer): its
+	// status goes from Omni too.
+	_, err = omniState.Teardown(ctx, im.Metadata())
+	require.NoError(t, err)
+
+	_, err = omniState.WatchFor(ctx, im.Metadata(), state.WithFinalizerEmpty())
+	require.NoError(t, err)
 	require.NoError(t, omniState.Destroy(ctx, im.Metadata()))
 
 	require.Eventually(t, func() bool { return status() == nil }, 20*time.Second, 10*time.Millisecond, "the status goes")

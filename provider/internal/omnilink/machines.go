@@ -61,25 +61,33 @@ func (l *Link) ApplyMachine(ctx context.Context, req *omniadapterv1.ApplyMachine
 }
 
 // ForgetMachine implements omniadapterv1.OmniAdapterServiceServer: Omni no longer has
-// the machine, so neither does Anvil's view of Omni. What Omni decided last stays the
-// machine's intent.
+// the machine, so it is pending again (as a machine Omni never accepted): its OmniMachine
+// says gone, and the Omni intent controller makes that its intent. Returning is the
+// provider's word that this is stored: the adapter then lets Omni drop the machine.
 func (l *Link) ForgetMachine(ctx context.Context, req *omniadapterv1.ForgetMachineRequest) (*omniadapterv1.ForgetMachineResponse, error) {
 	if l.st == nil {
 		return nil, status.Error(codes.Unavailable, "the provider keeps no Omni view of machines")
 	}
 
-	if err := transitions.ValidateOmni(req.GetId(), resources.OmniMachineSpec{Acceptance: resources.AcceptancePending}); err != nil {
+	gone := resources.OmniMachineSpec{Acceptance: resources.AcceptancePending, Gone: true}
+
+	if err := transitions.ValidateOmni(req.GetId(), gone); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 
-	err := l.st.Destroy(ctx, resources.NewOmniMachine(req.GetId()).Metadata())
+	_, err := safe.StateUpdateWithConflicts(ctx, l.st, resources.NewOmniMachine(req.GetId()).Metadata(), func(om *resources.OmniMachine) error {
+		*om.TypedSpec() = gone
+
+		return nil
+	})
 
 	switch {
 	case state.IsNotFoundError(err):
+		// Never reported: nothing of Omni's to forget.
 	case err != nil:
-		return nil, status.Error(codes.Internal, fmt.Sprintf("error removing Omni's view of machine %s: %v", req.GetId(), err))
+		return nil, status.Error(codes.Internal, fmt.Sprintf("error forgetting Omni's view of machine %s: %v", req.GetId(), err))
 	default:
-		l.logger.Info("Omni no longer has the machine", zap.String("machine", req.GetId()))
+		l.logger.Info("Omni no longer has the machine: it is pending", zap.String("machine", req.GetId()))
 	}
 
 	return &omniadapterv1.ForgetMachineResponse{}, nil

@@ -27,7 +27,7 @@ import (
 
 // TestMachines: what the adapter says of each machine becomes its OmniMachine over the
 // real socket; malformed messages are refused and leave the last good view; a forgotten
-// machine's view goes; the node unique token is never logged.
+// machine is gone and pending; the node unique token is never logged.
 func TestMachines(t *testing.T) {
 	t.Parallel()
 
@@ -85,8 +85,16 @@ func TestMachines(t *testing.T) {
 	_, err = client.ForgetMachine(ctx, &omniadapterv1.ForgetMachineRequest{Id: id})
 	require.NoError(t, err)
 
-	_, err = safe.StateGetByID[*resources.OmniMachine](ctx, st, id)
-	assert.True(t, state.IsNotFoundError(err), "forgotten: %v", err)
+	om, err = safe.StateGetByID[*resources.OmniMachine](ctx, st, id)
+	require.NoError(t, err)
+	assert.Equal(t, resources.OmniMachineSpec{Acceptance: resources.AcceptancePending, Gone: true}, *om.TypedSpec(),
+		"forgotten: gone, pending, the token dropped")
+
+	_, err = client.ForgetMachine(ctx, &omniadapterv1.ForgetMachineRequest{Id: "4c4c4544-0000-1000-8000-0000000000ff"})
+	require.NoError(t, err, "forgetting a machine never reported is no error")
+
+	_, err = safe.StateGetByID[*resources.OmniMachine](ctx, st, "4c4c4544-0000-1000-8000-0000000000ff")
+	assert.True(t, state.IsNotFoundError(err), "and stores nothing: %v", err)
 
 	_, err = client.ForgetMachine(ctx, &omniadapterv1.ForgetMachineRequest{Id: id})
 	require.NoError(t, err, "forgetting twice is no error")

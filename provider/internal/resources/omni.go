@@ -41,6 +41,9 @@ type OmniMachineSpec struct {
 	Cordoned          bool   `yaml:"cordoned,omitempty" protobuf:"10"`
 	// NodeUniqueToken is the token the machine's Talos joined Omni with.
 	NodeUniqueToken string `yaml:"nodeUniqueToken,omitempty" protobuf:"11"`
+	// Gone: Omni no longer has the machine (its infra.Machine was removed). It is
+	// pending until Omni has it again.
+	Gone bool `yaml:"gone,omitempty" protobuf:"12"`
 }
 
 // NewOmniMachine returns an empty OmniMachine for the machine.
