@@ -28,9 +28,157 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type OmniMachine_Acceptance int32
+
+const (
+	OmniMachine_ACCEPTANCE_PENDING  OmniMachine_Acceptance = 0
+	OmniMachine_ACCEPTANCE_ACCEPTED OmniMachine_Acceptance = 1
+	OmniMachine_ACCEPTANCE_REJECTED OmniMachine_Acceptance = 2
+)
+
+// Enum value maps for OmniMachine_Acceptance.
+var (
+	OmniMachine_Acceptance_name = map[int32]string{
+		0: "ACCEPTANCE_PENDING",
+		1: "ACCEPTANCE_ACCEPTED",
+		2: "ACCEPTANCE_REJECTED",
+	}
+	OmniMachine_Acceptance_value = map[string]int32{
+		"ACCEPTANCE_PENDING":  0,
+		"ACCEPTANCE_ACCEPTED": 1,
+		"ACCEPTANCE_REJECTED": 2,
+	}
+)
+
+func (x OmniMachine_Acceptance) Enum() *OmniMachine_Acceptance {
+	p := new(OmniMachine_Acceptance)
+	*p = x
+	return p
+}
+
+func (x OmniMachine_Acceptance) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OmniMachine_Acceptance) Descriptor() protoreflect.EnumDescriptor {
+	return file_omniadapter_v1_omniadapter_proto_enumTypes[0].Descriptor()
+}
+
+func (OmniMachine_Acceptance) Type() protoreflect.EnumType {
+	return &file_omniadapter_v1_omniadapter_proto_enumTypes[0]
+}
+
+func (x OmniMachine_Acceptance) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OmniMachine_Acceptance.Descriptor instead.
+func (OmniMachine_Acceptance) EnumDescriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{2, 0}
+}
+
+type OmniMachine_Power int32
+
+const (
+	OmniMachine_POWER_OFF OmniMachine_Power = 0
+	OmniMachine_POWER_ON  OmniMachine_Power = 1
+)
+
+// Enum value maps for OmniMachine_Power.
+var (
+	OmniMachine_Power_name = map[int32]string{
+		0: "POWER_OFF",
+		1: "POWER_ON",
+	}
+	OmniMachine_Power_value = map[string]int32{
+		"POWER_OFF": 0,
+		"POWER_ON":  1,
+	}
+)
+
+func (x OmniMachine_Power) Enum() *OmniMachine_Power {
+	p := new(OmniMachine_Power)
+	*p = x
+	return p
+}
+
+func (x OmniMachine_Power) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OmniMachine_Power) Descriptor() protoreflect.EnumDescriptor {
+	return file_omniadapter_v1_omniadapter_proto_enumTypes[1].Descriptor()
+}
+
+func (OmniMachine_Power) Type() protoreflect.EnumType {
+	return &file_omniadapter_v1_omniadapter_proto_enumTypes[1]
+}
+
+func (x OmniMachine_Power) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OmniMachine_Power.Descriptor instead.
+func (OmniMachine_Power) EnumDescriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{2, 1}
+}
+
+type MachineStatus_Power int32
+
+const (
+	MachineStatus_POWER_UNKNOWN MachineStatus_Power = 0
+	MachineStatus_POWER_OFF     MachineStatus_Power = 1
+	MachineStatus_POWER_ON      MachineStatus_Power = 2
+)
+
+// Enum value maps for MachineStatus_Power.
+var (
+	MachineStatus_Power_name = map[int32]string{
+		0: "POWER_UNKNOWN",
+		1: "POWER_OFF",
+		2: "POWER_ON",
+	}
+	MachineStatus_Power_value = map[string]int32{
+		"POWER_UNKNOWN": 0,
+		"POWER_OFF":     1,
+		"POWER_ON":      2,
+	}
+)
+
+func (x MachineStatus_Power) Enum() *MachineStatus_Power {
+	p := new(MachineStatus_Power)
+	*p = x
+	return p
+}
+
+func (x MachineStatus_Power) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MachineStatus_Power) Descriptor() protoreflect.EnumDescriptor {
+	return file_omniadapter_v1_omniadapter_proto_enumTypes[2].Descriptor()
+}
+
+func (MachineStatus_Power) Type() protoreflect.EnumType {
+	return &file_omniadapter_v1_omniadapter_proto_enumTypes[2]
+}
+
+func (x MachineStatus_Power) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MachineStatus_Power.Descriptor instead.
+func (MachineStatus_Power) EnumDescriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{8, 0}
+}
+
 type SetJoinConfigRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	KernelArgs    []string               `protobuf:"bytes,1,rep,name=kernel_args,json=kernelArgs,proto3" json:"kernel_args,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	KernelArgs []string               `protobuf:"bytes,1,rep,name=kernel_args,json=kernelArgs,proto3" json:"kernel_args,omitempty"`
+	// config is the same as Talos machine configuration documents (SideroLinkConfig,
+	// EventSinkConfig, KmsgLogConfig): what the provider serves Talos as its talos.config=
+	// in Omni mode. It holds the join token too.
+	Config        string `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -72,6 +220,13 @@ func (x *SetJoinConfigRequest) GetKernelArgs() []string {
 	return nil
 }
 
+func (x *SetJoinConfigRequest) GetConfig() string {
+	if x != nil {
+		return x.Config
+	}
+	return ""
+}
+
 type SetJoinConfigResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -108,17 +263,823 @@ func (*SetJoinConfigResponse) Descriptor() ([]byte, []int) {
 	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{1}
 }
 
+// OmniMachine is an infra.Machine, the fields the provider acts on
+// (OMNI-CONTRACT.md, section A).
+type OmniMachine struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the machine's UUID, as Anvil and Omni both name it.
+	Id                  string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Acceptance          OmniMachine_Acceptance `protobuf:"varint,2,opt,name=acceptance,proto3,enum=anvil.omniadapter.v1.OmniMachine_Acceptance" json:"acceptance,omitempty"`
+	ClusterTalosVersion string                 `protobuf:"bytes,3,opt,name=cluster_talos_version,json=clusterTalosVersion,proto3" json:"cluster_talos_version,omitempty"`
+	Extensions          []string               `protobuf:"bytes,4,rep,name=extensions,proto3" json:"extensions,omitempty"`
+	ExtraKernelArgs     string                 `protobuf:"bytes,5,opt,name=extra_kernel_args,json=extraKernelArgs,proto3" json:"extra_kernel_args,omitempty"`
+	PreferredPower      OmniMachine_Power      `protobuf:"varint,6,opt,name=preferred_power,json=preferredPower,proto3,enum=anvil.omniadapter.v1.OmniMachine_Power" json:"preferred_power,omitempty"`
+	WipeId              string                 `protobuf:"bytes,7,opt,name=wipe_id,json=wipeId,proto3" json:"wipe_id,omitempty"`
+	InstallEventId      uint64                 `protobuf:"varint,8,opt,name=install_event_id,json=installEventId,proto3" json:"install_event_id,omitempty"`
+	RequestedRebootId   string                 `protobuf:"bytes,9,opt,name=requested_reboot_id,json=requestedRebootId,proto3" json:"requested_reboot_id,omitempty"`
+	PowerOffRequestId   string                 `protobuf:"bytes,10,opt,name=power_off_request_id,json=powerOffRequestId,proto3" json:"power_off_request_id,omitempty"`
+	Cordoned            bool                   `protobuf:"varint,11,opt,name=cordoned,proto3" json:"cordoned,omitempty"`
+	// node_unique_token lets the machine's Talos re-join Omni as itself: never logged.
+	NodeUniqueToken string `protobuf:"bytes,12,opt,name=node_unique_token,json=nodeUniqueToken,proto3" json:"node_unique_token,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *OmniMachine) Reset() {
+	*x = OmniMachine{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OmniMachine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OmniMachine) ProtoMessage() {}
+
+func (x *OmniMachine) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OmniMachine.ProtoReflect.Descriptor instead.
+func (*OmniMachine) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *OmniMachine) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *OmniMachine) GetAcceptance() OmniMachine_Acceptance {
+	if x != nil {
+		return x.Acceptance
+	}
+	return OmniMachine_ACCEPTANCE_PENDING
+}
+
+func (x *OmniMachine) GetClusterTalosVersion() string {
+	if x != nil {
+		return x.ClusterTalosVersion
+	}
+	return ""
+}
+
+func (x *OmniMachine) GetExtensions() []string {
+	if x != nil {
+		return x.Extensions
+	}
+	return nil
+}
+
+func (x *OmniMachine) GetExtraKernelArgs() string {
+	if x != nil {
+		return x.ExtraKernelArgs
+	}
+	return ""
+}
+
+func (x *OmniMachine) GetPreferredPower() OmniMachine_Power {
+	if x != nil {
+		return x.PreferredPower
+	}
+	return OmniMachine_POWER_OFF
+}
+
+func (x *OmniMachine) GetWipeId() string {
+	if x != nil {
+		return x.WipeId
+	}
+	return ""
+}
+
+func (x *OmniMachine) GetInstallEventId() uint64 {
+	if x != nil {
+		return x.InstallEventId
+	}
+	return 0
+}
+
+func (x *OmniMachine) GetRequestedRebootId() string {
+	if x != nil {
+		return x.RequestedRebootId
+	}
+	return ""
+}
+
+func (x *OmniMachine) GetPowerOffRequestId() string {
+	if x != nil {
+		return x.PowerOffRequestId
+	}
+	return ""
+}
+
+func (x *OmniMachine) GetCordoned() bool {
+	if x != nil {
+		return x.Cordoned
+	}
+	return false
+}
+
+func (x *OmniMachine) GetNodeUniqueToken() string {
+	if x != nil {
+		return x.NodeUniqueToken
+	}
+	return ""
+}
+
+type ApplyMachineRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Machine       *OmniMachine           `protobuf:"bytes,1,opt,name=machine,proto3" json:"machine,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyMachineRequest) Reset() {
+	*x = ApplyMachineRequest{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyMachineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyMachineRequest) ProtoMessage() {}
+
+func (x *ApplyMachineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyMachineRequest.ProtoReflect.Descriptor instead.
+func (*ApplyMachineRequest) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ApplyMachineRequest) GetMachine() *OmniMachine {
+	if x != nil {
+		return x.Machine
+	}
+	return nil
+}
+
+type ApplyMachineResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyMachineResponse) Reset() {
+	*x = ApplyMachineResponse{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyMachineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyMachineResponse) ProtoMessage() {}
+
+func (x *ApplyMachineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyMachineResponse.ProtoReflect.Descriptor instead.
+func (*ApplyMachineResponse) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{4}
+}
+
+type ForgetMachineRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetMachineRequest) Reset() {
+	*x = ForgetMachineRequest{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetMachineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetMachineRequest) ProtoMessage() {}
+
+func (x *ForgetMachineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetMachineRequest.ProtoReflect.Descriptor instead.
+func (*ForgetMachineRequest) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ForgetMachineRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type ForgetMachineResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetMachineResponse) Reset() {
+	*x = ForgetMachineResponse{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetMachineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetMachineResponse) ProtoMessage() {}
+
+func (x *ForgetMachineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetMachineResponse.ProtoReflect.Descriptor instead.
+func (*ForgetMachineResponse) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{6}
+}
+
+type WatchMachineStatusesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchMachineStatusesRequest) Reset() {
+	*x = WatchMachineStatusesRequest{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchMachineStatusesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchMachineStatusesRequest) ProtoMessage() {}
+
+func (x *WatchMachineStatusesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchMachineStatusesRequest.ProtoReflect.Descriptor instead.
+func (*WatchMachineStatusesRequest) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{7}
+}
+
+// MachineStatus is a machine's infra.MachineStatus, as the provider computes it.
+type MachineStatus struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Power        MachineStatus_Power    `protobuf:"varint,2,opt,name=power,proto3,enum=anvil.omniadapter.v1.MachineStatus_Power" json:"power,omitempty"`
+	ReadyToUse   bool                   `protobuf:"varint,3,opt,name=ready_to_use,json=readyToUse,proto3" json:"ready_to_use,omitempty"`
+	Installed    bool                   `protobuf:"varint,4,opt,name=installed,proto3" json:"installed,omitempty"`
+	LastRebootId string                 `protobuf:"bytes,5,opt,name=last_reboot_id,json=lastRebootId,proto3" json:"last_reboot_id,omitempty"`
+	// last_reboot_unix_nano is when the provider carried it out (0: never).
+	LastRebootUnixNano int64  `protobuf:"varint,6,opt,name=last_reboot_unix_nano,json=lastRebootUnixNano,proto3" json:"last_reboot_unix_nano,omitempty"`
+	LastPowerOffId     string `protobuf:"bytes,7,opt,name=last_power_off_id,json=lastPowerOffId,proto3" json:"last_power_off_id,omitempty"`
+	// wiped_node_unique_token is the token the last wipe made void: never logged.
+	WipedNodeUniqueToken string            `protobuf:"bytes,8,opt,name=wiped_node_unique_token,json=wipedNodeUniqueToken,proto3" json:"wiped_node_unique_token,omitempty"`
+	Labels               map[string]string `protobuf:"bytes,9,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *MachineStatus) Reset() {
+	*x = MachineStatus{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MachineStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MachineStatus) ProtoMessage() {}
+
+func (x *MachineStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MachineStatus.ProtoReflect.Descriptor instead.
+func (*MachineStatus) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *MachineStatus) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *MachineStatus) GetPower() MachineStatus_Power {
+	if x != nil {
+		return x.Power
+	}
+	return MachineStatus_POWER_UNKNOWN
+}
+
+func (x *MachineStatus) GetReadyToUse() bool {
+	if x != nil {
+		return x.ReadyToUse
+	}
+	return false
+}
+
+func (x *MachineStatus) GetInstalled() bool {
+	if x != nil {
+		return x.Installed
+	}
+	return false
+}
+
+func (x *MachineStatus) GetLastRebootId() string {
+	if x != nil {
+		return x.LastRebootId
+	}
+	return ""
+}
+
+func (x *MachineStatus) GetLastRebootUnixNano() int64 {
+	if x != nil {
+		return x.LastRebootUnixNano
+	}
+	return 0
+}
+
+func (x *MachineStatus) GetLastPowerOffId() string {
+	if x != nil {
+		return x.LastPowerOffId
+	}
+	return ""
+}
+
+func (x *MachineStatus) GetWipedNodeUniqueToken() string {
+	if x != nil {
+		return x.WipedNodeUniqueToken
+	}
+	return ""
+}
+
+func (x *MachineStatus) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+type MachineStatusEvent struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status *MachineStatus         `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// removed: Omni no longer has the machine, the provider reports nothing of it.
+	Removed       bool `protobuf:"varint,2,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MachineStatusEvent) Reset() {
+	*x = MachineStatusEvent{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MachineStatusEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MachineStatusEvent) ProtoMessage() {}
+
+func (x *MachineStatusEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MachineStatusEvent.ProtoReflect.Descriptor instead.
+func (*MachineStatusEvent) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *MachineStatusEvent) GetStatus() *MachineStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *MachineStatusEvent) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
+}
+
+type SetBMCRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Bmc:
+	//
+	//	*SetBMCRequest_Ipmi
+	//	*SetBMCRequest_Api
+	Bmc           isSetBMCRequest_Bmc `protobuf_oneof:"bmc"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBMCRequest) Reset() {
+	*x = SetBMCRequest{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBMCRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBMCRequest) ProtoMessage() {}
+
+func (x *SetBMCRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBMCRequest.ProtoReflect.Descriptor instead.
+func (*SetBMCRequest) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SetBMCRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SetBMCRequest) GetBmc() isSetBMCRequest_Bmc {
+	if x != nil {
+		return x.Bmc
+	}
+	return nil
+}
+
+func (x *SetBMCRequest) GetIpmi() *SetBMCRequest_IPMI {
+	if x != nil {
+		if x, ok := x.Bmc.(*SetBMCRequest_Ipmi); ok {
+			return x.Ipmi
+		}
+	}
+	return nil
+}
+
+func (x *SetBMCRequest) GetApi() *SetBMCRequest_API {
+	if x != nil {
+		if x, ok := x.Bmc.(*SetBMCRequest_Api); ok {
+			return x.Api
+		}
+	}
+	return nil
+}
+
+type isSetBMCRequest_Bmc interface {
+	isSetBMCRequest_Bmc()
+}
+
+type SetBMCRequest_Ipmi struct {
+	Ipmi *SetBMCRequest_IPMI `protobuf:"bytes,2,opt,name=ipmi,proto3,oneof"`
+}
+
+type SetBMCRequest_Api struct {
+	Api *SetBMCRequest_API `protobuf:"bytes,3,opt,name=api,proto3,oneof"`
+}
+
+func (*SetBMCRequest_Ipmi) isSetBMCRequest_Bmc() {}
+
+func (*SetBMCRequest_Api) isSetBMCRequest_Bmc() {}
+
+type SetBMCResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBMCResponse) Reset() {
+	*x = SetBMCResponse{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBMCResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBMCResponse) ProtoMessage() {}
+
+func (x *SetBMCResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBMCResponse.ProtoReflect.Descriptor instead.
+func (*SetBMCResponse) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{11}
+}
+
+type SetBMCRequest_IPMI struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	Port          uint32                 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	Username      string                 `protobuf:"bytes,3,opt,name=username,proto3" json:"username,omitempty"`
+	Password      string                 `protobuf:"bytes,4,opt,name=password,proto3" json:"password,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBMCRequest_IPMI) Reset() {
+	*x = SetBMCRequest_IPMI{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBMCRequest_IPMI) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBMCRequest_IPMI) ProtoMessage() {}
+
+func (x *SetBMCRequest_IPMI) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBMCRequest_IPMI.ProtoReflect.Descriptor instead.
+func (*SetBMCRequest_IPMI) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{10, 0}
+}
+
+func (x *SetBMCRequest_IPMI) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *SetBMCRequest_IPMI) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *SetBMCRequest_IPMI) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *SetBMCRequest_IPMI) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
+type SetBMCRequest_API struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBMCRequest_API) Reset() {
+	*x = SetBMCRequest_API{}
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBMCRequest_API) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBMCRequest_API) ProtoMessage() {}
+
+func (x *SetBMCRequest_API) ProtoReflect() protoreflect.Message {
+	mi := &file_omniadapter_v1_omniadapter_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBMCRequest_API.ProtoReflect.Descriptor instead.
+func (*SetBMCRequest_API) Descriptor() ([]byte, []int) {
+	return file_omniadapter_v1_omniadapter_proto_rawDescGZIP(), []int{10, 1}
+}
+
+func (x *SetBMCRequest_API) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
 var File_omniadapter_v1_omniadapter_proto protoreflect.FileDescriptor
 
 const file_omniadapter_v1_omniadapter_proto_rawDesc = "" +
 	"\n" +
-	" omniadapter/v1/omniadapter.proto\x12\x14anvil.omniadapter.v1\"7\n" +
+	" omniadapter/v1/omniadapter.proto\x12\x14anvil.omniadapter.v1\"O\n" +
 	"\x14SetJoinConfigRequest\x12\x1f\n" +
 	"\vkernel_args\x18\x01 \x03(\tR\n" +
-	"kernelArgs\"\x17\n" +
-	"\x15SetJoinConfigResponse2~\n" +
+	"kernelArgs\x12\x16\n" +
+	"\x06config\x18\x02 \x01(\tR\x06config\"\x17\n" +
+	"\x15SetJoinConfigResponse\"\xa7\x05\n" +
+	"\vOmniMachine\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12L\n" +
+	"\n" +
+	"acceptance\x18\x02 \x01(\x0e2,.anvil.omniadapter.v1.OmniMachine.AcceptanceR\n" +
+	"acceptance\x122\n" +
+	"\x15cluster_talos_version\x18\x03 \x01(\tR\x13clusterTalosVersion\x12\x1e\n" +
+	"\n" +
+	"extensions\x18\x04 \x03(\tR\n" +
+	"extensions\x12*\n" +
+	"\x11extra_kernel_args\x18\x05 \x01(\tR\x0fextraKernelArgs\x12P\n" +
+	"\x0fpreferred_power\x18\x06 \x01(\x0e2'.anvil.omniadapter.v1.OmniMachine.PowerR\x0epreferredPower\x12\x17\n" +
+	"\awipe_id\x18\a \x01(\tR\x06wipeId\x12(\n" +
+	"\x10install_event_id\x18\b \x01(\x04R\x0einstallEventId\x12.\n" +
+	"\x13requested_reboot_id\x18\t \x01(\tR\x11requestedRebootId\x12/\n" +
+	"\x14power_off_request_id\x18\n" +
+	" \x01(\tR\x11powerOffRequestId\x12\x1a\n" +
+	"\bcordoned\x18\v \x01(\bR\bcordoned\x12*\n" +
+	"\x11node_unique_token\x18\f \x01(\tR\x0fnodeUniqueToken\"V\n" +
+	"\n" +
+	"Acceptance\x12\x16\n" +
+	"\x12ACCEPTANCE_PENDING\x10\x00\x12\x17\n" +
+	"\x13ACCEPTANCE_ACCEPTED\x10\x01\x12\x17\n" +
+	"\x13ACCEPTANCE_REJECTED\x10\x02\"$\n" +
+	"\x05Power\x12\r\n" +
+	"\tPOWER_OFF\x10\x00\x12\f\n" +
+	"\bPOWER_ON\x10\x01\"R\n" +
+	"\x13ApplyMachineRequest\x12;\n" +
+	"\amachine\x18\x01 \x01(\v2!.anvil.omniadapter.v1.OmniMachineR\amachine\"\x16\n" +
+	"\x14ApplyMachineResponse\"&\n" +
+	"\x14ForgetMachineRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x17\n" +
+	"\x15ForgetMachineResponse\"\x1d\n" +
+	"\x1bWatchMachineStatusesRequest\"\x98\x04\n" +
+	"\rMachineStatus\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12?\n" +
+	"\x05power\x18\x02 \x01(\x0e2).anvil.omniadapter.v1.MachineStatus.PowerR\x05power\x12 \n" +
+	"\fready_to_use\x18\x03 \x01(\bR\n" +
+	"readyToUse\x12\x1c\n" +
+	"\tinstalled\x18\x04 \x01(\bR\tinstalled\x12$\n" +
+	"\x0elast_reboot_id\x18\x05 \x01(\tR\flastRebootId\x121\n" +
+	"\x15last_reboot_unix_nano\x18\x06 \x01(\x03R\x12lastRebootUnixNano\x12)\n" +
+	"\x11last_power_off_id\x18\a \x01(\tR\x0elastPowerOffId\x125\n" +
+	"\x17wiped_node_unique_token\x18\b \x01(\tR\x14wipedNodeUniqueToken\x12G\n" +
+	"\x06labels\x18\t \x03(\v2/.anvil.omniadapter.v1.MachineStatus.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"7\n" +
+	"\x05Power\x12\x11\n" +
+	"\rPOWER_UNKNOWN\x10\x00\x12\r\n" +
+	"\tPOWER_OFF\x10\x01\x12\f\n" +
+	"\bPOWER_ON\x10\x02\"k\n" +
+	"\x12MachineStatusEvent\x12;\n" +
+	"\x06status\x18\x01 \x01(\v2#.anvil.omniadapter.v1.MachineStatusR\x06status\x12\x18\n" +
+	"\aremoved\x18\x02 \x01(\bR\aremoved\"\xb2\x02\n" +
+	"\rSetBMCRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12>\n" +
+	"\x04ipmi\x18\x02 \x01(\v2(.anvil.omniadapter.v1.SetBMCRequest.IPMIH\x00R\x04ipmi\x12;\n" +
+	"\x03api\x18\x03 \x01(\v2'.anvil.omniadapter.v1.SetBMCRequest.APIH\x00R\x03api\x1al\n" +
+	"\x04IPMI\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\rR\x04port\x12\x1a\n" +
+	"\busername\x18\x03 \x01(\tR\busername\x12\x1a\n" +
+	"\bpassword\x18\x04 \x01(\tR\bpassword\x1a\x1f\n" +
+	"\x03API\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddressB\x05\n" +
+	"\x03bmc\"\x10\n" +
+	"\x0eSetBMCResponse2\x9b\x04\n" +
 	"\x12OmniAdapterService\x12h\n" +
-	"\rSetJoinConfig\x12*.anvil.omniadapter.v1.SetJoinConfigRequest\x1a+.anvil.omniadapter.v1.SetJoinConfigResponseB?Z=github.com/anvil-metal/anvil/api/omniadapter/v1;omniadapterv1b\x06proto3"
+	"\rSetJoinConfig\x12*.anvil.omniadapter.v1.SetJoinConfigRequest\x1a+.anvil.omniadapter.v1.SetJoinConfigResponse\x12e\n" +
+	"\fApplyMachine\x12).anvil.omniadapter.v1.ApplyMachineRequest\x1a*.anvil.omniadapter.v1.ApplyMachineResponse\x12h\n" +
+	"\rForgetMachine\x12*.anvil.omniadapter.v1.ForgetMachineRequest\x1a+.anvil.omniadapter.v1.ForgetMachineResponse\x12u\n" +
+	"\x14WatchMachineStatuses\x121.anvil.omniadapter.v1.WatchMachineStatusesRequest\x1a(.anvil.omniadapter.v1.MachineStatusEvent0\x01\x12S\n" +
+	"\x06SetBMC\x12#.anvil.omniadapter.v1.SetBMCRequest\x1a$.anvil.omniadapter.v1.SetBMCResponseB?Z=github.com/anvil-metal/anvil/api/omniadapter/v1;omniadapterv1b\x06proto3"
 
 var (
 	file_omniadapter_v1_omniadapter_proto_rawDescOnce sync.Once
@@ -132,19 +1093,52 @@ func file_omniadapter_v1_omniadapter_proto_rawDescGZIP() []byte {
 	return file_omniadapter_v1_omniadapter_proto_rawDescData
 }
 
-var file_omniadapter_v1_omniadapter_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_omniadapter_v1_omniadapter_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_omniadapter_v1_omniadapter_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_omniadapter_v1_omniadapter_proto_goTypes = []any{
-	(*SetJoinConfigRequest)(nil),  // 0: anvil.omniadapter.v1.SetJoinConfigRequest
-	(*SetJoinConfigResponse)(nil), // 1: anvil.omniadapter.v1.SetJoinConfigResponse
+	(OmniMachine_Acceptance)(0),         // 0: anvil.omniadapter.v1.OmniMachine.Acceptance
+	(OmniMachine_Power)(0),              // 1: anvil.omniadapter.v1.OmniMachine.Power
+	(MachineStatus_Power)(0),            // 2: anvil.omniadapter.v1.MachineStatus.Power
+	(*SetJoinConfigRequest)(nil),        // 3: anvil.omniadapter.v1.SetJoinConfigRequest
+	(*SetJoinConfigResponse)(nil),       // 4: anvil.omniadapter.v1.SetJoinConfigResponse
+	(*OmniMachine)(nil),                 // 5: anvil.omniadapter.v1.OmniMachine
+	(*ApplyMachineRequest)(nil),         // 6: anvil.omniadapter.v1.ApplyMachineRequest
+	(*ApplyMachineResponse)(nil),        // 7: anvil.omniadapter.v1.ApplyMachineResponse
+	(*ForgetMachineRequest)(nil),        // 8: anvil.omniadapter.v1.ForgetMachineRequest
+	(*ForgetMachineResponse)(nil),       // 9: anvil.omniadapter.v1.ForgetMachineResponse
+	(*WatchMachineStatusesRequest)(nil), // 10: anvil.omniadapter.v1.WatchMachineStatusesRequest
+	(*MachineStatus)(nil),               // 11: anvil.omniadapter.v1.MachineStatus
+	(*MachineStatusEvent)(nil),          // 12: anvil.omniadapter.v1.MachineStatusEvent
+	(*SetBMCRequest)(nil),               // 13: anvil.omniadapter.v1.SetBMCRequest
+	(*SetBMCResponse)(nil),              // 14: anvil.omniadapter.v1.SetBMCResponse
+	nil,                                 // 15: anvil.omniadapter.v1.MachineStatus.LabelsEntry
+	(*SetBMCRequest_IPMI)(nil),          // 16: anvil.omniadapter.v1.SetBMCRequest.IPMI
+	(*SetBMCRequest_API)(nil),           // 17: anvil.omniadapter.v1.SetBMCRequest.API
 }
 var file_omniadapter_v1_omniadapter_proto_depIdxs = []int32{
-	0, // 0: anvil.omniadapter.v1.OmniAdapterService.SetJoinConfig:input_type -> anvil.omniadapter.v1.SetJoinConfigRequest
-	1, // 1: anvil.omniadapter.v1.OmniAdapterService.SetJoinConfig:output_type -> anvil.omniadapter.v1.SetJoinConfigResponse
-	1, // [1:2] is the sub-list for method output_type
-	0, // [0:1] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	0,  // 0: anvil.omniadapter.v1.OmniMachine.acceptance:type_name -> anvil.omniadapter.v1.OmniMachine.Acceptance
+	1,  // 1: anvil.omniadapter.v1.OmniMachine.preferred_power:type_name -> anvil.omniadapter.v1.OmniMachine.Power
+	5,  // 2: anvil.omniadapter.v1.ApplyMachineRequest.machine:type_name -> anvil.omniadapter.v1.OmniMachine
+	2,  // 3: anvil.omniadapter.v1.MachineStatus.power:type_name -> anvil.omniadapter.v1.MachineStatus.Power
+	15, // 4: anvil.omniadapter.v1.MachineStatus.labels:type_name -> anvil.omniadapter.v1.MachineStatus.LabelsEntry
+	11, // 5: anvil.omniadapter.v1.MachineStatusEvent.status:type_name -> anvil.omniadapter.v1.MachineStatus
+	16, // 6: anvil.omniadapter.v1.SetBMCRequest.ipmi:type_name -> anvil.omniadapter.v1.SetBMCRequest.IPMI
+	17, // 7: anvil.omniadapter.v1.SetBMCRequest.api:type_name -> anvil.omniadapter.v1.SetBMCRequest.API
+	3,  // 8: anvil.omniadapter.v1.OmniAdapterService.SetJoinConfig:input_type -> anvil.omniadapter.v1.SetJoinConfigRequest
+	6,  // 9: anvil.omniadapter.v1.OmniAdapterService.ApplyMachine:input_type -> anvil.omniadapter.v1.ApplyMachineRequest
+	8,  // 10: anvil.omniadapter.v1.OmniAdapterService.ForgetMachine:input_type -> anvil.omniadapter.v1.ForgetMachineRequest
+	10, // 11: anvil.omniadapter.v1.OmniAdapterService.WatchMachineStatuses:input_type -> anvil.omniadapter.v1.WatchMachineStatusesRequest
+	13, // 12: anvil.omniadapter.v1.OmniAdapterService.SetBMC:input_type -> anvil.omniadapter.v1.SetBMCRequest
+	4,  // 13: anvil.omniadapter.v1.OmniAdapterService.SetJoinConfig:output_type -> anvil.omniadapter.v1.SetJoinConfigResponse
+	7,  // 14: anvil.omniadapter.v1.OmniAdapterService.ApplyMachine:output_type -> anvil.omniadapter.v1.ApplyMachineResponse
+	9,  // 15: anvil.omniadapter.v1.OmniAdapterService.ForgetMachine:output_type -> anvil.omniadapter.v1.ForgetMachineResponse
+	12, // 16: anvil.omniadapter.v1.OmniAdapterService.WatchMachineStatuses:output_type -> anvil.omniadapter.v1.MachineStatusEvent
+	14, // 17: anvil.omniadapter.v1.OmniAdapterService.SetBMC:output_type -> anvil.omniadapter.v1.SetBMCResponse
+	13, // [13:18] is the sub-list for method output_type
+	8,  // [8:13] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_omniadapter_v1_omniadapter_proto_init() }
@@ -152,18 +1146,23 @@ func file_omniadapter_v1_omniadapter_proto_init() {
 	if File_omniadapter_v1_omniadapter_proto != nil {
 		return
 	}
+	file_omniadapter_v1_omniadapter_proto_msgTypes[10].OneofWrappers = []any{
+		(*SetBMCRequest_Ipmi)(nil),
+		(*SetBMCRequest_Api)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_omniadapter_v1_omniadapter_proto_rawDesc), len(file_omniadapter_v1_omniadapter_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   2,
+			NumEnums:      3,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_omniadapter_v1_omniadapter_proto_goTypes,
 		DependencyIndexes: file_omniadapter_v1_omniadapter_proto_depIdxs,
+		EnumInfos:         file_omniadapter_v1_omniadapter_proto_enumTypes,
 		MessageInfos:      file_omniadapter_v1_omniadapter_proto_msgTypes,
 	}.Build()
 	File_omniadapter_v1_omniadapter_proto = out.File

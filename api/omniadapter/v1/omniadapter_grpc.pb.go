@@ -26,7 +26,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OmniAdapterService_SetJoinConfig_FullMethodName = "/anvil.omniadapter.v1.OmniAdapterService/SetJoinConfig"
+	OmniAdapterService_SetJoinConfig_FullMethodName        = "/anvil.omniadapter.v1.OmniAdapterService/SetJoinConfig"
+	OmniAdapterService_ApplyMachine_FullMethodName         = "/anvil.omniadapter.v1.OmniAdapterService/ApplyMachine"
+	OmniAdapterService_ForgetMachine_FullMethodName        = "/anvil.omniadapter.v1.OmniAdapterService/ForgetMachine"
+	OmniAdapterService_WatchMachineStatuses_FullMethodName = "/anvil.omniadapter.v1.OmniAdapterService/WatchMachineStatuses"
+	OmniAdapterService_SetBMC_FullMethodName               = "/anvil.omniadapter.v1.OmniAdapterService/SetBMC"
 )
 
 // OmniAdapterServiceClient is the client API for OmniAdapterService service.
@@ -39,6 +43,20 @@ type OmniAdapterServiceClient interface {
 	// (Omni's siderolink.ProviderJoinConfig): agents boot with them. They hold a join
 	// token: the provider never logs them whole.
 	SetJoinConfig(ctx context.Context, in *SetJoinConfigRequest, opts ...grpc.CallOption) (*SetJoinConfigResponse, error)
+	// ApplyMachine gives what Omni decides of one machine (its infra.Machine): the
+	// provider carries it out. The adapter sends every machine when it starts following
+	// Omni, then each change.
+	ApplyMachine(ctx context.Context, in *ApplyMachineRequest, opts ...grpc.CallOption) (*ApplyMachineResponse, error)
+	// ForgetMachine says that Omni no longer has the machine (its infra.Machine is gone).
+	ForgetMachine(ctx context.Context, in *ForgetMachineRequest, opts ...grpc.CallOption) (*ForgetMachineResponse, error)
+	// WatchMachineStatuses streams what the provider reports to Omni of each machine Omni
+	// has (its infra.MachineStatus): every status first, then each change, a removal as
+	// removed.
+	WatchMachineStatuses(ctx context.Context, in *WatchMachineStatusesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MachineStatusEvent], error)
+	// SetBMC gives how to reach a machine's BMC as an admin gave it in Omni
+	// (infra.BMCConfig): it wins over credentials the agent provisions in-band. The
+	// password is never logged.
+	SetBMC(ctx context.Context, in *SetBMCRequest, opts ...grpc.CallOption) (*SetBMCResponse, error)
 }
 
 type omniAdapterServiceClient struct {
@@ -59,6 +77,55 @@ func (c *omniAdapterServiceClient) SetJoinConfig(ctx context.Context, in *SetJoi
 	return out, nil
 }
 
+func (c *omniAdapterServiceClient) ApplyMachine(ctx context.Context, in *ApplyMachineRequest, opts ...grpc.CallOption) (*ApplyMachineResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApplyMachineResponse)
+	err := c.cc.Invoke(ctx, OmniAdapterService_ApplyMachine_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *omniAdapterServiceClient) ForgetMachine(ctx context.Context, in *ForgetMachineRequest, opts ...grpc.CallOption) (*ForgetMachineResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForgetMachineResponse)
+	err := c.cc.Invoke(ctx, OmniAdapterService_ForgetMachine_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *omniAdapterServiceClient) WatchMachineStatuses(ctx context.Context, in *WatchMachineStatusesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MachineStatusEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &OmniAdapterService_ServiceDesc.Streams[0], OmniAdapterService_WatchMachineStatuses_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchMachineStatusesRequest, MachineStatusEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OmniAdapterService_WatchMachineStatusesClient = grpc.ServerStreamingClient[MachineStatusEvent]
+
+func (c *omniAdapterServiceClient) SetBMC(ctx context.Context, in *SetBMCRequest, opts ...grpc.CallOption) (*SetBMCResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetBMCResponse)
+	err := c.cc.Invoke(ctx, OmniAdapterService_SetBMC_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OmniAdapterServiceServer is the server API for OmniAdapterService service.
 // All implementations must embed UnimplementedOmniAdapterServiceServer
 // for forward compatibility.
@@ -69,6 +136,20 @@ type OmniAdapterServiceServer interface {
 	// (Omni's siderolink.ProviderJoinConfig): agents boot with them. They hold a join
 	// token: the provider never logs them whole.
 	SetJoinConfig(context.Context, *SetJoinConfigRequest) (*SetJoinConfigResponse, error)
+	// ApplyMachine gives what Omni decides of one machine (its infra.Machine): the
+	// provider carries it out. The adapter sends every machine when it starts following
+	// Omni, then each change.
+	ApplyMachine(context.Context, *ApplyMachineRequest) (*ApplyMachineResponse, error)
+	// ForgetMachine says that Omni no longer has the machine (its infra.Machine is gone).
+	ForgetMachine(context.Context, *ForgetMachineRequest) (*ForgetMachineResponse, error)
+	// WatchMachineStatuses streams what the provider reports to Omni of each machine Omni
+	// has (its infra.MachineStatus): every status first, then each change, a removal as
+	// removed.
+	WatchMachineStatuses(*WatchMachineStatusesRequest, grpc.ServerStreamingServer[MachineStatusEvent]) error
+	// SetBMC gives how to reach a machine's BMC as an admin gave it in Omni
+	// (infra.BMCConfig): it wins over credentials the agent provisions in-band. The
+	// password is never logged.
+	SetBMC(context.Context, *SetBMCRequest) (*SetBMCResponse, error)
 	mustEmbedUnimplementedOmniAdapterServiceServer()
 }
 
@@ -81,6 +162,18 @@ type UnimplementedOmniAdapterServiceServer struct{}
 
 func (UnimplementedOmniAdapterServiceServer) SetJoinConfig(context.Context, *SetJoinConfigRequest) (*SetJoinConfigResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetJoinConfig not implemented")
+}
+func (UnimplementedOmniAdapterServiceServer) ApplyMachine(context.Context, *ApplyMachineRequest) (*ApplyMachineResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApplyMachine not implemented")
+}
+func (UnimplementedOmniAdapterServiceServer) ForgetMachine(context.Context, *ForgetMachineRequest) (*ForgetMachineResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForgetMachine not implemented")
+}
+func (UnimplementedOmniAdapterServiceServer) WatchMachineStatuses(*WatchMachineStatusesRequest, grpc.ServerStreamingServer[MachineStatusEvent]) error {
+	return status.Error(codes.Unimplemented, "method WatchMachineStatuses not implemented")
+}
+func (UnimplementedOmniAdapterServiceServer) SetBMC(context.Context, *SetBMCRequest) (*SetBMCResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetBMC not implemented")
 }
 func (UnimplementedOmniAdapterServiceServer) mustEmbedUnimplementedOmniAdapterServiceServer() {}
 func (UnimplementedOmniAdapterServiceServer) testEmbeddedByValue()                            {}
@@ -121,6 +214,71 @@ func _OmniAdapterService_SetJoinConfig_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OmniAdapterService_ApplyMachine_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApplyMachineRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OmniAdapterServiceServer).ApplyMachine(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OmniAdapterService_ApplyMachine_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OmniAdapterServiceServer).ApplyMachine(ctx, req.(*ApplyMachineRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OmniAdapterService_ForgetMachine_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForgetMachineRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OmniAdapterServiceServer).ForgetMachine(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OmniAdapterService_ForgetMachine_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OmniAdapterServiceServer).ForgetMachine(ctx, req.(*ForgetMachineRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OmniAdapterService_WatchMachineStatuses_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchMachineStatusesRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(OmniAdapterServiceServer).WatchMachineStatuses(m, &grpc.GenericServerStream[WatchMachineStatusesRequest, MachineStatusEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OmniAdapterService_WatchMachineStatusesServer = grpc.ServerStreamingServer[MachineStatusEvent]
+
+func _OmniAdapterService_SetBMC_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetBMCRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OmniAdapterServiceServer).SetBMC(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OmniAdapterService_SetBMC_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OmniAdapterServiceServer).SetBMC(ctx, req.(*SetBMCRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OmniAdapterService_ServiceDesc is the grpc.ServiceDesc for OmniAdapterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -132,7 +290,25 @@ var OmniAdapterService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "SetJoinConfig",
 			Handler:    _OmniAdapterService_SetJoinConfig_Handler,
 		},
+		{
+			MethodName: "ApplyMachine",
+			Handler:    _OmniAdapterService_ApplyMachine_Handler,
+		},
+		{
+			MethodName: "ForgetMachine",
+			Handler:    _OmniAdapterService_ForgetMachine_Handler,
+		},
+		{
+			MethodName: "SetBMC",
+			Handler:    _OmniAdapterService_SetBMC_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchMachineStatuses",
+			Handler:       _OmniAdapterService_WatchMachineStatuses_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "omniadapter/v1/omniadapter.proto",
 }

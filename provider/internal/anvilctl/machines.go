@@ -26,6 +26,9 @@ type machineView struct {
 	// BMC is how its power is reached (never the password); Power what was seen of it.
 	BMC   *resources.BMCConfigSpec   `yaml:"bmc,omitempty"`
 	Power *resources.PowerStatusSpec `yaml:"power,omitempty"`
+	// Omni is what Omni decides of the machine, in Omni mode (its node unique token
+	// redacted).
+	Omni *resources.OmniMachineSpec `yaml:"omni,omitempty"`
 }
 
 func getMachines(ctx context.Context, st state.State, p *printer, id string, opts getOptions) error {
@@ -92,6 +95,16 @@ func getMachines(ctx context.Context, st state.State, p *printer, id string, opt
 		return fmt.Errorf("error listing power statuses: %w", err)
 	}
 
+	omnis, err := safe.StateListAll[*resources.OmniMachine](ctx, st)
+	if err != nil {
+		return fmt.Errorf("error listing Omni's view of the machines: %w", err)
+	}
+
+	omniByID := make(map[string]*resources.OmniMachine, omnis.Len())
+	for om := range omnis.All() {
+		omniByID[om.Metadata().ID()] = om
+	}
+
 	bmcByID := make(map[string]*resources.BMCConfig, bmcs.Len())
 	for b := range bmcs.All() {
 		bmcByID[b.Metadata().ID()] = b
@@ -155,6 +168,15 @@ func getMachines(ctx context.Context, st state.State, p *printer, id string, opt
 			v.Power = &spec
 		}
 
+		if om, ok := omniByID[v.ID]; ok {
+			spec := om.TypedSpec().DeepCopy()
+			if spec.NodeUniqueToken != "" {
+				spec.NodeUniqueToken = "<redacted>"
+			}
+
+			v.Omni = &spec
+		}
+
 		if a := v.Intent.Allocation; a != nil && a.Config != "" && !opts.showConfig {
 			a.Config = redactedConfig(len(a.Config))
 		}
@@ -171,6 +193,13 @@ func getMachines(ctx context.Context, st state.State, p *printer, id string, opt
 	}
 
 	header := []string{"ID", "ARCH", "FIRMWARE", "ADDRESS", "ACCEPTANCE", "ALLOCATION", "INSTALLED", "POWER", "LAST BOOT"}
+
+	// In Omni mode, Omni's view beside Anvil's.
+	omniMode := len(omniByID) > 0
+	if omniMode {
+		header = append(header, "OMNI")
+	}
+
 	if p.format == "wide" {
 		header = append(header, wideHeader...)
 	}
@@ -179,6 +208,10 @@ func getMachines(ctx context.Context, st state.State, p *printer, id string, opt
 
 	for _, v := range views {
 		row := v.row(time.Now())
+		if omniMode {
+			row = append(row, v.omniColumn())
+		}
+
 		if p.format == "wide" {
 			row = append(row, v.wideRow()...)
 		}
@@ -213,6 +246,35 @@ func (v machineView) row(now time.Time) []string {
 	}
 
 	return []string{v.ID, orDash(v.Machine.Arch), orDash(v.Machine.Firmware), orDash(v.Machine.LastAddress), acceptance, allocation, installed, power, lastBoot}
+}
+
+// omniColumn is what Omni decides of the machine: its acceptance, the Talos version of
+// the cluster it is in, a power-off request; "-" when Omni does not have it.
+func (v machineView) omniColumn() string {
+	o := v.Omni
+	if o == nil {
+		return "-"
+	}
+
+	if o.Gone {
+		return "gone"
+	}
+
+	col := string(o.Acceptance)
+
+	if o.Cordoned {
+		col += ",cordoned"
+	}
+
+	if o.ClusterTalosVersion != "" {
+		col += " cluster " + o.ClusterTalosVersion
+	}
+
+	if o.PowerOffRequestID != "" {
+		col += " power-off"
+	}
+
+	return col
 }
 
 // powerColumn is "<backend> <state>", with what the provider wants when it differs and

@@ -1,6 +1,7 @@
 package boot
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -193,19 +194,37 @@ func MetadataClaims(machineID, allocationID string) token.Claims {
 
 // Schematic returns the Image Factory schematic an allocation boots: the user's
 // extensions and kernel arguments, and the provider's own arguments — the metadata URL
-// (with iPXE settings the boot script fills in) and the event sink.
-func (s *Scripts) Schematic(extensions, kernelArgs []string) schematic.Schematic {
+// (with iPXE settings the boot script fills in) and the event sink. In Omni mode Talos
+// joins Omni instead: Omni's join arguments (SideroLink, Omni's event sink, which counts
+// the install, and its kernel log receiver) replace the provider's event sink; until
+// the adapter has said them there is no schematic to build.
+func (s *Scripts) Schematic(extensions, kernelArgs []string) (schematic.Schematic, error) {
 	metadata := s.BaseURL + "/metadata/${" + ipxeMachineSetting + "}?token=${" + ipxeTokenSetting + "}"
 
 	args := append([]string{}, kernelArgs...)
-	args = append(args, "talos.config="+metadata, "talos.events.sink="+s.APIEndpoint)
+
+	if s.JoinArgs != nil {
+		join, ok := s.JoinArgs()
+		if !ok {
+			return schematic.Schematic{}, errors.New("Omni's join config is not known yet") //nolint:staticcheck // Omni is a name
+		}
+
+		if !safeArgs(join) {
+			return schematic.Schematic{}, errors.New("the join config from Omni has an argument a kernel line cannot carry")
+		}
+
+		args = append(args, join...)
+		args = append(args, "talos.config="+metadata)
+	} else {
+		args = append(args, "talos.config="+metadata, "talos.events.sink="+s.APIEndpoint)
+	}
 
 	var sc schematic.Schematic
 
 	sc.Customization.ExtraKernelArgs = args
 	sc.Customization.SystemExtensions.OfficialExtensions = append([]string{}, extensions...)
 
-	return sc
+	return sc, nil
 }
 
 // safeArgs says whether every argument is one word an iPXE kernel line can carry: a space

@@ -138,7 +138,8 @@ func TestSchematicCarriesProviderArgs(t *testing.T) {
 	t.Parallel()
 
 	s := testScripts(t, true)
-	sc := s.Schematic([]string{"siderolabs/intel-ucode"}, []string{"console=ttyS0"})
+	sc, err := s.Schematic([]string{"siderolabs/intel-ucode"}, []string{"console=ttyS0"})
+	require.NoError(t, err)
 
 	assert.Equal(t, []string{"siderolabs/intel-ucode"}, sc.Customization.SystemExtensions.OfficialExtensions)
 	assert.Equal(t, []string{
@@ -150,6 +151,39 @@ func TestSchematicCarriesProviderArgs(t *testing.T) {
 	id, err := sc.ID()
 	require.NoError(t, err)
 	assert.Len(t, id, 64)
+}
+
+// TestSchematicInOmniMode: Talos joins Omni: Omni's join args replace the provider's
+// event sink; before the adapter has said them there is no schematic.
+func TestSchematicInOmniMode(t *testing.T) {
+	t.Parallel()
+
+	s := testScripts(t, true)
+
+	var join []string
+
+	s.JoinArgs = func() ([]string, bool) { return join, join != nil }
+
+	_, err := s.Schematic(nil, []string{"console=ttyS0"})
+	require.ErrorContains(t, err, "join config is not known yet")
+
+	join = []string{"siderolink.api=grpc://10.77.0.3:8090?jointoken=v2%3Ax", "talos.events.sink=[fdae:41e4:649b:9303::1]:8091",
+		"talos.logging.kernel=tcp://[fdae:41e4:649b:9303::1]:8092"}
+
+	sc, err := s.Schematic(nil, []string{"console=ttyS0"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"console=ttyS0",
+		"siderolink.api=grpc://10.77.0.3:8090?jointoken=v2%3Ax",
+		"talos.events.sink=[fdae:41e4:649b:9303::1]:8091",
+		"talos.logging.kernel=tcp://[fdae:41e4:649b:9303::1]:8092",
+		"talos.config=http://10.77.0.1:50042/metadata/${anvil_machine}?token=${anvil_token}",
+	}, sc.Customization.ExtraKernelArgs)
+
+	join = []string{"a=1 chain http://evil"}
+
+	_, err = s.Schematic(nil, nil)
+	require.ErrorContains(t, err, "cannot carry")
 }
 
 // TestStartScript: the start script hands the machine back to the firmware whenever the

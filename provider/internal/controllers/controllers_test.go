@@ -163,19 +163,21 @@ func (f *fakeFactory) SchematicCreate(_ context.Context, sc schematic.Schematic)
 func TestSchematicController(t *testing.T) {
 	t.Parallel()
 
-	schematicFor := func(exts, args []string) schematic.Schematic {
+	schematicFor := func(exts, args []string) (schematic.Schematic, error) {
 		var sc schematic.Schematic
 
 		sc.Customization.SystemExtensions.OfficialExtensions = exts
 		sc.Customization.ExtraKernelArgs = append(args, "talos.events.sink=10.0.0.1:50042")
 
-		return sc
+		return sc, nil
 	}
 
 	factory := &fakeFactory{fail: true}
 	st := run(t, &controllers.SchematicController{Factory: factory, SchematicFor: schematicFor})
 
-	sc := schematicFor([]string{"siderolabs/intel-ucode"}, nil)
+	sc, err := schematicFor([]string{"siderolabs/intel-ucode"}, nil)
+	require.NoError(t, err)
+
 	id, err := sc.ID()
 	require.NoError(t, err)
 

@@ -33,7 +33,7 @@ const (
 type SchematicController struct {
 	Factory SchematicRegistrar
 	// SchematicFor builds an allocation's schematic, as the allocation did.
-	SchematicFor func(extensions, kernelArgs []string) schematic.Schematic
+	SchematicFor func(extensions, kernelArgs []string) (schematic.Schematic, error)
 }
 
 // Name implements controller.Controller.
@@ -105,7 +105,17 @@ func (ctrl *SchematicController) reconcile(ctx context.Context, r controller.Run
 			return false, fmt.Errorf("error reading schematic %s: %w", id, err)
 		}
 
-		sc := ctrl.SchematicFor(alloc.Extensions, alloc.KernelArgs)
+		sc, err := ctrl.SchematicFor(alloc.Extensions, alloc.KernelArgs)
+		if err != nil {
+			// Not yet buildable (Omni's join config unknown): the allocation's schematic
+			// is registered on a later pass.
+			failed = true
+
+			logger.Warn("error building a schematic", zap.String("schematic", id), zap.Error(err))
+
+			continue
+		}
+
 		spec := resources.SchematicSpec{
 			Extensions: sc.Customization.SystemExtensions.OfficialExtensions,
 			KernelArgs: sc.Customization.ExtraKernelArgs,

@@ -40,6 +40,10 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 	}
 
 	config := intent.TypedSpec().Allocation.Config
+	if config == "" && s.opts.JoinConfig != nil {
+		config, _ = s.opts.JoinConfig()
+	}
+
 	if config == "" {
 		s.metrics.metadata.WithLabelValues("empty").Inc()
 		http.Error(w, "no configuration for this machine", http.StatusNotFound)

@@ -41,8 +41,12 @@ type Options struct {
 	// observation (counted), it never slows a boot down.
 	Observations chan<- controllers.PXEObservation
 	Installs     InstallRecorder
-	Registry     *prometheus.Registry
-	Logger       *zap.Logger
+	// JoinConfig, in Omni mode, gives the join config documents Talos is served as its
+	// machine configuration when its allocation carries none (Omni configures it over
+	// SideroLink); false until known.
+	JoinConfig func() (string, bool)
+	Registry   *prometheus.Registry
+	Logger     *zap.Logger
 }
 
 // Server is the provider's HTTP server.

@@ -239,6 +239,47 @@ func TestMetadata(t *testing.T) {
 	}
 }
 
+// TestMetadataInOmniMode: in Omni mode an allocation without a config of its own is
+// served Omni's join config documents, to its machine only, once the adapter has said
+// them; an allocation's own config still wins.
+func TestMetadataInOmniMode(t *testing.T) {
+	t.Parallel()
+
+	f := newFixture(t)
+	key := f.scripts.TokenKey
+
+	var join string
+
+	f.server = httpapi.New(httpapi.Options{
+		State: f.store, View: f.view, Scripts: f.scripts, Observations: f.obs, Installs: f.rec,
+		Registry: prometheus.NewRegistry(), Logger: zaptest.NewLogger(t),
+		JoinConfig: func() (string, bool) { return join, join != "" },
+	})
+
+	f.machine(t, m1, "192.0.2.1", lifecycle.BootTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted,
+		Allocation: &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0"}}, nil)
+	f.machine(t, m2, "192.0.2.2", lifecycle.BootTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted,
+		Allocation: &resources.Allocation{ID: "a2", TalosVersion: "v1.9.0", Config: "version: v1alpha1\n"}}, nil)
+
+	own := "/metadata/" + m1 + "?token=" + token.Sign(key, boot.MetadataClaims(m1, "a1"))
+
+	code, body := f.get(t, own)
+	assert.Equal(t, http.StatusNotFound, code, "the join config is not known yet: %s", body)
+
+	join = "apiVersion: v1alpha1\nkind: SideroLinkConfig\napiUrl: grpc://10.77.0.3:8090?jointoken=x\n"
+
+	code, body = f.get(t, own)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, join, body)
+
+	code, _ = f.get(t, "/metadata/"+m1+"?token="+token.Sign(key, boot.MetadataClaims(m2, "a2")))
+	assert.Equal(t, http.StatusForbidden, code, "to its machine only")
+
+	code, body = f.get(t, "/metadata/"+m2+"?token="+token.Sign(key, boot.MetadataClaims(m2, "a2")))
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "version: v1alpha1\n", body, "an allocation's own config wins")
+}
+
 func sequenceEvent(t *testing.T, sequence string, action machine.SequenceEvent_Action, failed bool) *events.EventRequest {
 	t.Helper()
 

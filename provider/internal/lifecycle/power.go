@@ -3,8 +3,9 @@ package lifecycle
 import "github.com/anvil-metal/anvil/provider/internal/resources"
 
 // DesiredPower is the power the machine's state wants: "" (hands off: its BMC is not
-// even read) unless it is accepted; then the user's override; on while allocated or
-// while its agent has work (a wipe, BMC provisioning); else the idle default.
+// even read) unless it is accepted; then the override (the user's, or Omni's power-off
+// request); on while allocated or while its agent has work (a wipe, BMC provisioning);
+// else its idle power (Omni's preference) or the provider's idle default.
 func (m Machine) DesiredPower(p Policy) resources.PowerState {
 	if !m.Accepted() {
 		return ""
@@ -14,7 +15,12 @@ func (m Machine) DesiredPower(p Policy) resources.PowerState {
 		return pw
 	}
 
-	if m.Allocation() != nil || m.WipeOwed() || m.BMCPending(p) || p.IdlePower == resources.PowerOn {
+	idle := p.IdlePower
+	if pw := m.intent().IdlePower; pw == resources.PowerOn || pw == resources.PowerOff {
+		idle = pw
+	}
+
+	if m.Allocation() != nil || m.WipeOwed() || m.BMCPending(p) || idle == resources.PowerOn {
 		return resources.PowerOn
 	}
 

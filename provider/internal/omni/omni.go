@@ -59,6 +59,8 @@ type Connection struct {
 
 	mu       sync.RWMutex
 	joinArgs []string
+	// joinConfig is the join config's documents, served to Talos in Omni mode.
+	joinConfig string
 	// joinChanged wakes the hand-over to the provider.
 	joinChanged chan struct{}
 }

@@ -140,7 +140,7 @@ func TestJoinConfigReachesTheProvider(t *testing.T) {
 
 	t.Cleanup(func() { os.RemoveAll(dir) })
 
-	link := omnilink.New(filepath.Join(dir, "omni-adapter.sock"), zap.NewNop())
+	link := omnilink.New(omnilink.Options{Socket: filepath.Join(dir, "omni-adapter.sock"), Logger: zap.NewNop()})
 	st := state.WrapCore(namespaced.NewState(inmem.Build))
 
 	c, err := omni.Dial(omni.Options{Endpoint: "https://omni.lab:8099", ProviderID: "anvil-test", State: st, ProviderSocket: link.Socket()})

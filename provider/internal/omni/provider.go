@@ -19,16 +19,17 @@ const pushTimeout = 10 * time.Second
 // pushJoinArgs hands every new join config to the provider, over the socket it serves
 // the adapter on, until ctx is done; a failed hand-over is tried again.
 func (c *Connection) pushJoinArgs(ctx context.Context) error {
-	conn, err := grpc.NewClient("unix://"+c.opts.ProviderSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	client, closeConn, err := c.providerClient()
 	if err != nil {
-		return fmt.Errorf("error dialing the provider at %s: %w", c.opts.ProviderSocket, err)
+		return err
 	}
 
-	defer conn.Close()
+	defer closeConn()
 
-	client := omniadapterv1.NewOmniAdapterServiceClient(conn)
-
-	var sent []string
+	var (
+		sent       []string
+		sentConfig string
+	)
 
 	for {
 		select {
@@ -39,12 +40,14 @@ func (c *Connection) pushJoinArgs(ctx context.Context) error {
 		}
 
 		args, ok := c.JoinArgs()
-		if !ok || (sent != nil && slices.Equal(sent, args)) {
+		config := c.joinConfigDocs()
+
+		if !ok || (sent != nil && slices.Equal(sent, args) && sentConfig == config) {
 			continue
 		}
 
 		callCtx, cancel := context.WithTimeout(ctx, pushTimeout)
-		_, err := client.SetJoinConfig(callCtx, &omniadapterv1.SetJoinConfigRequest{KernelArgs: args})
+		_, err := client.SetJoinConfig(callCtx, &omniadapterv1.SetJoinConfigRequest{KernelArgs: args, Config: config})
 
 		cancel()
 
@@ -54,6 +57,25 @@ func (c *Connection) pushJoinArgs(ctx context.Context) error {
 			continue
 		}
 
-		sent = args
+		sent, sentConfig = args, config
 	}
+}
+
+// joinConfigDocs is the join config's documents, "" until read.
+func (c *Connection) joinConfigDocs() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	return c.joinConfig
+}
+
+// providerClient is a client of the adapter API the provider serves on its socket, and
+// what closes its connection.
+func (c *Connection) providerClient() (omniadapterv1.OmniAdapterServiceClient, func(), error) {
+	conn, err := grpc.NewClient("unix://"+c.opts.ProviderSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("error dialing the provider at %s: %w", c.opts.ProviderSocket, err)
+	}
+
+	return omniadapterv1.NewOmniAdapterServiceClient(conn), func() { conn.Close() }, nil
 }

@@ -42,6 +42,12 @@ func (c *Connection) Run(ctx context.Context) error {
 		eg.Go(func() error {
 			return retry(ctx, c.opts.Logger, "handing the join config to the provider", c.pushJoinArgs)
 		})
+		eg.Go(func() error {
+			return retry(ctx, c.opts.Logger, "handing Omni's machines to the provider", c.followMachines)
+		})
+		eg.Go(func() error {
+			return retry(ctx, c.opts.Logger, "writing the provider's machine statuses into Omni", c.followStatuses)
+		})
 	}
 
 	return eg.Wait()
@@ -153,9 +159,11 @@ func (c *Connection) followJoinConfig(ctx context.Context) error {
 				args = []string{}
 			}
 
+			config := jc.TypedSpec().Value.GetConfig().GetConfig()
+
 			c.mu.Lock()
-			changed := !slices.Equal(c.joinArgs, args)
-			c.joinArgs = args
+			changed := !slices.Equal(c.joinArgs, args) || c.joinConfig != config
+			c.joinArgs, c.joinConfig = args, config
 			c.mu.Unlock()
 
 			if changed {
@@ -168,7 +176,7 @@ func (c *Connection) followJoinConfig(ctx context.Context) error {
 			}
 		case state.Destroyed:
 			c.mu.Lock()
-			c.joinArgs = nil
+			c.joinArgs, c.joinConfig = nil, ""
 			c.mu.Unlock()
 
 			c.opts.Logger.Warn("Omni: the join config is gone: is the infra provider deleted?", zap.String("provider", c.opts.ProviderID))

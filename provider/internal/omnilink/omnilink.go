@@ -20,18 +20,22 @@ import (
 	"sync"
 	"unicode"
 
+	"github.com/cosi-project/runtime/pkg/state"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	omniadapterv1 "github.com/anvil-metal/anvil/api/omniadapter/v1"
+	"github.com/anvil-metal/anvil/provider/internal/power"
+	"github.com/anvil-metal/anvil/provider/internal/transitions"
 )
 
 // Limits on what the adapter may send.
 const (
-	maxJoinArgs    = 16
-	maxJoinArgSize = 4096
+	maxJoinArgs       = 16
+	maxJoinArgSize    = 4096
+	maxJoinConfigSize = 64 << 10
 )
 
 // Link is the provider's end of the link.
@@ -39,15 +43,42 @@ type Link struct {
 	omniadapterv1.UnimplementedOmniAdapterServiceServer
 
 	socket string
+	// st holds the OmniMachines the adapter reports, of which the link is the only
+	// writer.
+	st     state.State
+	bmcs   BMCSetter
 	logger *zap.Logger
 
-	mu       sync.RWMutex
-	joinArgs []string
+	mu         sync.RWMutex
+	joinArgs   []string
+	joinConfig string
 }
 
-// New returns the link; its socket is served at socket.
-func New(socket string, logger *zap.Logger) *Link {
-	return &Link{socket: socket, logger: logger}
+// BMCSetter stores how to reach a machine's BMC as a person gave it (the transitions).
+type BMCSetter interface {
+	SetBMC(ctx context.Context, id string, bmc transitions.BMC) (power.Endpoint, error)
+}
+
+// Options configure the link.
+type Options struct {
+	// Socket is where the adapter API is served.
+	Socket string
+	// State holds what the adapter reports of machines; nil keeps nothing (the
+	// machines' calls are refused).
+	State state.State
+	// BMCs takes the BMCs admins give in Omni; nil refuses them.
+	BMCs   BMCSetter
+	Logger *zap.Logger
+}
+
+// New returns the link.
+func New(opts Options) *Link {
+	logger := opts.Logger
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+
+	return &Link{socket: opts.Socket, st: opts.State, bmcs: opts.BMCs, logger: logger}
 }
 
 // Socket is where the adapter API is served.
@@ -62,12 +93,25 @@ func (l *Link) JoinArgs() ([]string, bool) {
 	return slices.Clone(l.joinArgs), l.joinArgs != nil
 }
 
+// JoinConfig returns the join config documents (Talos machine configuration) Talos is
+// served in Omni mode, and false until the adapter has said them.
+func (l *Link) JoinConfig() (string, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+
+	return l.joinConfig, l.joinConfig != ""
+}
+
 // SetJoinConfig implements omniadapterv1.OmniAdapterServiceServer.
 func (l *Link) SetJoinConfig(_ context.Context, req *omniadapterv1.SetJoinConfigRequest) (*omniadapterv1.SetJoinConfigResponse, error) {
 	args := req.GetKernelArgs()
 
 	if err := validateJoinArgs(args); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+
+	if len(req.GetConfig()) > maxJoinConfigSize {
+		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("the join config documents are longer than %d bytes", maxJoinConfigSize))
 	}
 
 	if args == nil {
@@ -77,6 +121,7 @@ func (l *Link) SetJoinConfig(_ context.Context, req *omniadapterv1.SetJoinConfig
 	l.mu.Lock()
 	changed := !slices.Equal(l.joinArgs, args)
 	l.joinArgs = slices.Clone(args)
+	l.joinConfig = req.GetConfig()
 	l.mu.Unlock()
 
 	if changed {
@@ -125,7 +170,7 @@ func (l *Link) Serve(ctx context.Context) error {
 		return fmt.Errorf("error setting the mode of %s: %w", l.socket, err)
 	}
 
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxJoinArgs * (maxJoinArgSize + 16)))
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxJoinArgs*(maxJoinArgSize+16) + maxJoinConfigSize))
 	omniadapterv1.RegisterOmniAdapterServiceServer(srv, l)
 
 	errc := make(chan error, 1)

@@ -37,7 +37,7 @@ func shortDir(t *testing.T) string {
 func TestLink(t *testing.T) {
 	t.Parallel()
 
-	link := omnilink.New(filepath.Join(shortDir(t), "omni-adapter.sock"), zaptest.NewLogger(t))
+	link := omnilink.New(omnilink.Options{Socket: filepath.Join(shortDir(t), "omni-adapter.sock"), Logger: zaptest.NewLogger(t)})
 
 	_, ok := link.JoinArgs()
 	assert.False(t, ok)
@@ -117,7 +117,7 @@ func TestAdapter(t *testing.T) {
 	require.Error(t, err)
 
 	a := &omnilink.Adapter{Bin: bin, Args: []string{"--id", "anvil-test"}, ServiceAccountKey: "c2VjcmV0", Logger: zaptest.NewLogger(t)}
-	link := omnilink.New(filepath.Join(dir, "omni-adapter.sock"), zaptest.NewLogger(t))
+	link := omnilink.New(omnilink.Options{Socket: filepath.Join(dir, "omni-adapter.sock"), Logger: zaptest.NewLogger(t)})
 
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)

@@ -67,6 +67,10 @@ type MachineIntentSpec struct {
 	// WipeMode is this machine's wipe mode (fast, zeroes, secure-erase); "" follows the
 	// provider's --wipe-mode.
 	WipeMode string `yaml:"wipeMode,omitempty" protobuf:"8"`
+	// IdlePower is the power of the machine while it has nothing to do (on or off),
+	// when its owner decides it (Omni's preferred power state); "" follows the
+	// provider's --power-idle-default. Power, when on or off, overrides it.
+	IdlePower PowerState `yaml:"idlePower,omitempty" protobuf:"9"`
 }
 
 // Allocation is what a machine is handed to: a Talos version and the schematic it boots.

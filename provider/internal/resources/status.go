@@ -40,6 +40,11 @@ type WipeRecord struct {
 	ID    string      `yaml:"id" protobuf:"1"`
 	At    time.Time   `yaml:"at" protobuf:"2"`
 	Disks []DiskWiped `yaml:"disks,omitempty" protobuf:"3"`
+	// In Omni mode, what Omni had of the machine when the wipe completed: its count of
+	// install events (Talos is installed again once Omni counts more) and the node
+	// unique token the wipe made void (reported back to Omni).
+	OmniInstallEvents   uint64 `yaml:"omniInstallEvents,omitempty" protobuf:"4"`
+	OmniNodeUniqueToken string `yaml:"omniNodeUniqueToken,omitempty" protobuf:"5"`
 }
 
 // DiskWiped is one disk's part of a wipe.

@@ -122,7 +122,7 @@ func (s *Store) Close() error {
 func Definitions() []meta.ResourceWithRD {
 	return []meta.ResourceWithRD{
 		&Machine{}, &MachineIntent{}, &MachineStatus{}, &MachineInventory{}, &DHCPLease{}, &Schematic{},
-		&BMCConfig{}, &BMCSecret{}, &PowerStatus{}, &MachineLabels{},
+		&BMCConfig{}, &BMCSecret{}, &PowerStatus{}, &MachineLabels{}, &OmniMachine{}, &OmniMachineStatus{},
 	}
 }
 

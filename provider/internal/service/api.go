@@ -6,6 +6,8 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
@@ -26,7 +28,7 @@ func (env *environment) apiServices() ([]runner, error) {
 	opts := env.opts
 	address := net.JoinHostPort(opts.APIListenAddress, strconv.Itoa(opts.APIPort))
 
-	http := httpapi.New(httpapi.Options{
+	httpOpts := httpapi.Options{
 		State:        env.store,
 		View:         env.view,
 		Scripts:      env.scripts,
@@ -35,7 +37,13 @@ func (env *environment) apiServices() ([]runner, error) {
 		Policy:       env.policy,
 		Registry:     env.registry,
 		Logger:       env.logger.Named("http"),
-	})
+	}
+
+	if env.omni != nil {
+		httpOpts.JoinConfig = env.omni.JoinConfig
+	}
+
+	http := httpapi.New(httpOpts)
 
 	hosts := []string{env.advertise.String()}
 	if opts.APIListenAddress != "" {
@@ -52,7 +60,7 @@ func (env *environment) apiServices() ([]runner, error) {
 		TokenKey:     env.store.Keys().TokenKey(),
 		Policy:       env.policy,
 		BMCPassword:  env.bmcPassword,
-		Recorder:     agentRecorder{status: env.status, inventory: env.inventory, transitions: env.transitions, password: env.bmcPassword, logger: env.logger.Named("agents")},
+		Recorder:     env.agentRecorder(),
 		Observations: env.observations,
 		Registry:     env.registry,
 		Logger:       env.logger.Named("agents"),
@@ -99,9 +107,23 @@ type agentRecorder struct {
 	inventory *controllers.MachineInventoryController
 	// transitions guard a user's BMC credentials from an agent's.
 	transitions *transitions.Service
+	// omni holds Omni's view of the machines in Omni mode, nil standalone.
+	omni state.State
 	// password is the one the provider had the agent set (agents do not echo it).
 	password func(machineID string) string
 	logger   *zap.Logger
+}
+
+// agentRecorder is where the agents' reports go; in Omni mode wipes also record what
+// Omni had of the machine.
+func (env *environment) agentRecorder() agentRecorder {
+	r := agentRecorder{status: env.status, inventory: env.inventory, transitions: env.transitions, password: env.bmcPassword, logger: env.logger.Named("agents")}
+
+	if env.omni != nil {
+		r.omni = env.store
+	}
+
+	return r
 }
 
 func (r agentRecorder) RecordBMC(ctx context.Context, machineID string, report agentapi.BMCReport) error {
@@ -126,6 +148,19 @@ func (r agentRecorder) RecordBMC(ctx context.Context, machineID string, report a
 }
 
 func (r agentRecorder) RecordWiped(ctx context.Context, machineID string, wipe resources.WipeRecord) error {
+	if r.omni != nil {
+		// What Omni had counted when the wipe completed: installs counted after it are
+		// of a Talos on the wiped disks; the token it had is void now.
+		om, err := safe.StateGetByID[*resources.OmniMachine](ctx, r.omni, machineID)
+
+		switch {
+		case err == nil:
+			wipe.OmniInstallEvents, wipe.OmniNodeUniqueToken = om.TypedSpec().InstallEventID, om.TypedSpec().NodeUniqueToken
+		case !state.IsNotFoundError(err):
+			return fmt.Errorf("error reading Omni's view of machine %s: %w", machineID, err)
+		}
+	}
+
 	return r.status.RecordWiped(ctx, machineID, wipe)
 }
 

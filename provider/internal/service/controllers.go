@@ -48,6 +48,15 @@ func (env *environment) controllers(factory *factoryclient.Client, labels map[st
 		})
 	}
 
+	if env.omni != nil {
+		// Omni mode: Omni's decisions, as the adapter reports them, become the machines'
+		// intents through the owner's view of the transitions (the local view refuses them).
+		ctrls = append(ctrls,
+			&controllers.OmniIntentController{Applier: env.transitions.Owner(), Recorder: env.status},
+			&controllers.OmniMachineStatusController{Policy: env.policy},
+		)
+	}
+
 	return ctrls, nil
 }
 

@@ -128,14 +128,8 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 	var managedBy string
 
 	if omniMode {
-		adapter.Logger = logger.Named("omni")
-		env.omni = omnilink.New(filepath.Join(opts.StateDir, "omni-adapter.sock"), logger.Named("omni"))
-		env.adapter = &adapter
-
-		// Omni owns acceptance, allocation, power, wipe and reboot; agents boot with its
-		// join args, so that they appear in it.
+		// Omni owns acceptance, allocation, power, wipe and reboot.
 		managedBy = "Omni at " + opts.OmniAPIEndpoint
-		env.scripts.JoinArgs = env.omni.JoinArgs
 	}
 
 	env.transitions = transitions.New(store, transitions.Options{
@@ -143,10 +137,21 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		Recorder:  env.status,
 		// The same schematic the SchematicController registers with the factory.
 		SchematicFor: func(_ context.Context, _ string, alloc resources.Allocation) (schematic.Schematic, error) {
-			return env.scripts.Schematic(alloc.Extensions, alloc.KernelArgs), nil
+			return env.scripts.Schematic(alloc.Extensions, alloc.KernelArgs)
 		},
 		Logger: logger.Named("transitions"),
 	})
+
+	if omniMode {
+		adapter.Logger = logger.Named("omni")
+		env.omni = omnilink.New(omnilink.Options{
+			Socket: filepath.Join(opts.StateDir, "omni-adapter.sock"), State: store, BMCs: env.transitions, Logger: logger.Named("omni"),
+		})
+		env.adapter = &adapter
+
+		// Agents and Talos boot with Omni's join args, so that they appear in it.
+		env.scripts.JoinArgs = env.omni.JoinArgs
+	}
 
 	env.view.OnRestart = func(err error) {
 		logger.Warn("machine view fell behind the state: following it again from a fresh listing", zap.Error(err))

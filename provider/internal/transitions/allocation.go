@@ -94,12 +94,16 @@ func (s *Service) newAllocation(ctx context.Context, id string, req AllocationRe
 // Deallocate clears the allocation and owes a wipe before the machine is handed out
 // again; it also asks for a reboot, so that a machine running Talos goes back to the
 // agent through its BMC (PXE once, then a cycle) to be wiped.
+//
+// Under another owner (Omni) only an allocation made locally, before that owner took
+// over, may be released: that is how a machine a standalone provider handed out is
+// handed to Omni (see ApplyOmni). The owner's own allocations are its to end.
 func (s *Service) Deallocate(ctx context.Context, id string) (*resources.MachineIntentSpec, error) {
-	if err := s.owned("deallocate"); err != nil {
-		return nil, err
-	}
-
 	return s.transition(ctx, "deallocate", id, func(spec *resources.MachineIntentSpec) error {
+		if s.managedBy != "" && !localAllocation(spec.Allocation) {
+			return s.owned("deallocate")
+		}
+
 		if spec.Allocation == nil {
 			return refused(fmt.Sprintf("machine %q is not allocated", id))
 		}

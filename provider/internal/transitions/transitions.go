@@ -11,6 +11,7 @@ package transitions
 
 import (
 	"context"
+	"reflect"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -126,7 +127,8 @@ func (s *Service) transition(ctx context.Context, name, id string, change func(*
 	s.mu.Lock()
 	defer s.mu.Unlock()
 
-	if _, err := s.current(ctx, id); err != nil {
+	before, err := s.current(ctx, id)
+	if err != nil {
 		return nil, err
 	}
 
@@ -145,8 +147,14 @@ func (s *Service) transition(ctx context.Context, name, id string, change func(*
 		return nil, fmt.Errorf("error writing the intent of machine %q: %w", id, err)
 	}
 
-	// The config is never logged: it carries the cluster's secrets.
-	s.logger.Info("transition", append([]zap.Field{zap.String("transition", name), zap.String("machine", id),
+	// The config is never logged: it carries the cluster's secrets. A transition that
+	// changed nothing (an owner's resync) is no news.
+	level := zap.InfoLevel
+	if reflect.DeepEqual(before, *intent.TypedSpec()) {
+		level = zap.DebugLevel
+	}
+
+	s.logger.Log(level, "transition", append([]zap.Field{zap.String("transition", name), zap.String("machine", id),
 		zap.String("acceptance", string(intent.TypedSpec().Acceptance))}, logFields...)...)
 
 	spec := intent.TypedSpec().DeepCopy()
