@@ -11,10 +11,10 @@ package transitions
 
 import (
 	"context"
-	"reflect"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
