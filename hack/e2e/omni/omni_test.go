@@ -25,8 +25,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
@@ -688,9 +688,9 @@ func assertMachinery(t testing.TB, ns string, m *machine.Machine, addr string) {
 		}
 	}
 
-	// A type the agent does not serve is Unimplemented or not found, never served.
-	_, err = c.COSI.Get(ctx, resource.NewMetadata(block.NamespaceName, block.SystemDiskType, block.SystemDiskID, resource.VersionUndefined))
-	assert.Error(t, err, "%s: SystemDisk", m.Name)
+	// No system disk in maintenance: NotFound, as Talos answers and Omni expects.
+	_, err = safe.StateGetByID[*block.SystemDisk](ctx, c.COSI, block.SystemDiskID)
+	assert.True(t, state.IsNotFoundError(err), "%s: SystemDisk: %v", m.Name, err)
 }
 
 // assertRefused checks that nothing answers on port 50000 on the machine's lab address:
