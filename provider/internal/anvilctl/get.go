@@ -145,27 +145,52 @@ func getResources(ctx context.Context, st state.State, p *printer, typeName, id 
 		items = list.Items
 	}
 
-	if !opts.showConfig {
-		for i, r := range items {
-			items[i] = redact(r)
-		}
+	for i, r := range items {
+		items[i] = redact(r, opts.showConfig)
 	}
 
 	return p.resources(rd.TypedSpec(), items, id != "")
 }
 
-// redact hides an intent's machine config, which carries the cluster's secrets.
-func redact(r resource.Resource) resource.Resource {
-	in, ok := r.(*resources.MachineIntent)
-	if !ok || in.TypedSpec().Allocation == nil || in.TypedSpec().Allocation.Config == "" {
+// redact hides what carries secrets: an intent's machine config (the cluster's secrets;
+// shown with showConfig) and, always, the node unique tokens of Omni's view and of the
+// Omni statuses (a machine's credential to re-join Omni).
+func redact(r resource.Resource, showConfig bool) resource.Resource {
+	switch r := r.(type) {
+	case *resources.MachineIntent:
+		if showConfig || r.TypedSpec().Allocation == nil || r.TypedSpec().Allocation.Config == "" {
+			return r
+		}
+
+		out := r.DeepCopy().(*resources.MachineIntent) //nolint:forcetypeassert // DeepCopy keeps the type
+		out.TypedSpec().Allocation.Config = redactedConfig(len(r.TypedSpec().Allocation.Config))
+
+		return out
+	case *resources.OmniMachine:
+		if r.TypedSpec().NodeUniqueToken == "" {
+			return r
+		}
+
+		out := r.DeepCopy().(*resources.OmniMachine) //nolint:forcetypeassert // DeepCopy keeps the type
+		out.TypedSpec().NodeUniqueToken = redactedToken
+
+		return out
+	case *resources.OmniMachineStatus:
+		if r.TypedSpec().WipedNodeUniqueToken == "" {
+			return r
+		}
+
+		out := r.DeepCopy().(*resources.OmniMachineStatus) //nolint:forcetypeassert // DeepCopy keeps the type
+		out.TypedSpec().WipedNodeUniqueToken = redactedToken
+
+		return out
+	default:
 		return r
 	}
-
-	out := in.DeepCopy().(*resources.MachineIntent) //nolint:forcetypeassert // DeepCopy keeps the type
-	out.TypedSpec().Allocation.Config = redactedConfig(len(in.TypedSpec().Allocation.Config))
-
-	return out
 }
+
+// redactedToken stands for a node unique token in anvilctl's output.
+const redactedToken = "<redacted>"
 
 func redactedConfig(n int) string {
 	return fmt.Sprintf("(redacted: %d bytes, --show-config prints it)", n)

@@ -169,11 +169,7 @@ func getMachines(ctx context.Context, st state.State, p *printer, id string, opt
 		}
 
 		if om, ok := omniByID[v.ID]; ok {
-			spec := om.TypedSpec().DeepCopy()
-			if spec.NodeUniqueToken != "" {
-				spec.NodeUniqueToken = "<redacted>"
-			}
-
+			spec := redact(om, false).(*resources.OmniMachine).TypedSpec().DeepCopy() //nolint:forcetypeassert // redact keeps the type
 			v.Omni = &spec
 		}
 

@@ -45,4 +45,20 @@ func TestOmniView(t *testing.T) {
 	assert.Contains(t, out, "clusterTalosVersion: v1.9.0")
 	assert.Contains(t, out, "nodeUniqueToken: <redacted>")
 	assert.NotContains(t, out, "secret-token")
+
+	// The generic get hides the tokens too, even with --show-config.
+	status := resources.NewOmniMachineStatus(m1)
+	status.TypedSpec().WipedNodeUniqueToken = `{"Fingerprint":"f","Token":"voided-token"}`
+	require.NoError(t, st.Create(t.Context(), status))
+
+	for _, args := range [][]string{
+		{"get", "omnimachines", "-o", "yaml"},
+		{"get", "omnimachines", m1, "-o", "json", "--show-config"},
+		{"get", "omnimachinestatuses", "-o", "yaml", "--show-config"},
+	} {
+		out = mustRun(t, endpoint, args...)
+		assert.Contains(t, out, "redacted", args)
+		assert.NotContains(t, out, "secret-token", args)
+		assert.NotContains(t, out, "voided-token", args)
+	}
 }
