@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"strconv"
@@ -336,7 +337,7 @@ func TestLostTellsOwner(t *testing.T) {
 
 	select {
 	case err := <-lost:
-		assert.Error(t, err)
+		assert.ErrorIs(t, err, io.EOF, "the receiver closed the connection")
 	case <-time.After(10 * time.Second):
 		t.Fatal("OnLost was not told of the dropped connection")
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
@@ -107,7 +108,14 @@ func TestWritesRefused(t *testing.T) {
 	raw := rawState(t, h.addr)
 
 	extra := hardware.NewProcessorInfo("CPU-9")
-	assert.Error(t, h.c.COSI.Create(ctx, extra))
+	// The COSI client turns the refusal (PermissionDenied) into an owner conflict; its
+	// message is the API's own.
+	const readOnly = "the maintenance API is read-only"
+
+	assert.ErrorContains(t, h.c.COSI.Create(ctx, extra), readOnly, "a served type")
+
+	unserved := block.NewSystemDisk(block.NamespaceName, block.SystemDiskID)
+	assert.ErrorContains(t, h.c.COSI.Create(ctx, unserved), readOnly, "a type the API does not serve")
 
 	_, err := h.st.Get(ctx, extra.Metadata())
 	assert.True(t, state.IsNotFoundError(err), "%v", err)
@@ -116,9 +124,9 @@ func TestWritesRefused(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = h.c.COSI.Teardown(ctx, status0.Metadata())
-	assert.Error(t, err)
+	assert.ErrorContains(t, err, readOnly)
 
-	assert.Error(t, h.c.COSI.Destroy(ctx, status0.Metadata()))
+	assert.ErrorContains(t, h.c.COSI.Destroy(ctx, status0.Metadata()), readOnly)
 
 	status1, err := safe.StateGetByID[*runtimeres.MachineStatus](ctx, h.st, runtimeres.MachineStatusID)
 	require.NoError(t, err)

@@ -159,12 +159,14 @@ func TestJoinConfigReachesTheProvider(t *testing.T) {
 	})
 
 	jc := siderolink.NewProviderJoinConfig("anvil-test")
-	jc.TypedSpec().Value.Config = &specs.JoinConfig{KernelArgs: []string{"siderolink.api=grpc://10.77.0.3:8090?jointoken=v2%3Ax"}}
+	docs := "apiVersion: v1alpha1\nkind: SideroLinkConfig\napiUrl: grpc://10.77.0.3:8090?jointoken=v2%3Ax\n"
+	jc.TypedSpec().Value.Config = &specs.JoinConfig{KernelArgs: []string{"siderolink.api=grpc://10.77.0.3:8090?jointoken=v2%3Ax"}, Config: docs}
 	require.NoError(t, st.Create(ctx, jc))
 
 	require.Eventually(t, func() bool {
 		got, ok := link.JoinArgs()
+		config, _ := link.JoinConfig()
 
-		return ok && len(got) == 1 && strings.HasSuffix(got[0], "v2%3Ax")
-	}, 20*time.Second, 10*time.Millisecond, "the provider has the join config")
+		return ok && len(got) == 1 && strings.HasSuffix(got[0], "v2%3Ax") && config == docs
+	}, 20*time.Second, 10*time.Millisecond, "the provider has the join config: its args and its documents")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -76,7 +77,7 @@ func TestLink(t *testing.T) {
 		{"a newline", []string{"a=1\nchain http://evil"}, codes.InvalidArgument},
 		{"empty arg", []string{""}, codes.InvalidArgument},
 		{"too long", []string{strings.Repeat("a", 5000)}, codes.InvalidArgument},
-		{"too many", make([]string, 17), codes.InvalidArgument},
+		{"too many", slices.Repeat([]string{"a=1"}, 17), codes.InvalidArgument},
 	} {
 		_, err := client.SetJoinConfig(ctx, &omniadapterv1.SetJoinConfigRequest{KernelArgs: tc.args})
 		assert.Equal(t, tc.code, status.Code(err), "%s: %v", tc.name, err)
