@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"errors"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -10,6 +9,7 @@ import (
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
 	"github.com/anvil-metal/anvil/provider/internal/power"
 	"github.com/anvil-metal/anvil/provider/internal/transitions"
+	"github.com/anvil-metal/anvil/provider/internal/transitions/rpcstatus"
 )
 
 // MaxConfigSize bounds the machine config of an allocation.
@@ -30,7 +30,7 @@ func NewTransitions(svc *transitions.Service) *Transitions { return &Transitions
 func (t *Transitions) Accept(ctx context.Context, req *controlv1.AcceptRequest) (*controlv1.AcceptResponse, error) {
 	spec, err := t.svc.Accept(ctx, req.GetMachineId(), req.GetSkipInitialWipe())
 	if err != nil {
-		return nil, statusOf(err)
+		return nil, rpcstatus.Of(err)
 	}
 
 	return &controlv1.AcceptResponse{Intent: intentToProto(req.GetMachineId(), spec)}, nil
@@ -40,7 +40,7 @@ func (t *Transitions) Accept(ctx context.Context, req *controlv1.AcceptRequest) 
 func (t *Transitions) Reject(ctx context.Context, req *controlv1.RejectRequest) (*controlv1.RejectResponse, error) {
 	spec, err := t.svc.Reject(ctx, req.GetMachineId())
 	if err != nil {
-		return nil, statusOf(err)
+		return nil, rpcstatus.Of(err)
 	}
 
 	return &controlv1.RejectResponse{Intent: intentToProto(req.GetMachineId(), spec)}, nil
@@ -52,7 +52,7 @@ func (t *Transitions) Allocate(ctx context.Context, req *controlv1.AllocateReque
 		TalosVersion: req.GetTalosVersion(), Extensions: req.GetExtensions(), KernelArgs: req.GetKernelArgs(), Config: req.GetConfig(),
 	})
 	if err != nil {
-		return nil, statusOf(err)
+		return nil, rpcstatus.Of(err)
 	}
 
 	return &controlv1.AllocateResponse{Intent: intentToProto(req.GetMachineId(), spec)}, nil
@@ -62,7 +62,7 @@ func (t *Transitions) Allocate(ctx context.Context, req *controlv1.AllocateReque
 func (t *Transitions) Deallocate(ctx context.Context, req *controlv1.DeallocateRequest) (*controlv1.DeallocateResponse, error) {
 	spec, err := t.svc.Deallocate(ctx, req.GetMachineId())
 	if err != nil {
-		return nil, statusOf(err)
+		return nil, rpcstatus.Of(err)
 	}
 
 	return &controlv1.DeallocateResponse{Intent: intentToProto(req.GetMachineId(), spec)}, nil
@@ -72,7 +72,7 @@ func (t *Transitions) Deallocate(ctx context.Context, req *controlv1.DeallocateR
 func (t *Transitions) MarkInstalled(ctx context.Context, req *controlv1.MarkInstalledRequest) (*controlv1.MarkInstalledResponse, error) {
 	alloc, err := t.svc.MarkInstalled(ctx, req.GetMachineId())
 	if err != nil {
-		return nil, statusOf(err)
+		return nil, rpcstatus.Of(err)
 	}
 
 	return &controlv1.MarkInstalledResponse{AllocationId: alloc}, nil
@@ -82,7 +82,7 @@ func (t *Transitions) MarkInstalled(ctx context.Context, req *controlv1.MarkInst
 func (t *Transitions) SetWipeMode(ctx context.Context, req *controlv1.SetWipeModeRequest) (*controlv1.SetWipeModeResponse, error) {
 	spec, err := t.svc.SetWipeMode(ctx, req.GetMachineId(), req.GetMode())
 	if err != nil {
-		return nil, statusOf(err)
+		return nil, rpcstatus.Of(err)
 	}
 
 	return &controlv1.SetWipeModeResponse{Intent: intentToProto(req.GetMachineId(), spec)}, nil
@@ -92,7 +92,7 @@ func (t *Transitions) SetWipeMode(ctx context.Context, req *controlv1.SetWipeMod
 func (t *Transitions) Cordon(ctx context.Context, req *controlv1.CordonRequest) (*controlv1.CordonResponse, error) {
 	spec, err := t.svc.SetCordon(ctx, req.GetMachineId(), true)
 	if err != nil {
-		return nil, statusOf(err)
+		return nil, rpcstatus.Of(err)
 	}
 
 	return &controlv1.CordonResponse{Intent: intentToProto(req.GetMachineId(), spec)}, nil
@@ -102,7 +102,7 @@ func (t *Transitions) Cordon(ctx context.Context, req *controlv1.CordonRequest) 
 func (t *Transitions) Uncordon(ctx context.Context, req *controlv1.UncordonRequest) (*controlv1.UncordonResponse, error) {
 	spec, err := t.svc.SetCordon(ctx, req.GetMachineId(), false)
 	if err != nil {
-		return nil, statusOf(err)
+		return nil, rpcstatus.Of(err)
 	}
 
 	return &controlv1.UncordonResponse{Intent: intentToProto(req.GetMachineId(), spec)}, nil
@@ -117,7 +117,7 @@ func (t *Transitions) SetPower(ctx context.Context, req *controlv1.SetPowerReque
 
 	spec, err := t.svc.SetPower(ctx, req.GetMachineId(), pw)
 	if err != nil {
-		return nil, statusOf(err)
+		return nil, rpcstatus.Of(err)
 	}
 
 	return &controlv1.SetPowerResponse{Intent: intentToProto(req.GetMachineId(), spec)}, nil
@@ -127,7 +127,7 @@ func (t *Transitions) SetPower(ctx context.Context, req *controlv1.SetPowerReque
 func (t *Transitions) Reboot(ctx context.Context, req *controlv1.RebootRequest) (*controlv1.RebootResponse, error) {
 	spec, id, err := t.svc.Reboot(ctx, req.GetMachineId())
 	if err != nil {
-		return nil, statusOf(err)
+		return nil, rpcstatus.Of(err)
 	}
 
 	return &controlv1.RebootResponse{Intent: intentToProto(req.GetMachineId(), spec), RebootId: id}, nil
@@ -139,7 +139,7 @@ func (t *Transitions) SetBMC(ctx context.Context, req *controlv1.SetBMCRequest) 
 
 	if req.GetKind() == "" {
 		if err := t.svc.RemoveBMC(ctx, id); err != nil {
-			return nil, statusOf(err)
+			return nil, rpcstatus.Of(err)
 		}
 
 		return &controlv1.SetBMCResponse{MachineId: id}, nil
@@ -150,7 +150,7 @@ func (t *Transitions) SetBMC(ctx context.Context, req *controlv1.SetBMCRequest) 
 		Password: req.GetPassword(), Insecure: req.GetInsecure(), SystemID: req.GetSystemId(),
 	})
 	if err != nil {
-		return nil, statusOf(err)
+		return nil, rpcstatus.Of(err)
 	}
 
 	return &controlv1.SetBMCResponse{MachineId: id, Kind: string(ep.Backend), Endpoint: ep.String()}, nil
@@ -160,34 +160,9 @@ func (t *Transitions) SetBMC(ctx context.Context, req *controlv1.SetBMCRequest) 
 func (t *Transitions) SetLabels(ctx context.Context, req *controlv1.SetLabelsRequest) (*controlv1.SetLabelsResponse, error) {
 	spec, err := t.svc.SetLabels(ctx, req.GetMachineId(), req.GetSet(), req.GetRemove())
 	if err != nil {
-		return nil, statusOf(err)
+		return nil, rpcstatus.Of(err)
 	}
 
 	return &controlv1.SetLabelsResponse{Intent: intentToProto(req.GetMachineId(), spec)}, nil
 }
 
-// codeOf maps the transitions' refusals onto gRPC codes.
-var codeOf = map[transitions.Code]codes.Code{
-	transitions.CodeInvalid:     codes.InvalidArgument,
-	transitions.CodeNotFound:    codes.NotFound,
-	transitions.CodeRefused:     codes.FailedPrecondition,
-	transitions.CodeManaged:     codes.FailedPrecondition,
-	transitions.CodeUnavailable: codes.Unimplemented,
-}
-
-// statusOf is the gRPC status of a transition's error: a refusal keeps its message, any
-// other failure is Internal.
-func statusOf(err error) error {
-	var refusal *transitions.Error
-	if errors.As(err, &refusal) {
-		if code, ok := codeOf[refusal.Code]; ok {
-			return status.Error(code, refusal.Msg)
-		}
-	}
-
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return status.FromContextError(err).Err()
-	}
-
-	return status.Error(codes.Internal, err.Error())
-}

@@ -10,6 +10,7 @@ import (
 	omniadapterv1 "github.com/anvil-metal/anvil/api/omniadapter/v1"
 	"github.com/anvil-metal/anvil/provider/internal/power"
 	"github.com/anvil-metal/anvil/provider/internal/transitions"
+	"github.com/anvil-metal/anvil/provider/internal/transitions/rpcstatus"
 )
 
 // SetBMC implements omniadapterv1.OmniAdapterServiceServer: the BMC an admin gave in
@@ -35,16 +36,8 @@ func (l *Link) SetBMC(ctx context.Context, req *omniadapterv1.SetBMCRequest) (*o
 	}
 
 	ep, err := l.bmcs.SetBMC(ctx, req.GetId(), bmc)
-
-	switch transitions.CodeOf(err) {
-	case transitions.CodeInvalid:
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	case transitions.CodeInternal:
-		if err != nil {
-			return nil, status.Error(codes.Internal, err.Error())
-		}
-	default:
-		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	if err != nil {
+		return nil, rpcstatus.Of(err)
 	}
 
 	l.logger.Info("BMC given in Omni", zap.String("machine", req.GetId()), zap.String("backend", string(ep.Backend)),

@@ -1,4 +1,4 @@
-package control
+package rpcstatus_test
 
 import (
 	"context"
@@ -11,11 +11,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/anvil-metal/anvil/provider/internal/transitions"
+	"github.com/anvil-metal/anvil/provider/internal/transitions/rpcstatus"
 )
 
-// TestStatusOf: every refusal keeps its message under its gRPC code; anything else is
+// TestOf: every refusal keeps its message under its gRPC code; anything else is
 // the provider's own failure.
-func TestStatusOf(t *testing.T) {
+func TestOf(t *testing.T) {
 	t.Parallel()
 
 	for _, tc := range []struct {
@@ -31,7 +32,7 @@ func TestStatusOf(t *testing.T) {
 		{errors.New("disk full"), codes.Internal, "disk full"},
 		{fmt.Errorf("writing: %w", context.Canceled), codes.Canceled, ""},
 	} {
-		st := status.Convert(statusOf(tc.err))
+		st := status.Convert(rpcstatus.Of(tc.err))
 		assert.Equal(t, tc.code, st.Code(), "%v", tc.err)
 
 		if tc.msg != "" {
