@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/controller"
@@ -117,21 +116,17 @@ func (ctrl *LinksController) linkSpec(link *rtnetlink.LinkMessage) network.LinkS
 func (ctrl *LinksController) fillSpeed(spec *network.LinkStatusSpec, name string) {
 	dir := filepath.Join(ctrl.SysfsRoot, "class", "net", name)
 
-	if b, err := os.ReadFile(filepath.Join(dir, "speed")); err == nil {
-		if mbit, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && mbit > 0 {
-			spec.SpeedMegabits = mbit
-		}
+	if mbit, err := strconv.Atoi(readString(filepath.Join(dir, "speed"))); err == nil && mbit > 0 {
+		spec.SpeedMegabits = mbit
 	}
 
-	spec.Duplex = nethelpers.Unknown
-
-	if b, err := os.ReadFile(filepath.Join(dir, "duplex")); err == nil {
-		switch strings.TrimSpace(string(b)) {
-		case "full":
-			spec.Duplex = nethelpers.Full
-		case "half":
-			spec.Duplex = nethelpers.Half
-		}
+	switch readString(filepath.Join(dir, "duplex")) {
+	case "full":
+		spec.Duplex = nethelpers.Full
+	case "half":
+		spec.Duplex = nethelpers.Half
+	default:
+		spec.Duplex = nethelpers.Unknown
 	}
 }
 
