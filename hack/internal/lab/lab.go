@@ -431,7 +431,7 @@ func Down(ctx context.Context, dir, prefix string) error {
 		errs = append(errs, m.Stop(ctx))
 	}
 
-	errs = append(errs, proc.Stop(ctx, s.ProviderPID, 10*time.Second), s.Omni.Stop(ctx),
+	errs = append(errs, proc.Stop(ctx, s.ProviderPID, 10*time.Second), s.Omni.Halt(ctx),
 		proc.Stop(ctx, s.DHCPPID, 5*time.Second), proc.Stop(ctx, s.FactoryPID, 5*time.Second))
 
 	// The sweep: whatever still runs in the namespaces or names the lab directory.
