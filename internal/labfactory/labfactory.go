@@ -107,9 +107,9 @@ func (f *Factory) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.officialList(w, r)
 	case isRegistryPath(r.URL.Path) && get:
 		f.registry(w, r)
-	case strings.HasPrefix(r.URL.Path, "/pxe/") && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+	case strings.HasPrefix(r.URL.Path, "/pxe/") && get:
 		f.pxe(w, r)
-	case strings.HasPrefix(r.URL.Path, "/image/") && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+	case strings.HasPrefix(r.URL.Path, "/image/") && get:
 		f.image(w, r)
 	default:
 		http.NotFound(w, r)
