@@ -95,16 +95,8 @@ func TestOmniE2E(tt *testing.T) {
 
 	agent := labtest.AgentAssets(t, root, bin)
 
+	// On failure NewLab's teardown prints the lab's logs, Omni's included.
 	dir, prefix := labtest.NewLab(t, "anvo", nil)
-
-	// Registered after NewLab's teardown, so it runs before it: Omni's log, while it is
-	// there.
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, err := os.ReadFile(filepath.Join(dir, "omni.log"))
-			t.Logf("omni.log (%v):\n%s", err, tail(b, 400))
-		}
-	})
 
 	cfg := lab.Config{
 		Dir: dir, Prefix: prefix, Machines: 3,
@@ -149,12 +141,14 @@ func TestOmniE2E(tt *testing.T) {
 
 			rep.add("power-on → visible in Omni (pending)", m, time.Since(poweredOn))
 
-			var spec struct {
-				AcceptanceStatus int `json:"acceptancestatus"`
-			}
+			// PENDING is the zero value: the field must be there and say it.
+			var spec map[string]any
 
 			assert.NoError(t, json.Unmarshal(im.Spec, &spec))
-			assert.Zero(t, spec.AcceptanceStatus, "%s: acceptance is PENDING", m.Name)
+
+			if assert.Contains(t, spec, "acceptancestatus", m.Name) {
+				assert.EqualValues(t, 0, spec["acceptancestatus"], "%s: acceptance is PENDING", m.Name)
+			}
 			assert.Contains(t, im.Metadata.Labels, "omni.sidero.dev/accept-pending", m.Name)
 			assert.Equal(t, lab.ProviderID, im.Metadata.Labels["omni.sidero.dev/infra-provider-id"], m.Name)
 		})
@@ -255,7 +249,7 @@ func TestOmniE2E(tt *testing.T) {
 
 	// 6. One machine's WireGuard path is blocked past the stale threshold: it provisions
 	// again on its own (a new key in its Link), and once the path is open it is
-	// connected with its hardware. Omni's other machines stay as they are.
+	// connected with its hardware. Omni's other machines stay connected.
 	t.Run("WireGuard blocked", func(t labtest.T) {
 		m := machines[0]
 
@@ -271,7 +265,7 @@ func TestOmniE2E(tt *testing.T) {
 
 		blocked := time.Now()
 
-		eventually(t, rejoinDeadline, fmt.Sprintf("%s: provisions again while its WireGuard is blocked", m.Name), func() error {
+		ok := eventually(t, rejoinDeadline, fmt.Sprintf("%s: provisions again while its WireGuard is blocked", m.Name), func() error {
 			now, err := o.link(t.Context(), m.UUID)
 			if err != nil {
 				return err
@@ -283,6 +277,9 @@ func TestOmniE2E(tt *testing.T) {
 
 			return nil
 		})
+		if !ok {
+			return
+		}
 
 		rep.add("WireGuard blocked → provisioned again", m, time.Since(blocked))
 
@@ -290,9 +287,6 @@ func TestOmniE2E(tt *testing.T) {
 		if rest := time.Until(blocked.Add(staleAfter + checkEvery)); rest > 0 {
 			time.Sleep(rest)
 		}
-
-		keyBlocked, err := o.link(t.Context(), m.UUID)
-		require.NoError(t, err)
 
 		unblock()
 
@@ -302,7 +296,10 @@ func TestOmniE2E(tt *testing.T) {
 			rep.add("WireGuard open again → connected", m, time.Since(opened))
 		}
 
-		t.Logf("%s: key before the block %s, while blocked %s", m.Name, l.NodePublicKey, keyBlocked.NodePublicKey)
+		// The block was one machine's: the others are connected with their hardware.
+		for _, other := range machines[1:] {
+			o.waitRejoined(t, other, "", stepDeadline)
+		}
 	})
 
 	rep.write(t, root)

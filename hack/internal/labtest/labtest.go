@@ -67,11 +67,7 @@ func GoBuild(t testing.TB, root, out, pkg string) {
 func OmniBinaries(t testing.TB, root string) (omni, omnictl string) {
 	t.Helper()
 
-	cmd := exec.Command("make", "--no-print-directory", "omni")
-	cmd.Dir = root
-
-	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, "make omni: %s", b)
+	makeTarget(t, root, "omni")
 
 	return filepath.Join(root, "_out", "bin", "omni"), filepath.Join(root, "_out", "bin", "omnictl")
 }
@@ -81,13 +77,21 @@ func OmniBinaries(t testing.TB, root string) (omni, omnictl string) {
 func Talosctl(t testing.TB, root string) string {
 	t.Helper()
 
-	cmd := exec.Command("make", "--no-print-directory", "talosctl")
+	makeTarget(t, root, "talosctl")
+
+	return filepath.Join(root, "_out", "bin", "talosctl")
+}
+
+// makeTarget runs the Makefile's target in root: make lab has built it already, so this is
+// instant there, and a lone go test builds what it needs.
+func makeTarget(t testing.TB, root, target string) {
+	t.Helper()
+
+	cmd := exec.Command("make", "--no-print-directory", target)
 	cmd.Dir = root
 
 	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, "make talosctl: %s", b)
-
-	return filepath.Join(root, "_out", "bin", "talosctl")
+	require.NoError(t, err, "make %s: %s", target, b)
 }
 
 // AgentAssets is _out/agent when make agent-initramfs has run, else assets built into
@@ -115,7 +119,7 @@ func AgentAssets(t testing.TB, root, bin string) string {
 
 // DumpLogs prints a lab's logs: the machines' serial consoles, the provider's, the site
 // DHCP server's and the factory stand-in's, and, where the lab has them, the simulated
-// BMCs' and the power API's.
+// BMCs', the power API's and Omni's.
 func DumpLogs(t testing.TB, dir string) {
 	t.Helper()
 
@@ -123,7 +127,7 @@ func DumpLogs(t testing.TB, dir string) {
 	logs = append(logs, filepath.Join(dir, "provider.log"), filepath.Join(dir, "dnsmasq.log"), filepath.Join(dir, "factory.log"))
 
 	optional, _ := filepath.Glob(filepath.Join(dir, "machines", "*", "bmc", "ipmi_sim.log"))
-	optional = append(optional, filepath.Join(dir, "power.log"))
+	optional = append(optional, filepath.Join(dir, "power.log"), filepath.Join(dir, "omni.log"))
 
 	for _, l := range append(logs, optional...) {
 		b, err := os.ReadFile(l)
