@@ -165,4 +165,3 @@ func (t *Transitions) SetLabels(ctx context.Context, req *controlv1.SetLabelsReq
 
 	return &controlv1.SetLabelsResponse{Intent: intentToProto(req.GetMachineId(), spec)}, nil
 }
-
