@@ -2,10 +2,7 @@ package service
 
 import (
 	"context"
-	"errors"
 	"net"
-	"net/netip"
-	"time"
 
 	"github.com/cosi-project/runtime/pkg/state"
 	"go.uber.org/zap"
@@ -13,14 +10,10 @@ import (
 	"github.com/anvil-metal/anvil/agent/internal/config"
 	"github.com/anvil-metal/anvil/agent/internal/inventory"
 	"github.com/anvil-metal/anvil/agent/internal/kmsglog"
-	"github.com/anvil-metal/anvil/agent/internal/maintenance"
-	"github.com/anvil-metal/anvil/agent/internal/siderolink"
+	"github.com/anvil-metal/anvil/internal/maintenance"
+	"github.com/anvil-metal/anvil/internal/siderolink"
 	"github.com/anvil-metal/anvil/internal/talosversion"
 )
-
-// relistenWait is the pause before binding the maintenance API again after its listener
-// failed.
-const relistenWait = 2 * time.Second
 
 // omniAgent is the agent's side of Omni (DESIGN.md, "Agent ⇄ Omni"): it joins SideroLink
 // as Talos does, serves the Talos maintenance API on the SideroLink address only, and
@@ -72,93 +65,19 @@ func (o *omniAgent) run(ctx context.Context) {
 		return
 	}
 
-	addresses := make(chan netip.Addr, 1)
+	addresses, onAddress := maintenance.Addresses()
 
-	go o.serve(ctx, srv, addresses)
+	go srv.Follow(ctx, addresses)
 
 	err = siderolink.Run(ctx, siderolink.Options{
 		API: o.cfg.API.Host, Insecure: o.cfg.API.Insecure, JoinToken: o.cfg.API.JoinToken,
 		UUID: o.machineID, MACs: o.macs(ctx), TalosVersion: talosversion.Tag,
-		OnAddress: func(addr netip.Addr) {
-			// Only the newest address matters: replace one not taken yet.
-			select {
-			case <-addresses:
-			default:
-			}
-
-			addresses <- addr
-		},
+		OnAddress:   onAddress,
 		Reprovision: reprovision,
 		Logger:      o.logger.Named("siderolink"),
 	})
 	if err != nil {
 		o.logger.Error("not joining Omni", zap.Error(err))
-	}
-}
-
-// serve keeps the maintenance API listening on the current SideroLink address, and on no
-// other: a new address moves it, the zero address stops it.
-func (o *omniAgent) serve(ctx context.Context, srv *maintenance.Server, addresses <-chan netip.Addr) {
-	var (
-		stop func()
-		done chan struct{}
-	)
-
-	halt := func() {
-		if stop != nil {
-			stop()
-			<-done
-			stop = nil
-		}
-	}
-
-	defer halt()
-
-	for {
-		var addr netip.Addr
-
-		select {
-		case <-ctx.Done():
-			return
-		case addr = <-addresses:
-		}
-
-		halt()
-
-		if !addr.IsValid() || addr.IsUnspecified() {
-			continue
-		}
-
-		serveCtx, cancel := context.WithCancel(ctx)
-		stop, done = cancel, make(chan struct{})
-
-		go func() {
-			defer close(done)
-
-			o.serveOn(serveCtx, srv, addr)
-		}()
-	}
-}
-
-// serveOn serves the maintenance API on [addr]:50000 until ctx is done, binding again
-// after a failure (the address may still be settling on the link).
-func (o *omniAgent) serveOn(ctx context.Context, srv *maintenance.Server, addr netip.Addr) {
-	for ctx.Err() == nil {
-		lis, err := maintenance.Listen(ctx, addr)
-		if err == nil {
-			o.logger.Info("maintenance API serving", zap.Stringer("address", addr), zap.Int("port", maintenance.Port))
-
-			err = srv.Serve(ctx, lis)
-		}
-
-		if err != nil && !errors.Is(err, context.Canceled) {
-			o.logger.Warn("maintenance API: listening again", zap.Stringer("address", addr), zap.Error(err))
-		}
-
-		select {
-		case <-ctx.Done():
-		case <-time.After(relistenWait):
-		}
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/stretchr/testify/assert"
 
-	"github.com/anvil-metal/anvil/agent/internal/maintenance"
+	"github.com/anvil-metal/anvil/internal/maintenance"
 )
 
 // TestStatuses: how the statuses the package writes are built.

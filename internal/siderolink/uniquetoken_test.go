@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/anvil-metal/anvil/agent/internal/siderolink"
+	"github.com/anvil-metal/anvil/internal/siderolink"
 )
 
 func mac(t *testing.T, s string) net.HardwareAddr {

@@ -50,10 +50,16 @@ func extensionStatus(agentVersion string) runtimeres.ExtensionStatusSpec {
 	}
 }
 
+// schematicStatus is the image factory's schematic meta extension, as Talos booted
+// from a factory image reports it.
+func schematicStatus(id, manifest string) runtimeres.ExtensionStatusSpec {
+	return extensions.Layer{Metadata: extensions.Metadata{Name: SchematicExtensionName, Version: id, ExtraInfo: manifest}}
+}
+
 // publish registers Definitions in st and writes the machine status and the
-// metal-agent extension status. A definition already registered (a second server
-// over the same state) is kept as is.
-func publish(ctx context.Context, st state.State, agentVersion string) error {
+// metal-agent extension status, or, for Talos, its stage and schematic. A definition
+// already registered (a second server over the same state) is kept as is.
+func publish(ctx context.Context, st state.State, agentVersion string, talos *Talos) error {
 	rds := registry.NewResourceRegistry(st)
 
 	for _, r := range Definitions() {
@@ -64,18 +70,26 @@ func publish(ctx context.Context, st state.State, agentVersion string) error {
 
 	if err := safe.StateModify(ctx, st, runtimeres.NewMachineStatus(), func(res *runtimeres.MachineStatus) error {
 		*res.TypedSpec() = machineStatus()
+		if talos != nil {
+			*res.TypedSpec() = talos.status()
+		}
 
 		return nil
 	}); err != nil {
 		return fmt.Errorf("error writing the machine status: %w", err)
 	}
 
-	if err := safe.StateModify(ctx, st, runtimeres.NewExtensionStatus(runtimeres.NamespaceName, ExtensionName), func(res *runtimeres.ExtensionStatus) error {
-		*res.TypedSpec() = extensionStatus(agentVersion)
+	name, spec := ExtensionName, extensionStatus(agentVersion)
+	if talos != nil {
+		name, spec = SchematicExtensionName, schematicStatus(talos.Schematic, talos.SchematicManifest)
+	}
+
+	if err := safe.StateModify(ctx, st, runtimeres.NewExtensionStatus(runtimeres.NamespaceName, name), func(res *runtimeres.ExtensionStatus) error {
+		*res.TypedSpec() = spec
 
 		return nil
 	}); err != nil {
-		return fmt.Errorf("error writing the %s extension status: %w", ExtensionName, err)
+		return fmt.Errorf("error writing the %s extension status: %w", name, err)
 	}
 
 	return nil

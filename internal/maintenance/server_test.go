@@ -31,8 +31,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"github.com/anvil-metal/anvil/agent/internal/inventory"
-	"github.com/anvil-metal/anvil/agent/internal/maintenance"
+	"github.com/anvil-metal/anvil/internal/maintenance"
 )
 
 func TestRead(t *testing.T) {
@@ -330,7 +329,7 @@ func TestServeStops(t *testing.T) {
 func TestServeListenerFails(t *testing.T) {
 	t.Parallel()
 
-	st, err := inventory.NewState(t.Context())
+	st, err := maintenance.NewState(t.Context(), sampleDefinitions()...)
 	require.NoError(t, err)
 
 	srv, err := maintenance.New(t.Context(), st, maintenance.Options{})
@@ -350,7 +349,7 @@ func TestNewTwice(t *testing.T) {
 
 	ctx := t.Context()
 
-	st, err := inventory.NewState(ctx)
+	st, err := maintenance.NewState(ctx, sampleDefinitions()...)
 	require.NoError(t, err)
 
 	for range 2 {

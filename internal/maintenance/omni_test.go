@@ -23,8 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 
-	"github.com/anvil-metal/anvil/agent/internal/inventory"
-	"github.com/anvil-metal/anvil/agent/internal/maintenance"
+	"github.com/anvil-metal/anvil/internal/maintenance"
 )
 
 // TestServedDefinitions: the definitions listed are exactly the types served, and
@@ -48,7 +47,7 @@ func TestServedDefinitions(t *testing.T) {
 	// The code's definitions are the served ones: one added there must be added to
 	// served, and get a sample, or this test fails.
 	var defined []resource.Type
-	for _, rd := range slices.Concat(inventory.Definitions(), maintenance.Definitions()) {
+	for _, rd := range slices.Concat(sampleDefinitions(), maintenance.Definitions()) {
 		defined = append(defined, rd.ResourceDefinition().Type)
 	}
 

@@ -36,7 +36,9 @@ type Options struct {
 	AgentVersion string
 	// ProcRoot is where procfs is mounted (default /proc), for the boot ID.
 	ProcRoot string
-	Logger   *zap.Logger
+	// Talos, when set, serves the machine as Talos rather than the agent.
+	Talos  *Talos
+	Logger *zap.Logger
 }
 
 // Server is the agent's Talos-compatible maintenance API: Talos' COSI state API
@@ -44,6 +46,7 @@ type Options struct {
 type Server struct {
 	st      state.State
 	machine *machineService
+	talos   *Talos
 	logger  *zap.Logger
 }
 
@@ -60,13 +63,14 @@ func New(ctx context.Context, st state.State, opts Options) (*Server, error) {
 		opts.Logger = zap.NewNop()
 	}
 
-	if err := publish(ctx, st, opts.AgentVersion); err != nil {
+	if err := publish(ctx, st, opts.AgentVersion, opts.Talos); err != nil {
 		return nil, err
 	}
 
 	return &Server{
 		st:      st,
-		machine: &machineService{agentVersion: opts.AgentVersion, procRoot: opts.ProcRoot},
+		machine: &machineService{agentVersion: opts.AgentVersion, procRoot: opts.ProcRoot, talos: opts.Talos, logger: opts.Logger},
+		talos:   opts.Talos,
 		logger:  opts.Logger,
 	}, nil
 }
@@ -75,7 +79,7 @@ func New(ctx context.Context, st state.State, opts Options) (*Server, error) {
 // address, until ctx is done; then it stops and returns nil. It closes lis. An
 // error means the listener failed: the caller may listen again and call Serve again.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
-	cert, err := selfSigned(listenerAddr(lis), time.Now())
+	creds, err := s.tlsConfig(listenerAddr(lis))
 	if err != nil {
 		lis.Close()
 
@@ -87,7 +91,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	stopping, endStreams := context.WithCancel(context.Background())
 	defer endStreams()
 
-	srv := s.newGRPC(stopping, cert)
+	srv := s.newGRPC(stopping, creds)
 
 	s.logger.Info("serving the maintenance API", zap.Stringer("address", lis.Addr()))
 
@@ -119,9 +123,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 // stopping does. Keepalive is gRPC's default: Omni's clients ping every 320 s, above
 // the 5 minutes the default lets a client ping. Stopping waits for the handlers, so
 // none outlives Serve.
-func (s *Server) newGRPC(stopping context.Context, cert tls.Certificate) *grpc.Server {
+func (s *Server) newGRPC(stopping context.Context, creds *tls.Config) *grpc.Server {
 	srv := grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(tlsConfig(cert))),
+		grpc.Creds(credentials.NewTLS(creds)),
 		grpc.WaitForHandlers(true),
 		grpc.ChainUnaryInterceptor(recoverUnary(s.logger), logUnary(s.logger)),
 		grpc.ChainStreamInterceptor(recoverStream(s.logger), logStream(s.logger), endStreamsOn(stopping)),
@@ -131,6 +135,21 @@ func (s *Server) newGRPC(stopping context.Context, cert tls.Certificate) *grpc.S
 	machine.RegisterMachineServiceServer(srv, s.machine)
 
 	return srv
+}
+
+// tlsConfig is the server's TLS for addrs: Talos' own where it has one, else a fresh
+// self-signed certificate and no client certificate asked for.
+func (s *Server) tlsConfig(addrs []netip.Addr) (*tls.Config, error) {
+	if s.talos != nil && s.talos.TLS != nil {
+		return s.talos.TLS(addrs)
+	}
+
+	cert, err := selfSigned(addrs, time.Now())
+	if err != nil {
+		return nil, err
+	}
+
+	return tlsConfig(cert), nil
 }
 
 // stop stops srv gracefully, letting calls in flight finish, then forcibly after

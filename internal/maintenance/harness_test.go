@@ -25,8 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/anvil-metal/anvil/agent/internal/inventory"
-	"github.com/anvil-metal/anvil/agent/internal/maintenance"
+	"github.com/anvil-metal/anvil/internal/maintenance"
 )
 
 const (
@@ -53,6 +52,16 @@ var served = map[resource.Type]resource.Namespace{
 	runtimeres.PlatformMetadataType: runtimeres.NamespaceName,
 	runtimeres.MachineStatusType:    runtimeres.NamespaceName,
 	runtimeres.ExtensionStatusType:  runtimeres.NamespaceName,
+}
+
+// sampleDefinitions are the inventory's types, as the agent's state defines them.
+func sampleDefinitions() []meta.ResourceWithRD {
+	return []meta.ResourceWithRD{
+		&hardware.SystemInformation{}, &hardware.Processor{}, &hardware.MemoryModule{}, &hardware.PCIDevice{},
+		&block.Disk{},
+		&network.LinkStatus{}, &network.AddressStatus{}, &network.RouteStatus{}, &network.HostnameStatus{}, &network.NodeAddress{},
+		&runtimeres.KernelCmdline{}, &runtimeres.PlatformMetadata{},
+	}
 }
 
 // inventorySamples is one resource of each inventory type, as the collector would
@@ -124,7 +133,7 @@ func start(t *testing.T, procRoot string) *harness {
 
 	ctx, cancel := context.WithCancel(t.Context())
 
-	st, err := inventory.NewState(ctx)
+	st, err := maintenance.NewState(ctx, sampleDefinitions()...)
 	require.NoError(t, err)
 
 	for _, r := range inventorySamples() {

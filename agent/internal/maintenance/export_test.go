@@ -1,7 +1,0 @@
-package maintenance
-
-// The builders of the statuses the package writes, for table tests.
-var (
-	MachineStatusOf   = machineStatus
-	ExtensionStatusOf = extensionStatus
-)
