@@ -1,12 +1,13 @@
 // Package labfactory is a local stand-in for the Image Factory, for the lab, tests and
 // benchmarks (the real one cannot be reached from them): it registers schematics as the
 // factory's POST /schematics does, answering with the schematic's content-addressed ID,
-// and serves the factory's iPXE script (GET /pxe/<schematic>/<version>/<platform>-<arch>)
-// and boot assets (GET /image/<schematic>/<version>/{kernel-amd64,initramfs-amd64.xz})
-// from a directory of its own: a kernel and the test "Talos" initramfs. For Omni it also
-// lists the Talos versions (GET /versions, /version/<v>/{extensions,overlays}/official)
-// and, as a container registry would, the Kubernetes versions (GET /v2/ and
-// /v2/siderolabs/kubelet/tags/list): versions.go.
+// and serves the factory's iPXE script (GET /pxe/<schematic>/<version>/<platform>-<arch>),
+// boot assets (GET /image/<schematic>/<version>/{kernel-amd64,initramfs-amd64.xz})
+// and raw disk image (.../metal-amd64.raw, what Talos installs itself from) from a
+// directory of its own: a kernel, the test "Talos" initramfs and a disk booting them.
+// For Omni it also lists the Talos versions (GET /versions,
+// /version/<v>/{extensions,overlays}/official) and, as a container registry would, the
+// Kubernetes versions (GET /v2/ and /v2/siderolabs/kubelet/tags/list): versions.go.
 package labfactory
 
 import (
@@ -40,12 +41,20 @@ const (
 	VersionArg   = "anvil.lab.version"
 )
 
+// InstalledArg is on the kernel line of the stand-in's disk image: the stand-in booted
+// from the machine's disk, as installed Talos.
+const InstalledArg = "anvil.lab.installed"
+
+// DiskImage is the factory's name for the raw metal disk image, and the file served as it.
+const DiskImage = "metal-amd64.raw"
+
 // assetFallbacks are the imager's names for the factory's files, so the imager's
 // output directory can be served as it is (the kernel reads a zstd initramfs whatever
 // its name says).
 var assetFallbacks = map[string][]string{
 	"kernel-amd64":       {"kernel-amd64", "vmlinuz-amd64"},
 	"initramfs-amd64.xz": {"initramfs-amd64.xz", "initramfs-amd64.zst"},
+	DiskImage:            {DiskImage},
 }
 
 var (
@@ -68,8 +77,9 @@ type Factory struct {
 // Option configures a Factory.
 type Option func(*Factory)
 
-// WithAssets serves the boot assets from dir: kernel-amd64 (or vmlinuz-amd64) and
-// initramfs-amd64.xz (or initramfs-amd64.zst). Without it /image/ answers 404.
+// WithAssets serves the boot assets from dir: kernel-amd64 (or vmlinuz-amd64),
+// initramfs-amd64.xz (or initramfs-amd64.zst) and metal-amd64.raw. Without it /image/
+// answers 404.
 func WithAssets(dir string) Option { return func(f *Factory) { f.assets = dir } }
 
 // WithBaseURL sets the base of the asset URLs in the PXE script; without it they are
@@ -101,6 +111,8 @@ func (f *Factory) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path == "/schematics" && r.Method == http.MethodPost:
 		f.register(w, r)
+	case strings.HasPrefix(r.URL.Path, "/schematics/") && get:
+		f.schematicDoc(w, r)
 	case r.URL.Path == "/versions" && get:
 		f.versions(w, r)
 	case strings.HasPrefix(r.URL.Path, "/version/") && get:
@@ -150,6 +162,21 @@ func (f *Factory) register(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(map[string]string{"id": id, "schematic": string(body)}) //nolint:errcheck,errchkjson // the client went away: nothing to do
 }
 
+// schematicDoc answers GET /schematics/<id> with the schematic's document: the
+// manifest a factory image carries as its schematic extension's, which the stand-in
+// Talos reports as real Talos does (Omni reads the schematic's kernel args from it).
+func (f *Factory) schematicDoc(w http.ResponseWriter, r *http.Request) {
+	doc, ok := f.Schematic(strings.TrimPrefix(r.URL.Path, "/schematics/"))
+	if !ok {
+		http.Error(w, "unknown schematic", http.StatusNotFound)
+
+		return
+	}
+
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Write(doc) //nolint:errcheck // the client went away: nothing to do
+}
+
 // pxe answers GET /pxe/<schematic>/<version>/<platform>-<arch> with the factory's script.
 func (f *Factory) pxe(w http.ResponseWriter, r *http.Request) {
 	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/pxe/"), "/")
@@ -186,7 +213,7 @@ func (f *Factory) pxe(w http.ResponseWriter, r *http.Request) {
 		// Debian's 2019 iPXE needs initrd=<name> on the kernel line under EFI.
 		"initrd=" + initramfs,
 		"talos.platform=" + platform, BaseCmdline,
-		SchematicArg + "=" + id, VersionArg + "=" + version,
+		SchematicArg + "=" + id, VersionArg + "=" + version, FactoryArg + "=" + base,
 	}, sc.Customization.ExtraKernelArgs...)
 
 	w.Header().Set("Content-Type", "text/plain")

@@ -58,6 +58,7 @@ func TestPXEScript(t *testing.T) {
 	assets := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(assets, "vmlinuz-amd64"), []byte("KERNEL"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(assets, "initramfs-amd64.zst"), []byte("INITRAMFS"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(assets, "metal-amd64.raw"), []byte("DISK"), 0o644))
 
 	f := labfactory.New(labfactory.WithAssets(assets))
 	srv := httptest.NewServer(f)
@@ -73,10 +74,13 @@ func TestPXEScript(t *testing.T) {
 	id, _, err := c.SchematicCreate(t.Context(), sc)
 	require.NoError(t, err)
 
+	doc, ok := f.Schematic(id)
+	require.True(t, ok)
+
 	image := srv.URL + "/image/" + id + "/v1.9.0/"
 	want := "#!ipxe\nimgfree\n" +
 		"kernel " + image + "kernel-amd64 initrd=initramfs-amd64.xz talos.platform=metal console=ttyS0,115200n8 console=tty0 no_timer_check " +
-		"anvil.lab.schematic=" + id + " anvil.lab.version=v1.9.0 " +
+		"anvil.lab.schematic=" + id + " anvil.lab.version=v1.9.0 anvil.lab.factory=" + srv.URL + " " +
 		"talos.config=http://10.0.2.2:50042/metadata/${anvil_machine}?token=${anvil_token} talos.events.sink=10.0.2.2:50042\n" +
 		"initrd " + image + "initramfs-amd64.xz\nboot\n"
 
@@ -88,6 +92,9 @@ func TestPXEScript(t *testing.T) {
 		{"script", "/pxe/" + id + "/v1.9.0/metal-amd64", http.StatusOK, want},
 		{"kernel", "/image/" + id + "/v1.9.0/kernel-amd64", http.StatusOK, "KERNEL"},
 		{"initramfs", "/image/" + id + "/v1.9.0/initramfs-amd64.xz", http.StatusOK, "INITRAMFS"},
+		{"disk image", "/image/" + id + "/v1.9.0/metal-amd64.raw", http.StatusOK, "DISK"},
+		{"schematic document", "/schematics/" + id, http.StatusOK, string(doc)},
+		{"unknown schematic document", "/schematics/" + strings.Repeat("0", 64), http.StatusNotFound, ""},
 		{"unknown schematic", "/pxe/" + strings.Repeat("0", 64) + "/v1.9.0/metal-amd64", http.StatusNotFound, ""},
 		{"unknown schematic image", "/image/" + strings.Repeat("0", 64) + "/v1.9.0/kernel-amd64", http.StatusNotFound, ""},
 		{"unknown file", "/image/" + id + "/v1.9.0/metal-amd64.iso", http.StatusNotFound, ""},

@@ -23,7 +23,7 @@ import (
 
 func main() {
 	listen := flag.String("listen", "10.77.0.1:8080", "address to listen on")
-	assets := flag.String("assets", "_out/talos-standin", "boot assets: vmlinuz-amd64 and initramfs-amd64.zst (the imager's output); empty: none (schematics and versions only)")
+	assets := flag.String("assets", "_out/talos-standin", "boot assets: vmlinuz-amd64 and initramfs-amd64.zst (the imager's output) and metal-amd64.raw; empty: none (schematics and versions only)")
 	baseURL := flag.String("base-url", "", "base of the asset URLs in the PXE script (default: the Host the client used)")
 	talos := flag.String("talos-versions", strings.Join(labfactory.DefaultTalosVersions, ","), "Talos versions offered (GET /versions), comma-separated")
 	kubernetes := flag.String("kubernetes-versions", strings.Join(labfactory.DefaultKubernetesVersions, ","), "Kubernetes versions offered (the registry's siderolabs/kubelet tags), comma-separated")

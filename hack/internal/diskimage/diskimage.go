@@ -9,10 +9,15 @@
 // \EFI\BOOT\BOOTX64.EFI (systemd-boot) on it. Both load the same /vmlinuz and
 // /initrd.img with the same command line.
 //
+// Options.Initramfs puts another system on the same disk layout instead: the
+// lab's stand-in Talos writes such a disk to the machine's disk when it
+// "installs itself".
+//
 // Host tools (Debian packages): sfdisk (fdisk), mkfs.vfat (dosfstools), mmd and
 // mcopy (mtools), syslinux and mbr.bin (syslinux, syslinux-common),
 // systemd-bootx64.efi (systemd-boot-efi), qemu-img (qemu-utils) for qcow2,
-// and the go toolchain unless Options.Init names a prebuilt /init.
+// and the go toolchain unless Options.Init names a prebuilt /init or
+// Options.Initramfs a whole initramfs.
 package diskimage
 
 import (
@@ -58,19 +63,26 @@ const (
 
 // Options say what goes on the disk.
 type Options struct {
-	// Machine is the name the disk system prints. Required.
+	// Machine is the name the disk system prints and the boot menu's title
+	// shows. Required, even with Initramfs (then only the title shows it).
 	Machine string
 	// Kernel is a bzImage with an EFI stub; empty means the newest /boot/vmlinuz-*.
 	Kernel string
 	// Init is a static binary built from InitPackage; empty means build it
 	// now (needs the go toolchain and the working directory inside the module).
 	Init string
+	// Initramfs is a prebuilt initramfs (any compression the kernel reads,
+	// e.g. zstd) put on the disk as its /initrd.img as it is, instead of one
+	// made from Init and Machine; Init must then be empty, as it is not used.
+	Initramfs string
 	// Format of the file written; empty means Raw.
 	Format Format
 	// Size is the disk's virtual size in bytes; 0 means just big enough.
 	// A bigger disk leaves the rest unpartitioned (zero, sparse).
 	Size int64
-	// Cmdline is appended to the kernel command line.
+	// Cmdline is appended to the kernel command line, after the default
+	// "console=tty0 console=ttyS0,115200 quiet no_timer_check"; the kernel
+	// takes the last of a repeated setting, so "loglevel=6" undoes quiet.
 	Cmdline string
 }
 
@@ -87,6 +99,18 @@ func Make(ctx context.Context, path string, opts Options) error {
 	}
 	if strings.ContainsAny(opts.Machine, "\n\r") {
 		return fmt.Errorf("diskimage: machine name %q has a line break", opts.Machine)
+	}
+	if opts.Initramfs != "" {
+		if opts.Init != "" {
+			return errors.New("diskimage: Options.Init and Options.Initramfs are both set; Init goes into an initramfs of its own")
+		}
+		st, err := os.Stat(opts.Initramfs)
+		if err != nil {
+			return fmt.Errorf("diskimage: checking the initramfs: %w", err)
+		}
+		if !st.Mode().IsRegular() {
+			return fmt.Errorf("diskimage: initramfs %s is not a regular file", opts.Initramfs)
+		}
 	}
 	switch opts.Format {
 	case "":
@@ -108,15 +132,18 @@ func Make(ctx context.Context, path string, opts Options) error {
 	}
 	defer os.RemoveAll(work)
 
-	if opts.Init == "" {
-		opts.Init = filepath.Join(work, "init")
-		if err := BuildInit(ctx, opts.Init); err != nil {
+	initrd := opts.Initramfs
+	if initrd == "" {
+		if opts.Init == "" {
+			opts.Init = filepath.Join(work, "init")
+			if err := BuildInit(ctx, opts.Init); err != nil {
+				return err
+			}
+		}
+		initrd = filepath.Join(work, "initrd.img")
+		if err := writeInitramfs(initrd, opts.Init, opts.Machine); err != nil {
 			return err
 		}
-	}
-	initrd := filepath.Join(work, "initrd.img")
-	if err := writeInitramfs(initrd, opts.Init, opts.Machine); err != nil {
-		return err
 	}
 
 	files, err := bootFiles(work, opts)

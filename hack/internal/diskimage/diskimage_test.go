@@ -1,6 +1,7 @@
 package diskimage
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -10,8 +11,9 @@ import (
 	"testing"
 )
 
-// TestLayout checks what both firmware kinds rely on, without booting.
-func TestLayout(t *testing.T) {
+// needTools skips t unless a kernel and the tools for a raw image are at hand.
+func needTools(t *testing.T) {
+	t.Helper()
 	if _, err := DefaultKernel(); err != nil {
 		t.Skipf("no kernel: %v", err)
 	}
@@ -20,6 +22,11 @@ func TestLayout(t *testing.T) {
 			t.Skipf("%s is missing: install fdisk dosfstools mtools syslinux syslinux-common systemd-boot-efi", tool)
 		}
 	}
+}
+
+// TestLayout checks what both firmware kinds rely on, without booting.
+func TestLayout(t *testing.T) {
+	needTools(t)
 	disk := filepath.Join(t.TempDir(), "disk.raw")
 	if err := Make(context.Background(), disk, Options{Machine: "layout-1", Size: 64 << 20}); err != nil {
 		t.Fatal(err)
@@ -63,5 +70,69 @@ func TestLayout(t *testing.T) {
 		if !strings.Contains(strings.ToUpper(string(out)), strings.ToUpper(f)) {
 			t.Errorf("%s missing from the FAT:\n%s", f, out)
 		}
+	}
+}
+
+// TestInitramfs: a prebuilt initramfs goes onto the FAT byte for byte, and
+// Cmdline comes after the defaults, so loglevel=6 overrides quiet.
+func TestInitramfs(t *testing.T) {
+	needTools(t)
+	dir := t.TempDir()
+	// Not a real initramfs: Make must not look inside it.
+	want := bytes.Repeat([]byte("\x28\xb5\x2f\xfd not really zstd\n"), 1000)
+	initramfs := filepath.Join(dir, "initramfs-amd64.zst")
+	if err := os.WriteFile(initramfs, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	disk := filepath.Join(dir, "disk.raw")
+	opts := Options{Machine: "prebuilt-1", Initramfs: initramfs, Cmdline: "loglevel=6"}
+	if err := Make(context.Background(), disk, opts); err != nil {
+		t.Fatal(err)
+	}
+	img := fmt.Sprintf("%s@@%d", disk, partStart*sector)
+	got := filepath.Join(dir, "initrd.img")
+	if out, err := exec.Command("mcopy", "-n", "-i", img, "::/initrd.img", got).CombinedOutput(); err != nil {
+		t.Fatalf("mcopy: %v: %s", err, out)
+	}
+	if b, err := os.ReadFile(got); err != nil || !bytes.Equal(b, want) {
+		t.Errorf("/initrd.img is %d bytes (%v), want the %d of %s", len(b), err, len(want), initramfs)
+	}
+	out, err := exec.Command("mtype", "-i", img, "::/loader/entries/disk.conf").CombinedOutput()
+	if err != nil {
+		t.Fatalf("mtype: %v: %s", err, out)
+	}
+	for _, line := range []string{"title Anvil disk system (prebuilt-1)", "options console=tty0 console=ttyS0,115200 quiet no_timer_check loglevel=6"} {
+		if !strings.Contains(string(out), line+"\n") {
+			t.Errorf("disk.conf has no line %q:\n%s", line, out)
+		}
+	}
+}
+
+// TestInitramfsOptions: a wrong Initramfs is refused before any tool runs.
+func TestInitramfsOptions(t *testing.T) {
+	dir := t.TempDir()
+	initramfs := filepath.Join(dir, "initramfs-amd64.zst")
+	if err := os.WriteFile(initramfs, []byte("initramfs"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		opts Options
+		want string
+	}{
+		"no machine":  {Options{Initramfs: initramfs}, "Options.Machine is empty"},
+		"init too":    {Options{Machine: "m", Initramfs: initramfs, Init: initramfs}, "both set"},
+		"missing":     {Options{Machine: "m", Initramfs: filepath.Join(dir, "nothing")}, "no such file"},
+		"a directory": {Options{Machine: "m", Initramfs: dir}, "not a regular file"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			disk := filepath.Join(dir, "disk.raw")
+			err := Make(context.Background(), disk, tc.opts)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Make: %v, want an error containing %q", err, tc.want)
+			}
+			if _, err := os.Stat(disk); err == nil {
+				t.Error("an image was written")
+			}
+		})
 	}
 }

@@ -11,7 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/anvil-metal/anvil/hack/internal/diskimage"
 	"github.com/anvil-metal/anvil/hack/internal/labnet"
+	"github.com/anvil-metal/anvil/internal/labfactory"
 	"github.com/anvil-metal/anvil/internal/netns"
 	"github.com/anvil-metal/anvil/internal/proc"
 )
@@ -19,6 +21,10 @@ import (
 // FactoryListen is where the lab's Image Factory stand-in listens, in the provider's
 // namespace: the provider's --image-factory-base-url default, http://10.77.0.1:8080.
 const FactoryListen = labnet.ProviderAddr + ":8080"
+
+// StandinDiskImage is the stand-in's raw disk image in its assets directory, which the
+// factory stand-in serves under the same name for the stand-in to "install" itself from.
+const StandinDiskImage = labfactory.DiskImage
 
 // startFactory runs hack/cmd/lab-factory in the provider's namespace and waits until it
 // listens (it logs "serving" once its socket is bound). An empty FactoryAssetsDir runs it
@@ -83,8 +89,9 @@ func BuildFactory(ctx context.Context, root, bin string) error {
 }
 
 // BuildStandinAssets builds the test "Talos" (hack/cmd/talos-standin) and its boot
-// assets into out (vmlinuz-amd64, initramfs-amd64.zst) with the imager, from the module
-// at root, unless out has them for this very stand-in binary and kernel already.
+// assets into out (vmlinuz-amd64, initramfs-amd64.zst) with the imager, and a raw disk
+// booting them (StandinDiskImage) with diskimage, from the module at root, unless out
+// has them for this very stand-in binary and kernel already.
 func BuildStandinAssets(ctx context.Context, root, out string) error {
 	kernel := DebianKernel()
 	if kernel == "" {
@@ -126,6 +133,24 @@ func BuildStandinAssets(ctx context.Context, root, out string) error {
 		return fmt.Errorf("error building the stand-in's boot assets: %w: %s", err, b)
 	}
 
+	initramfs, err := filepath.Glob(filepath.Join(work, "initramfs-amd64.*"))
+	if err != nil || len(initramfs) != 1 {
+		return fmt.Errorf("error finding the stand-in's initramfs in %s: want one initramfs-amd64.*, have %v", work, initramfs)
+	}
+
+	// The disk the stand-in writes to the machine's disk, as Talos installs itself: it
+	// boots the same kernel and initramfs, and InstalledArg tells the stand-in where it
+	// booted from. loglevel=7 undoes diskimage's quiet, as the PXE boot is not quiet.
+	if err := diskimage.Make(ctx, filepath.Join(work, StandinDiskImage), diskimage.Options{
+		Machine:   "talos-standin",
+		Kernel:    kernel,
+		Initramfs: initramfs[0],
+		Format:    diskimage.Raw,
+		Cmdline:   labfactory.InstalledArg + " loglevel=7",
+	}); err != nil {
+		return fmt.Errorf("error building the stand-in's disk image: %w", err)
+	}
+
 	if err := os.WriteFile(filepath.Join(work, "standin.stamp"), []byte(stamp), 0o644); err != nil {
 		return fmt.Errorf("error writing the stand-in's stamp: %w", err)
 	}
@@ -148,8 +173,16 @@ func standinStamp(bin, kernel string) (string, error) {
 	return fmt.Sprintf("%x %s\n", sum, kernel), nil
 }
 
-// StandinAssetsExist tells whether dir has the stand-in's kernel and initramfs.
+// StandinAssetsExist tells whether dir has the stand-in's kernel, initramfs and disk
+// image.
 func StandinAssetsExist(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, StandinDiskImage))
+
+	return err == nil && BootAssetsExist(dir)
+}
+
+// BootAssetsExist tells whether dir has the imager's kernel and initramfs.
+func BootAssetsExist(dir string) bool {
 	initramfs, _ := filepath.Glob(filepath.Join(dir, "initramfs-amd64.*"))
 	_, err := os.Stat(filepath.Join(dir, "vmlinuz-amd64"))
 

@@ -100,7 +100,7 @@ func AgentAssets(t testing.TB, root, bin string) string {
 	t.Helper()
 
 	made := filepath.Join(root, "_out", "agent")
-	if lab.StandinAssetsExist(made) {
+	if lab.BootAssetsExist(made) {
 		return made
 	}
 
