@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/anvil-metal/anvil/internal/bootparams"
 	"github.com/anvil-metal/anvil/internal/initsys"
 	"github.com/anvil-metal/anvil/internal/labfactory"
 	"github.com/anvil-metal/anvil/internal/link"
@@ -36,9 +37,6 @@ import (
 
 // Prefix starts every line the tests grep for.
 const Prefix = "TALOS-STANDIN"
-
-// sequenceEventType is the type URL Talos gives its sequence events.
-const sequenceEventType = "talos/runtime/machine.SequenceEvent"
 
 // Bounds on the network steps: generous under TCG, but a stuck step must not keep the
 // machine from rebooting forever.
@@ -169,7 +167,8 @@ func loadModules(ctx context.Context, logger *zap.Logger) {
 		return
 	}
 
-	res, err := modules.Load(ctx, modules.Options{Index: index, Logger: logger.Named("modules")})
+	// SideroLink's WireGuard: the kernel's, else wireguard-go over TUN.
+	res, err := modules.Load(ctx, modules.Options{Index: index, Always: []string{"tun", "wireguard"}, Logger: logger.Named("modules")})
 	if err != nil {
 		logger.Error("error loading modules", zap.Error(err))
 	}
@@ -191,8 +190,18 @@ func run(ctx context.Context, logger *zap.Logger, out io.Writer, cmdline string)
 
 	args := parseCmdline(cmdline)
 
+	_, installed := args[labfactory.InstalledArg]
+	omni := installed || args[bootparams.SideroLinkAPI] != ""
+
 	fmt.Fprintf(out, "%s schematic=%s version=%s\n", Prefix, args[labfactory.SchematicArg], args[labfactory.VersionArg])
-	fmt.Fprintf(out, "%s cmdline=%s\n", Prefix, cmdline)
+	// Beside Omni the cmdline carries the join token: only the boot's own arguments.
+	if !omni {
+		fmt.Fprintf(out, "%s cmdline=%s\n", Prefix, cmdline)
+	}
+
+	if installed {
+		return runOmni(ctx, logger, out, args, true)
+	}
 
 	var errs []error
 
@@ -204,6 +213,11 @@ func run(ctx context.Context, logger *zap.Logger, out io.Writer, cmdline string)
 	} else {
 		// Never the config itself: it holds the cluster's secrets.
 		fmt.Fprintf(out, "%s config status=%d bytes=%d sha256=%s\n", Prefix, status, n, sum)
+	}
+
+	if omni {
+		// Beside Omni, Omni applies the config and hears of the install: see omni.go.
+		return errors.Join(append(errs, runOmni(ctx, logger, out, args, false))...)
 	}
 
 	if sink := args["talos.events.sink"]; sink == "" {
@@ -284,7 +298,6 @@ func sendInstall(ctx context.Context, logger *zap.Logger, sink string) error {
 			return fmt.Errorf("error encoding the sequence event: %w", err)
 		}
 
-		data.TypeUrl = sequenceEventType
 		req := &events.EventRequest{Data: data, Id: fmt.Sprintf("standin-%d", time.Now().UnixNano())}
 
 		err = retry(ctx, logger, "install "+action.String()+" event", func(ctx context.Context) error {

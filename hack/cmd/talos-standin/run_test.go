@@ -74,7 +74,7 @@ func TestRun(t *testing.T) {
 		"TALOS-STANDIN cmdline="+cmdline+"\n"+
 		"TALOS-STANDIN config status=200 bytes=5 sha256=2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824\n"+
 		"TALOS-STANDIN installed\n", out.String())
-	assert.Equal(t, []string{"talos/runtime/machine.SequenceEvent install START", "talos/runtime/machine.SequenceEvent install STOP"}, s.got)
+	assert.Equal(t, []string{"type.googleapis.com/machine.SequenceEvent install START", "type.googleapis.com/machine.SequenceEvent install STOP"}, s.got)
 
 	// A refused config is reported with its status, not retried.
 	out.Reset()
