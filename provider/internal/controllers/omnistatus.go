@@ -116,9 +116,11 @@ func (ctrl *OmniMachineStatusController) Reconcile(ctx context.Context, _ *zap.L
 // labels.
 func OmniStatus(om resources.OmniMachineSpec, m lifecycle.Machine, power *resources.PowerStatusSpec, labels map[string]string, p lifecycle.Policy) resources.OmniMachineStatusSpec {
 	s := resources.OmniMachineStatusSpec{
-		Power:      resources.PowerUnknown,
-		Installed:  m.Installed(),
-		ReadyToUse: m.Accepted() && !m.WipeOwed() && !m.BMCPending(p) && !m.Installed(),
+		Power:     resources.PowerUnknown,
+		Installed: m.Installed(),
+		// Omni applies a cluster's config only to a machine ready to use, installed or
+		// not; one held by a local allocation is not Omni's to use at all.
+		ReadyToUse: m.Accepted() && !m.WipeOwed() && !m.BMCPending(p) && !transitions.LocalAllocation(m.Allocation()),
 		Labels:     maps.Clone(labels),
 	}
 

@@ -61,17 +61,30 @@ func TestOmniStatus(t *testing.T) {
 			want:  resources.OmniMachineStatusSpec{Power: resources.PowerOff, ReadyToUse: true, WipedNodeUniqueToken: "tok-1"},
 		},
 		{
-			name: "installed: not ready to use",
+			name: "installed under a local allocation: not Omni's to use",
 			m: func() lifecycle.Machine {
 				in := accepted
 				in.Allocation = alloc
 				st := wiped
-				st.InstalledAllocation = "a1"
+				st.InstalledAllocation = alloc.ID
 
 				return machine(in, st, userBMC)
 			}(),
 			power: &resources.PowerStatusSpec{State: resources.PowerOn},
 			want:  resources.OmniMachineStatusSpec{Power: resources.PowerOn, Installed: true, WipedNodeUniqueToken: "tok-1"},
+		},
+		{
+			name: "installed in Omni's cluster: ready to use, as Omni's config apply wants",
+			m: func() lifecycle.Machine {
+				in := accepted
+				in.Allocation = &resources.Allocation{ID: "omni-1", TalosVersion: "v1.9.0"}
+				st := wiped
+				st.InstalledAllocation = "omni-1"
+
+				return machine(in, st, userBMC)
+			}(),
+			power: &resources.PowerStatusSpec{State: resources.PowerOn},
+			want:  resources.OmniMachineStatusSpec{Power: resources.PowerOn, Installed: true, ReadyToUse: true, WipedNodeUniqueToken: "tok-1"},
 		},
 		{
 			name:  "Omni's reboot carried out",

@@ -90,7 +90,7 @@ type OmniMachineStatus = typed.Resource[OmniMachineStatusSpec, OmniMachineStatus
 type OmniMachineStatusSpec struct {
 	// Power is the power state its BMC last reported: on, off or unknown.
 	Power PowerState `yaml:"power" protobuf:"1"`
-	// ReadyToUse: accepted, no wipe owed, no BMC provisioning owed, not installed.
+	// ReadyToUse: accepted, no wipe owed, no BMC provisioning owed, not held by a local allocation.
 	ReadyToUse bool `yaml:"readyToUse" protobuf:"2"`
 	// Installed: Talos is installed for its allocation.
 	Installed bool `yaml:"installed" protobuf:"3"`

@@ -176,6 +176,10 @@ func localAllocation(a *resources.Allocation) bool {
 	return a != nil && !strings.HasPrefix(a.ID, omniAllocationPrefix)
 }
 
+// LocalAllocation says whether a is an allocation the local control made, which Omni
+// may neither change nor count on: its machine is not Omni's to use.
+func LocalAllocation(a *resources.Allocation) bool { return localAllocation(a) }
+
 // heldLocally is ApplyOmni's refusal of a machine under a local allocation.
 func heldLocally(id string) error {
 	return refused(fmt.Sprintf("machine %q holds an allocation made before Omni managed this provider: "+
