@@ -64,6 +64,8 @@ type omniTalos struct {
 	config []byte
 
 	installing sync.Once
+	// rebooting makes one reboot of many asks (Omni retries a reset until it sees it).
+	rebooting sync.Once
 	// mu orders the writes of the saved state (a config applied, a reset).
 	mu sync.Mutex
 }
@@ -325,6 +327,10 @@ func (t *omniTalos) reset(ctx context.Context, req *machine.ResetRequest) error 
 
 // reboot reboots the machine after rebootDelay (outside PID 1 it only says so).
 func (t *omniTalos) reboot() {
+	t.rebooting.Do(t.rebootNow)
+}
+
+func (t *omniTalos) rebootNow() {
 	time.Sleep(rebootDelay)
 
 	fmt.Fprintf(t.out, "%s omni rebooting\n", Prefix)
