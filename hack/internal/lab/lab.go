@@ -56,6 +56,9 @@ type Config struct {
 	// BMC is each machine's power owner, handed out in turn like Firmware; empty: none
 	// (the provider never powers the machines, as the e2e flow of TestE2E wants).
 	BMC []PowerOwner
+	// UnregisteredBMC are the power owners whose BMCs the lab does not tell the provider
+	// of: a test gives them another way (Omni's InfraMachineBMCConfig).
+	UnregisteredBMC []PowerOwner
 	// PowerBin is hack/cmd/lab-power: the power API daemon, run in the provider's
 	// namespace on PowerAPIListen, and the chassis control program of the simulated
 	// BMCs. Needed when a machine's owner is api or ipmi; empty: no power API.
@@ -241,7 +244,7 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 		return s, err
 	}
 
-	if err := s.registerBMCs(ctx); err != nil {
+	if err := s.registerBMCs(ctx, cfg.UnregisteredBMC); err != nil {
 		return s, err
 	}
 

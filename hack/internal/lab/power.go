@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -222,14 +223,14 @@ func (s *State) startBMC(ctx context.Context, cfg Config, m *machine.Machine) er
 // machine's power that it was not told yet, as a user supplies BMC details: the power
 // API's URL, or the simulated BMC's address and port without credentials (the agent
 // provisions them in-band after acceptance).
-func (s *State) registerBMCs(ctx context.Context) error {
+func (s *State) registerBMCs(ctx context.Context, skip []PowerOwner) error {
 	var reqs []*controlv1.SetBMCRequest
 
 	var names []string
 
 	for _, m := range s.MachineList() {
 		b := s.BMCs[m.Name]
-		if b == nil || b.Registered || b.Owner == OwnerNone {
+		if b == nil || b.Registered || b.Owner == OwnerNone || slices.Contains(skip, b.Owner) {
 			continue
 		}
 

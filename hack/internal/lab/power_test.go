@@ -160,7 +160,7 @@ func TestRegisterBMCs(t *testing.T) {
 
 	cfg := Config{Machines: 3, BMC: []PowerOwner{OwnerIPMI, OwnerAPI, OwnerNone}, PowerBin: "/bin/lab-power"}
 	require.NoError(t, s.addMachines(cfg))
-	require.NoError(t, s.registerBMCs(t.Context()))
+	require.NoError(t, s.registerBMCs(t.Context(), nil))
 
 	ms := s.MachineList()
 
@@ -177,7 +177,7 @@ func TestRegisterBMCs(t *testing.T) {
 	assert.Equal(t, "http://10.77.0.1:8090", rec.reqs[1].GetAddress())
 
 	// Told once: again would replace the credentials the agent provisioned.
-	require.NoError(t, s.registerBMCs(t.Context()))
+	require.NoError(t, s.registerBMCs(t.Context(), nil))
 	assert.Len(t, rec.reqs, 2)
 
 	saved, err := Load(dir)
