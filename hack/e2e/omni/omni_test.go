@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -114,24 +113,24 @@ func TestOmniE2E(tt *testing.T) {
 	omni, err := state.OmniClient(omnictlBin)
 	require.NoError(t, err)
 
-	o := &omniView{omni: omni}
+	o := &omniView{&labtest.Omni{Client: omni}}
 	machines := state.MachineList()
-	rep := &omniReport{}
+	rep := &labtest.Report{}
 
 	// 1. Each machine appears pending acceptance: its infra.Machine, PENDING.
 	t.Run("pending", func(t labtest.T) {
-		forEach(machines, func(m *machine.Machine) {
-			poweredOn, err := powerOn(m)
+		labtest.ForEach(machines, func(m *machine.Machine) {
+			poweredOn, err := labtest.PoweredOn(m)
 			if !assert.NoError(t, err, m.Name) {
 				return
 			}
 
-			var im omniResource
+			var im labtest.OmniResource
 
-			ok := eventually(t, stepDeadline, fmt.Sprintf("%s in Omni as an infra machine", m.Name), func() error {
+			ok := labtest.Eventually(t, stepDeadline, fmt.Sprintf("%s in Omni as an infra machine", m.Name), func() error {
 				var err error
 
-				im, err = o.get(t.Context(), "InfraMachines.omni.sidero.dev", "infra-provider", m.UUID)
+				im, err = o.Get(t.Context(), "InfraMachines.omni.sidero.dev", "infra-provider", m.UUID)
 
 				return err
 			})
@@ -139,7 +138,7 @@ func TestOmniE2E(tt *testing.T) {
 				return
 			}
 
-			rep.add("power-on → visible in Omni (pending)", m, time.Since(poweredOn))
+			rep.Add("power-on → visible in Omni (pending)", m, time.Since(poweredOn))
 
 			// PENDING is the zero value: the field must be there and say it.
 			var spec map[string]any
@@ -165,10 +164,10 @@ func TestOmniE2E(tt *testing.T) {
 	var statusMu sync.Mutex
 
 	t.Run("accepted", func(t labtest.T) {
-		forEach(machines, func(m *machine.Machine) {
+		labtest.ForEach(machines, func(m *machine.Machine) {
 			accepted := time.Now()
 
-			if !assert.NoError(t, o.accept(t.Context(), m.UUID), m.Name) {
+			if !assert.NoError(t, o.Accept(t.Context(), m.UUID), m.Name) {
 				return
 			}
 
@@ -177,7 +176,7 @@ func TestOmniE2E(tt *testing.T) {
 				return
 			}
 
-			rep.add("accept → hardware complete in Omni", m, time.Since(accepted))
+			rep.Add("accept → hardware complete in Omni", m, time.Since(accepted))
 
 			statusMu.Lock()
 			status[m.UUID] = st
@@ -205,7 +204,7 @@ func TestOmniE2E(tt *testing.T) {
 	// 4. Omni shows the agent's console.
 	t.Run("machine-logs", func(t labtest.T) {
 		for _, m := range machines {
-			eventually(t, stepDeadline, fmt.Sprintf("%s: omnictl machine-logs shows the agent", m.Name), func() error {
+			labtest.Eventually(t, stepDeadline, fmt.Sprintf("%s: omnictl machine-logs shows the agent", m.Name), func() error {
 				out, err := omni.Run(t.Context(), "machine-logs", m.UUID, "--tail", "500")
 				if err != nil {
 					return err
@@ -238,12 +237,12 @@ func TestOmniE2E(tt *testing.T) {
 		require.NoError(t, state.RestartOmni(ctx, cfg))
 		cancel()
 
-		forEach(machines, func(m *machine.Machine) {
+		labtest.ForEach(machines, func(m *machine.Machine) {
 			if !o.waitRejoined(t, m, keys[m.UUID], stepDeadline) {
 				return
 			}
 
-			rep.add("Omni restarted → provisioned again, connected", m, time.Since(restarted))
+			rep.Add("Omni restarted → provisioned again, connected", m, time.Since(restarted))
 		})
 	})
 
@@ -265,7 +264,7 @@ func TestOmniE2E(tt *testing.T) {
 
 		blocked := time.Now()
 
-		ok := eventually(t, rejoinDeadline, fmt.Sprintf("%s: provisions again while its WireGuard is blocked", m.Name), func() error {
+		ok := labtest.Eventually(t, rejoinDeadline, fmt.Sprintf("%s: provisions again while its WireGuard is blocked", m.Name), func() error {
 			now, err := o.link(t.Context(), m.UUID)
 			if err != nil {
 				return err
@@ -281,7 +280,7 @@ func TestOmniE2E(tt *testing.T) {
 			return
 		}
 
-		rep.add("WireGuard blocked → provisioned again", m, time.Since(blocked))
+		rep.Add("WireGuard blocked → provisioned again", m, time.Since(blocked))
 
 		// Blocked past the stale threshold, whatever made the agent move first.
 		if rest := time.Until(blocked.Add(staleAfter + checkEvery)); rest > 0 {
@@ -293,7 +292,7 @@ func TestOmniE2E(tt *testing.T) {
 		opened := time.Now()
 
 		if o.waitRejoined(t, m, "", stepDeadline) {
-			rep.add("WireGuard open again → connected", m, time.Since(opened))
+			rep.Add("WireGuard open again → connected", m, time.Since(opened))
 		}
 
 		// The block was one machine's: the others are connected with their hardware.
@@ -302,55 +301,11 @@ func TestOmniE2E(tt *testing.T) {
 		}
 	})
 
-	rep.write(t, root)
+	rep.Write(t, root, "Anvil beside Omni", "omni-report.txt")
 }
 
-// omniView reads and writes Omni's resources with omnictl as the lab's admin.
-type omniView struct{ omni *omnilab.Client }
-
-// omniResource is a resource as omnictl prints it (-o json).
-type omniResource struct {
-	Metadata struct {
-		ID     string         `json:"id"`
-		Labels map[string]any `json:"labels"`
-	} `json:"metadata"`
-	Spec json.RawMessage `json:"spec"`
-}
-
-func (o *omniView) get(ctx context.Context, typ, ns, id string) (omniResource, error) {
-	var r omniResource
-
-	out, err := o.omni.Run(ctx, "get", typ, id, "--namespace", ns, "-o", "json")
-	if err != nil {
-		return r, err
-	}
-
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		return r, fmt.Errorf("error decoding %s %s: %w: %s", typ, id, err, out)
-	}
-
-	return r, nil
-}
-
-// accept accepts the machine as an admin does: its InfraMachineConfig, ACCEPTED.
-func (o *omniView) accept(ctx context.Context, id string) error {
-	f, err := os.CreateTemp("", "accept-*.yaml")
-	if err != nil {
-		return err
-	}
-
-	defer os.Remove(f.Name())
-
-	fmt.Fprintf(f, "metadata:\n  namespace: default\n  type: InfraMachineConfigs.omni.sidero.dev\n  id: %s\nspec:\n  acceptancestatus: 1\n", id)
-
-	if err := f.Close(); err != nil {
-		return err
-	}
-
-	_, err = o.omni.Run(ctx, "apply", "-f", f.Name())
-
-	return err
-}
+// omniView is the lab Omni, with what TestOmniE2E reads of it.
+type omniView struct{ *labtest.Omni }
 
 // link is a machine's SideroLink peer as Omni holds it.
 type link struct {
@@ -361,7 +316,7 @@ type link struct {
 func (o *omniView) link(ctx context.Context, id string) (link, error) {
 	var l link
 
-	r, err := o.get(ctx, "Links.omni.sidero.dev", "default", id)
+	r, err := o.Get(ctx, "Links.omni.sidero.dev", "default", id)
 	if err != nil {
 		return l, err
 	}
@@ -413,7 +368,7 @@ type machineStatus struct {
 }
 
 func (o *omniView) machineStatus(ctx context.Context, id string) (*machineStatus, error) {
-	r, err := o.get(ctx, "MachineStatuses.omni.sidero.dev", "default", id)
+	r, err := o.Get(ctx, "MachineStatuses.omni.sidero.dev", "default", id)
 	if err != nil {
 		return nil, err
 	}
@@ -467,7 +422,7 @@ var omniLabels = []string{"cores", "mem", "storage", "net", "arch", "reporting-e
 func (o *omniView) waitComplete(t labtest.T, m *machine.Machine, deadline time.Duration) (*machineStatus, bool) {
 	var st *machineStatus
 
-	ok := eventually(t, deadline, fmt.Sprintf("%s: connected, in maintenance, its hardware in Omni", m.Name), func() error {
+	ok := labtest.Eventually(t, deadline, fmt.Sprintf("%s: connected, in maintenance, its hardware in Omni", m.Name), func() error {
 		var err error
 
 		if st, err = o.machineStatus(t.Context(), m.UUID); err != nil {
@@ -485,7 +440,7 @@ func (o *omniView) waitComplete(t labtest.T, m *machine.Machine, deadline time.D
 func (o *omniView) waitRejoined(t labtest.T, m *machine.Machine, old string, deadline time.Duration) bool {
 	start := time.Now()
 
-	ok := eventually(t, deadline, fmt.Sprintf("%s: provisioned again and connected", m.Name), func() error {
+	ok := labtest.Eventually(t, deadline, fmt.Sprintf("%s: provisioned again and connected", m.Name), func() error {
 		l, err := o.link(t.Context(), m.UUID)
 		if err != nil {
 			return err
@@ -749,52 +704,6 @@ func blockWireGuard(t testing.TB, ns, ip string) func() {
 	}
 }
 
-// powerOn is when QEMU started the machine: it writes its pid file as it does.
-func powerOn(m *machine.Machine) (time.Time, error) {
-	st, err := os.Stat(m.PIDFile())
-	if err != nil {
-		return time.Time{}, fmt.Errorf("the pid file: %w", err)
-	}
-
-	return st.ModTime(), nil
-}
-
-// eventually retries f every 2 s until it returns nil or deadline passes; then it
-// reports f's last error as what failed, and returns false. It never stops the test, so
-// that the machines' goroutines may call it.
-func eventually(t testing.TB, deadline time.Duration, what string, f func() error) bool {
-	t.Helper()
-
-	end := time.Now().Add(deadline)
-
-	for {
-		err := f()
-		if err == nil {
-			return true
-		}
-
-		if time.Now().After(end) || t.Context().Err() != nil {
-			t.Errorf("%s: not within %s: %v", what, deadline, err)
-
-			return false
-		}
-
-		time.Sleep(2 * time.Second)
-	}
-}
-
-// forEach runs f for each machine at once and waits for them: the machines boot
-// together, and their steps share the wait.
-func forEach(ms []*machine.Machine, f func(*machine.Machine)) {
-	var wg sync.WaitGroup
-
-	for _, m := range ms {
-		wg.Go(func() { f(m) })
-	}
-
-	wg.Wait()
-}
-
 // tail is the last n lines of b.
 func tail(b []byte, n int) string {
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
@@ -803,33 +712,4 @@ func tail(b []byte, n int) string {
 	}
 
 	return strings.Join(lines, "\n")
-}
-
-// omniReport gathers the figures, per machine.
-type omniReport struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (r *omniReport) add(what string, m *machine.Machine, d time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-
-	r.lines = append(r.lines, fmt.Sprintf("%-48s %-10s %-9s %6.1f s", what, m.Name, m.Firmware, d.Seconds()))
-}
-
-// write prints the figures and writes them to _out/e2e/omni-report.txt.
-func (r *omniReport) write(t testing.TB, root string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-
-	slices.Sort(r.lines)
-
-	text := fmt.Sprintf("Anvil beside Omni %s (TCG, %d CPUs)\n\n%s\n", time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), strings.Join(r.lines, "\n"))
-	t.Log(text)
-
-	out := filepath.Join(root, "_out", "e2e", "omni-report.txt")
-	if assert.NoError(t, os.MkdirAll(filepath.Dir(out), 0o755)) {
-		assert.NoError(t, os.WriteFile(out, []byte(text), 0o644))
-	}
 }
