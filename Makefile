@@ -37,7 +37,7 @@ GOLANGCI_LINT_MOD     := hack/tools/golangci-lint
 
 COMMANDS := provider anvilctl
 
-.PHONY: all setup setup-bench tools build generate lint test unit lab bench run demo e2e figures agent-initramfs omni talosctl clean
+.PHONY: all setup setup-bench tools build generate lint test unit lab bench run demo demo-omni e2e figures agent-initramfs omni talosctl clean
 
 all: build
 
@@ -164,6 +164,11 @@ figures: setup agent-initramfs
 # The lab with three machines, shown live; it keeps running (go run ./hack/cmd/lab down).
 demo: setup agent-initramfs
 	$(GO) run ./hack/cmd/demo
+
+# The same story beside a real Omni (built from its module): Omni accepts the machines and
+# makes a cluster of one; Anvil wipes, powers and boots them. It keeps running.
+demo-omni: setup agent-initramfs build omni
+	$(GO) run ./hack/cmd/demo --omni
 
 clean:
 	rm -rf $(OUT)

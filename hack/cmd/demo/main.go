@@ -1,8 +1,9 @@
 // Command demo shows Anvil at work in the lab: it brings the lab up with three machines
 // (BIOS, UEFI, UEFI's own PXE), shows each appear with its hardware, accepts them (the
 // agents wipe their disks), allocates one to the stand-in Talos, shows it boot and report
-// the install, and leaves the lab running for a look around. Run it as root from the
-// repository (make demo).
+// the install, and leaves the lab running for a look around. With --omni it tells the
+// same story beside a real Omni, which decides (omni.go). Run it as root from the
+// repository (make demo, make demo-omni).
 package main
 
 import (
@@ -73,17 +74,24 @@ func main() {
 	var (
 		dir, prefix string
 		n           int
+		omni        bool
 	)
 
 	flag.StringVar(&dir, "dir", "_out/lab", "the lab's directory")
 	flag.StringVar(&prefix, "prefix", "anvil", "the lab's namespace prefix")
 	flag.IntVar(&n, "machines", 3, "machines (firmware in turn: bios, uefi, uefi-pxe)")
+	flag.BoolVar(&omni, "omni", false, "beside a real Omni (make omni): Omni accepts the machines and makes a cluster of one; two machines")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	if err := run(ctx, dir, prefix, n); err != nil {
+	demo := func() error { return run(ctx, dir, prefix, n) }
+	if omni {
+		demo = func() error { return runOmni(ctx, dir, prefix) }
+	}
+
+	if err := demo(); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		fmt.Fprintln(os.Stderr, "the lab is left as it is; tear it down with: go run ./hack/cmd/lab down")
 		os.Exit(1)
@@ -168,32 +176,8 @@ func run(ctx context.Context, dir, prefix string, n int) error {
 		BMC: []lab.PowerOwner{lab.OwnerAPI}, PowerBin: "_out/bin/lab-power",
 	}
 
-	d.say("building the Image Factory stand-in, the lab's power API and the stand-in Talos (hack/cmd/lab-factory, hack/cmd/lab-power, hack/cmd/talos-standin)")
-
-	if err := lab.BuildFactory(ctx, ".", cfg.FactoryBin); err != nil {
+	if err := prepare(ctx, d, cfg, dir, prefix); err != nil {
 		return err
-	}
-
-	if err := lab.BuildPower(ctx, ".", cfg.PowerBin); err != nil {
-		return err
-	}
-
-	if err := lab.BuildStandinAssets(ctx, ".", cfg.FactoryAssetsDir); err != nil {
-		return err
-	}
-
-	// The demo starts from a fresh lab: a previous one's machines are registered,
-	// accepted and allocated already.
-	if _, err := os.Stat(dir); err == nil {
-		d.say("a previous lab is in %s: taking it down and starting afresh", dir)
-
-		if err := lab.Down(ctx, dir, prefix); err != nil {
-			return fmt.Errorf("error taking the previous lab down: %w", err)
-		}
-
-		if err := os.RemoveAll(dir); err != nil {
-			return fmt.Errorf("error removing the previous lab: %w", err)
-		}
 	}
 
 	d.say("bringing the lab up in %s: site DHCP, the provider, the factory stand-in, %d QEMU machines (TCG: ~20–50 s to the agent)", dir, n)
