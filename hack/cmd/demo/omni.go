@@ -95,7 +95,7 @@ func runOmni(ctx context.Context, dir, prefix string) error {
 		FactoryURL: "http://" + lab.FactoryListen, FactoryPXEURL: "http://" + lab.FactoryListen,
 		APIPort:    50042,
 		FactoryBin: "_out/bin/lab-factory", FactoryAssetsDir: "_out/talos-standin",
-		BMC:        []lab.PowerOwner{lab.OwnerAPI}, PowerBin: "_out/bin/lab-power",
+		BMC: []lab.PowerOwner{lab.OwnerAPI}, PowerBin: "_out/bin/lab-power",
 		OmniBin: "_out/bin/omni", OmnictlBin: "_out/bin/omnictl",
 	}
 
