@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/config"
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
@@ -23,7 +23,7 @@ import (
 func clusterConfig(t *testing.T) ([]byte, *secrets.Bundle) {
 	t.Helper()
 
-	bundle, err := secrets.NewBundle(secrets.NewFixedClock(time.Now()), config.TalosVersionCurrent)
+	bundle, err := secrets.NewBundle(secrets.NewFixedClock(time.Now()), talosconfig.TalosVersionCurrent)
 	require.NoError(t, err)
 
 	in, err := generate.NewInput("lab", "https://10.0.0.1:6443", "v1.32.0", generate.WithSecretsBundle(bundle))
