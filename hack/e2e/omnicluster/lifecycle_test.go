@@ -416,7 +416,9 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 		})
 
 		cancel()
-		_ = <-done // ended by cancel when it was still waiting
+		if err := <-done; err != nil {
+			t.Logf("omnictl cluster delete: %v (its wait ended by the test)", err)
+		}
 
 		out, err := ctl("get", "machine", ipmiM.UUID, "-o", "yaml")
 		assert.NoError(t, err, out)
