@@ -261,3 +261,33 @@ func TestAdoption(t *testing.T) {
 	_, err = local.Deallocate(ctx, machineID)
 	assert.Equal(t, transitions.CodeManaged, codeOf(err), "Omni's allocation is Omni's to end")
 }
+
+// TestWayBack: a provider turned standalone again takes the intents as Omni left them,
+// and the local control decides from there: an Omni allocation is kept (its machine
+// still boots its Talos) until it is deallocated locally, which owes a wipe as any
+// deallocation does; acceptance is the local control's again.
+func TestWayBack(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	st := openState(t)
+
+	omni := transitions.New(st, transitions.Options{ManagedBy: "Omni at https://omni.test"}).Owner()
+
+	left, err := omni.ApplyOmni(ctx, machineID, resources.OmniMachineSpec{Acceptance: resources.AcceptanceAccepted, ClusterTalosVersion: "v1.9.0", WipeID: "w1"})
+	require.NoError(t, err)
+	require.NotNil(t, left.Allocation)
+
+	standalone := transitions.New(st, transitions.Options{Recorder: &fakeRecorder{}})
+
+	assert.Equal(t, *left, intentSpec(t, st), "restarting standalone changes nothing by itself")
+
+	after, err := standalone.Deallocate(ctx, machineID)
+	require.NoError(t, err, "Omni's allocation is the local control's to end now")
+	assert.Nil(t, after.Allocation)
+	assert.NotEqual(t, left.WipeID, after.WipeID, "a wipe is owed")
+
+	rejected, err := standalone.Reject(ctx, machineID)
+	require.NoError(t, err, "acceptance is local again")
+	assert.Equal(t, resources.AcceptanceRejected, rejected.Acceptance)
+}
