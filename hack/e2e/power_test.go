@@ -21,10 +21,8 @@ import (
 	"github.com/anvil-metal/anvil/hack/internal/labtest"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
 	"github.com/anvil-metal/anvil/hack/internal/timeline"
+	"github.com/anvil-metal/anvil/internal/ipmisim"
 )
-
-// sessionLine is what ipmi_sim logs when a LAN session opens.
-const sessionLine = "Activate session: Session started"
 
 // TestPowerE2E is the IPMI loop on a lab of its own: a BIOS machine whose only power
 // owner is a simulated BMC (ipmi_sim) is powered on through that BMC, boots the agent and
@@ -76,7 +74,7 @@ func TestPowerE2E(tt *testing.T) {
 
 	m := state.MachineList()[0]
 	bmc := state.BMC(m.Name)
-	simLog := filepath.Join(m.Dir, "bmc", "ipmi_sim.log")
+	simLog := state.BMCLog(m)
 
 	require.Equal(t, lab.OwnerIPMI, bmc.Owner)
 	require.True(t, m.Running(), "the machine runs after lab up")
@@ -87,7 +85,7 @@ func TestPowerE2E(tt *testing.T) {
 	require.True(t, on, "ipmi_sim reports the power on")
 
 	// Every session so far is the lab's; from here until acceptance there must be none.
-	labSessions := strings.Count(readFile(simLog), sessionLine)
+	labSessions := strings.Count(readFile(simLog), ipmisim.SessionLine)
 
 	ctl := labtest.Anvilctl(anvilctl, state.ControlSocket())
 
@@ -119,7 +117,7 @@ func TestPowerE2E(tt *testing.T) {
 
 	// Pending: hands off. The provider polls every 5 s; give it a few rounds.
 	time.Sleep(12 * time.Second)
-	assert.Equal(t, labSessions, strings.Count(readFile(simLog), sessionLine), "the provider opened a session with a pending machine's BMC")
+	assert.Equal(t, labSessions, strings.Count(readFile(simLog), ipmisim.SessionLine), "the provider opened a session with a pending machine's BMC")
 	assert.True(t, m.Running(), "the pending machine was left alone")
 
 	// 3. Accept: the provider has the agent provision a BMC user in-band.
@@ -150,7 +148,7 @@ func TestPowerE2E(tt *testing.T) {
 
 	log := readFile(simLog)
 	assert.Contains(t, log, "chassis "+m.Name+": power off (QEMU stopped)")
-	assert.Greater(t, strings.Count(log, sessionLine), labSessions, "the provider's sessions")
+	assert.Greater(t, strings.Count(log, ipmisim.SessionLine), labSessions, "the provider's sessions")
 
 	// 5. Power on: PXE once, then on; the agent boots again.
 	t0 = time.Now()

@@ -19,6 +19,7 @@ import (
 	"github.com/anvil-metal/anvil/hack/internal/lab"
 	"github.com/anvil-metal/anvil/hack/internal/labtest"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
+	"github.com/anvil-metal/anvil/internal/ipmisim"
 )
 
 const (
@@ -120,8 +121,8 @@ func TestWipeE2E(tt *testing.T) {
 	require.Equal(t, lab.OwnerAPI, state.BMC(a.Name).Owner)
 	require.Equal(t, lab.OwnerIPMI, state.BMC(b.Name).Owner)
 
-	simLog := filepath.Join(b.Dir, "bmc", "ipmi_sim.log")
-	labSessions := strings.Count(readFile(simLog), sessionLine)
+	simLog := state.BMCLog(b)
+	labSessions := strings.Count(readFile(simLog), ipmisim.SessionLine)
 
 	ctl := labtest.Anvilctl(anvilctl, state.ControlSocket())
 
@@ -250,7 +251,7 @@ func TestWipeE2E(tt *testing.T) {
 
 	// 6. bios-1, rejected all along: no BMC session from the provider, no wipe, disk as
 	// it was.
-	assert.Equal(t, labSessions, strings.Count(readFile(simLog), sessionLine), "the provider opened a session with a rejected machine's BMC")
+	assert.Equal(t, labSessions, strings.Count(readFile(simLog), ipmisim.SessionLine), "the provider opened a session with a rejected machine's BMC")
 
 	y = yamlOf(b)
 	assert.Contains(t, y, "acceptance: rejected")

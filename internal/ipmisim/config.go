@@ -76,6 +76,9 @@ func (c *Config) StateDir() string       { return filepath.Join(c.Dir, "state") 
 func (c *Config) Console() string        { return filepath.Join(c.Dir, "console") }
 func (c *Config) Log() string            { return filepath.Join(c.Dir, "ipmi_sim.log") }
 
+// SessionLine is what ipmi_sim logs (Log) when a LAN session opens.
+const SessionLine = "Activate session: Session started"
+
 // Args is ipmi_sim's command line (without the binary). It runs with a console (no -n):
 // only then does it log sessions, which the lab's tests read.
 func (c *Config) Args() []string {

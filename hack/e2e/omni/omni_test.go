@@ -85,11 +85,9 @@ func TestOmniE2E(tt *testing.T) {
 	talosctl := labtest.Talosctl(t, root)
 
 	bin := t.TempDir()
-	provider, factory := filepath.Join(bin, "provider"), filepath.Join(bin, "lab-factory")
+	factory := filepath.Join(bin, "lab-factory")
 
-	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
-	// The provider runs its Omni adapter from beside itself.
-	labtest.GoBuild(t, root, filepath.Join(bin, "omni-adapter"), "./provider/cmd/omni-adapter")
+	provider := labtest.BuildProvider(t, root, bin)
 	labtest.GoBuild(t, root, factory, "./hack/cmd/lab-factory")
 
 	agent := labtest.AgentAssets(t, root, bin)

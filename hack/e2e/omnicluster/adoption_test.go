@@ -31,10 +31,9 @@ func TestOmniAdoption(tt *testing.T) {
 	omniBin, omnictlBin := labtest.OmniBinaries(t, root)
 
 	bin := t.TempDir()
-	provider, factory, anvilctl := filepath.Join(bin, "provider"), filepath.Join(bin, "lab-factory"), filepath.Join(bin, "anvilctl")
+	factory, anvilctl := filepath.Join(bin, "lab-factory"), filepath.Join(bin, "anvilctl")
 
-	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
-	labtest.GoBuild(t, root, filepath.Join(bin, "omni-adapter"), "./provider/cmd/omni-adapter")
+	provider := labtest.BuildProvider(t, root, bin)
 	labtest.GoBuild(t, root, factory, "./hack/cmd/lab-factory")
 	labtest.GoBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
 

@@ -26,6 +26,7 @@ import (
 	"github.com/anvil-metal/anvil/hack/internal/lab"
 	"github.com/anvil-metal/anvil/hack/internal/labtest"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
+	"github.com/anvil-metal/anvil/internal/ipmisim"
 )
 
 const (
@@ -49,9 +50,6 @@ const (
 	standinJoined  = "TALOS-STANDIN omni joined"
 	standinReset   = "TALOS-STANDIN omni reset"
 )
-
-// sessionLine is what ipmi_sim logs when a LAN session opens.
-const sessionLine = "Activate session: Session started"
 
 // TestOmniLifecycleE2E is a machine's whole life with Omni deciding and Anvil doing it,
 // on a lab of its own with a real Omni: a BIOS machine with a simulated IPMI BMC, a UEFI
@@ -83,10 +81,9 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 	omniBin, omnictlBin := labtest.OmniBinaries(t, root)
 
 	bin := t.TempDir()
-	provider, factory, power, anvilctl := filepath.Join(bin, "provider"), filepath.Join(bin, "lab-factory"), filepath.Join(bin, "lab-power"), filepath.Join(bin, "anvilctl")
+	factory, power, anvilctl := filepath.Join(bin, "lab-factory"), filepath.Join(bin, "lab-power"), filepath.Join(bin, "anvilctl")
 
-	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
-	labtest.GoBuild(t, root, filepath.Join(bin, "omni-adapter"), "./provider/cmd/omni-adapter")
+	provider := labtest.BuildProvider(t, root, bin)
 	labtest.GoBuild(t, root, factory, "./hack/cmd/lab-factory")
 	labtest.GoBuild(t, root, power, "./hack/cmd/lab-power")
 	labtest.GoBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
@@ -129,7 +126,7 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 	// only the provider.
 	untouched := map[string]*footprint{}
 	for _, m := range machines {
-		untouched[m.Name] = footprintOf(t, m)
+		untouched[m.Name] = footprintOf(t, m, state.BMCLog(m))
 	}
 
 	// 1. Registered; pending; left alone.
@@ -235,7 +232,7 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 
 		// The IPMI machine was powered through its BMC, with the credentials its agent
 		// provisioned in-band; the api machine through the power API Omni gave.
-		assert.Greater(t, countIn(simLog(ipmiM), sessionLine), untouched[ipmiM.Name].sessions, "the provider's sessions with %s's BMC", ipmiM.Name)
+		assert.Greater(t, countIn(state.BMCLog(ipmiM), ipmisim.SessionLine), untouched[ipmiM.Name].sessions, "the provider's sessions with %s's BMC", ipmiM.Name)
 
 		for m, want := range map[*machine.Machine]string{ipmiM: "kind: ipmi", apiM: lab.PowerAPIListen} {
 			out, err := ctl("get", "machine", m.UUID, "-o", "yaml")
@@ -500,17 +497,18 @@ func (o *omniView) infraStatus(ctx context.Context, id string) (infraStatus, err
 // sessions with its BMC, its QEMU process (a power cycle starts another).
 type footprint struct {
 	disk     string
+	bmcLog   string
 	sessions int
 	started  time.Time
 }
 
-func footprintOf(t testing.TB, m *machine.Machine) *footprint {
+func footprintOf(t testing.TB, m *machine.Machine, bmcLog string) *footprint {
 	t.Helper()
 
 	started, err := labtest.PoweredOn(m)
 	require.NoError(t, err, m.Name)
 
-	return &footprint{disk: fileSum(t, m.Disk()), sessions: countIn(simLog(m), sessionLine), started: started}
+	return &footprint{disk: fileSum(t, m.Disk()), bmcLog: bmcLog, sessions: countIn(bmcLog, ipmisim.SessionLine), started: started}
 }
 
 // assertSame checks the machine shows no more than the lab's own footprint.
@@ -518,7 +516,7 @@ func (f *footprint) assertSame(t testing.TB, m *machine.Machine, when string) {
 	t.Helper()
 
 	assert.Equal(t, f.disk, fileSum(t, m.Disk()), "%s: %s's disk changed", when, m.Name)
-	assert.Equal(t, f.sessions, countIn(simLog(m), sessionLine), "%s: a session with %s's BMC", when, m.Name)
+	assert.Equal(t, f.sessions, countIn(f.bmcLog, ipmisim.SessionLine), "%s: a session with %s's BMC", when, m.Name)
 
 	started, err := labtest.PoweredOn(m)
 	if assert.NoError(t, err, m.Name) {
@@ -540,9 +538,6 @@ func fileSum(t testing.TB, path string) string {
 
 	return hex.EncodeToString(h.Sum(nil))
 }
-
-// simLog is ipmi_sim's log of the machine's simulated BMC ("" without one).
-func simLog(m *machine.Machine) string { return filepath.Join(m.Dir, "bmc", "ipmi_sim.log") }
 
 // countIn counts the lines of the file at path holding s (0 when there is no file).
 func countIn(path, s string) int {

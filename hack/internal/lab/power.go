@@ -98,6 +98,14 @@ func (s *State) BMC(name string) MachineBMC {
 // PowerLog is the power API's log (one line per request).
 func (s *State) PowerLog() string { return filepath.Join(s.Dir, "power.log") }
 
+// BMCLog is the log of machine m's simulated BMC (ipmi_sim's): sessions, chassis
+// changes.
+func (s *State) BMCLog(m *machine.Machine) string {
+	c := s.BMCConfig(m, "")
+
+	return c.Log()
+}
+
 // BMCConfig is the simulated BMC of machine m; powerBin is lab-power, its chassis
 // control program.
 func (s *State) BMCConfig(m *machine.Machine, powerBin string) ipmisim.Config {

@@ -61,6 +61,19 @@ func GoBuild(t testing.TB, root, out, pkg string) {
 	require.NoError(t, err, "building %s: %s", pkg, b)
 }
 
+// BuildProvider builds the provider into bin, with its Omni adapter beside it, where the
+// provider runs it from, and returns the provider's path.
+func BuildProvider(t testing.TB, root, bin string) string {
+	t.Helper()
+
+	provider := filepath.Join(bin, "provider")
+
+	GoBuild(t, root, provider, "./provider/cmd/provider")
+	GoBuild(t, root, filepath.Join(bin, "omni-adapter"), "./provider/cmd/omni-adapter")
+
+	return provider
+}
+
 // OmniBinaries are Omni and omnictl, _out/bin/omni and _out/bin/omnictl, made by "make
 // omni" when missing or older than their tools module (10-15 min the first time on two
 // cores, instant after).

@@ -241,10 +241,8 @@ func TestLabOmniUpDown(t *testing.T) {
 	omniBin, omnictlBin := labtest.OmniBinaries(t, root)
 
 	bin := t.TempDir()
-	provider, factory := filepath.Join(bin, "provider"), filepath.Join(bin, "lab-factory")
-	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
-	// The provider runs its Omni adapter from beside itself.
-	labtest.GoBuild(t, root, filepath.Join(bin, "omni-adapter"), "./provider/cmd/omni-adapter")
+	factory := filepath.Join(bin, "lab-factory")
+	provider := labtest.BuildProvider(t, root, bin)
 	labtest.GoBuild(t, root, factory, "./hack/cmd/lab-factory")
 
 	dir, prefix := labtest.NewLab(t, "omu", nil)
