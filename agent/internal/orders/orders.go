@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
@@ -18,11 +19,20 @@ import (
 type Actions interface {
 	Reboot(ctx context.Context) error
 	PowerOff(ctx context.Context) error
-	Kexec(ctx context.Context, k *agentv1.Kexec) error
+	// LoadKexec downloads, checks and loads the next kernel; JumpKexec boots into it.
+	// Apart, so that the order is reported done between them: once the jump is made,
+	// nothing more is said.
+	LoadKexec(ctx context.Context, k *agentv1.Kexec) error
+	JumpKexec(ctx context.Context) error
 	Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.WipeReport, error)
 	GetBMC(ctx context.Context) (*agentv1.BMCInfo, error)
 	SetBMC(ctx context.Context, s *agentv1.SetBMC) (*agentv1.BMCInfo, error)
 }
+
+// reportWait bounds how long a kexec waits for its outcome to be sent before it jumps:
+// the provider learns of the jump from it, but a provider out of reach must not keep
+// the machine from booting.
+const reportWait = 5 * time.Second
 
 // queueSize bounds the orders waiting: the provider sends one at a time.
 const queueSize = 16
@@ -37,16 +47,56 @@ type Executor struct {
 	results  map[string]*agentv1.OrderResult
 	sequence []string // order IDs in arrival order
 	changed  chan struct{}
+	// reported is each order's outcome as last sent to the provider (Reported).
+	reported map[string]*agentv1.OrderResult
 }
 
 // New returns an executor; Run carries out what Handle queues.
 func New(actions Actions, logger *zap.Logger) *Executor {
 	return &Executor{
-		actions: actions,
-		logger:  logger,
-		queue:   make(chan *agentv1.Order, queueSize),
-		results: map[string]*agentv1.OrderResult{},
-		changed: make(chan struct{}),
+		actions:  actions,
+		logger:   logger,
+		queue:    make(chan *agentv1.Order, queueSize),
+		results:  map[string]*agentv1.OrderResult{},
+		reported: map[string]*agentv1.OrderResult{},
+		changed:  make(chan struct{}),
+	}
+}
+
+// Reported records that an outcome reached the provider's stream.
+func (e *Executor) Reported(r *agentv1.OrderResult) {
+	e.mu.Lock()
+	e.reported[r.GetOrderId()] = r
+	e.mu.Unlock()
+
+	e.touch()
+}
+
+// awaitReported waits until r was sent, or for at most reportWait.
+func (e *Executor) awaitReported(ctx context.Context, r *agentv1.OrderResult) {
+	timer := time.NewTimer(reportWait)
+	defer timer.Stop()
+
+	for {
+		changed := e.Changed()
+
+		e.mu.Lock()
+		sent := proto.Equal(e.reported[r.GetOrderId()], r)
+		e.mu.Unlock()
+
+		if sent {
+			return
+		}
+
+		select {
+		case <-changed:
+		case <-timer.C:
+			e.logger.Warn("the outcome was not sent in time; going on", zap.String("order", r.GetOrderId()))
+
+			return
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
@@ -173,7 +223,17 @@ func (e *Executor) execute(ctx context.Context, o *agentv1.Order) {
 		err = e.actions.PowerOff(ctx)
 	case *agentv1.Order_Kexec:
 		running("loading the next kernel")
-		err = e.actions.Kexec(ctx, a.Kexec)
+
+		if err = e.actions.LoadKexec(ctx, a.Kexec); err == nil {
+			// Done is said before the jump, while it can still be said.
+			result.Message = "next kernel loaded: jumping"
+			e.set(result)
+			e.awaitReported(ctx, result)
+
+			if err = e.actions.JumpKexec(ctx); err == nil {
+				return
+			}
+		}
 	case *agentv1.Order_GetBmc:
 		result.Bmc, err = e.actions.GetBMC(ctx)
 	case *agentv1.Order_SetBmc:

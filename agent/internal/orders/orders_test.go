@@ -18,10 +18,11 @@ import (
 
 // fakeActions records what the orders did to the "machine".
 type fakeActions struct {
-	mu      sync.Mutex
-	calls   []string
-	wipeErr error
-	release chan struct{} // when set, Wipe waits for it
+	mu       sync.Mutex
+	calls    []string
+	wipeErr  error
+	kexecErr error
+	release  chan struct{} // when set, Wipe waits for it
 }
 
 func (f *fakeActions) record(call string) {
@@ -40,11 +41,17 @@ func (f *fakeActions) Calls() []string {
 
 func (f *fakeActions) Reboot(context.Context) error   { f.record("reboot"); return nil }   //nolint:nlreturn // a one-line fake
 func (f *fakeActions) PowerOff(context.Context) error { f.record("poweroff"); return nil } //nolint:nlreturn // a one-line fake
-func (f *fakeActions) Kexec(_ context.Context, k *agentv1.Kexec) error {
-	f.record("kexec " + k.GetKernelUrl())
+func (f *fakeActions) LoadKexec(_ context.Context, k *agentv1.Kexec) error {
+	f.record("load " + k.GetKernelUrl())
+
+	if f.kexecErr != nil {
+		return f.kexecErr
+	}
 
 	return nil
 }
+
+func (f *fakeActions) JumpKexec(context.Context) error { f.record("jump"); return nil } //nolint:nlreturn // a one-line fake
 
 func (f *fakeActions) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.WipeReport, error) {
 	f.record("wipe " + w.GetGenerationId())
@@ -134,7 +141,6 @@ func TestEachOrder(t *testing.T) {
 		},
 		{order: &agentv1.Order{Id: "reboot", Action: &agentv1.Order_Reboot{Reboot: &agentv1.Reboot{}}}, calls: []string{"reboot"}},
 		{order: &agentv1.Order{Id: "off", Action: &agentv1.Order_PowerOff{PowerOff: &agentv1.PowerOff{}}}, calls: []string{"poweroff"}},
-		{order: &agentv1.Order{Id: "kexec", Action: &agentv1.Order_Kexec{Kexec: &agentv1.Kexec{KernelUrl: "http://p/k"}}}, calls: []string{"kexec http://p/k"}},
 		{
 			order: &agentv1.Order{Id: "bmc", Action: &agentv1.Order_GetBmc{GetBmc: &agentv1.GetBMC{}}}, calls: []string{"get-bmc"},
 			check: func(t *testing.T, r *agentv1.OrderResult) { assert.Equal(t, "10.0.0.9", r.GetBmc().GetAddress()) },
@@ -159,6 +165,37 @@ func TestEachOrder(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKexecReportsBeforeJump: the order is reported done once the kernel is loaded, and
+// the jump waits for that report to be sent; a kernel that does not load is no jump.
+func TestKexecReportsBeforeJump(t *testing.T) {
+	t.Parallel()
+
+	kexec := &agentv1.Order{Id: "kexec", Action: &agentv1.Order_Kexec{Kexec: &agentv1.Kexec{KernelUrl: "http://p/k"}}}
+
+	actions := &fakeActions{}
+	e := run(t, actions)
+
+	require.NoError(t, e.Handle(kexec))
+	r := waitStatus(t, e, "kexec", agentv1.OrderResult_STATUS_DONE)
+	assert.Equal(t, "next kernel loaded: jumping", r.GetMessage())
+
+	time.Sleep(50 * time.Millisecond)
+	assert.Equal(t, []string{"load http://p/k"}, actions.Calls(), "no jump before the outcome is sent")
+
+	e.Reported(r)
+	require.Eventually(t, func() bool { return len(actions.Calls()) == 2 }, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, []string{"load http://p/k", "jump"}, actions.Calls())
+
+	failing := &fakeActions{kexecErr: errors.New("digest mismatch")}
+	e = run(t, failing)
+
+	require.NoError(t, e.Handle(kexec))
+	r = waitStatus(t, e, "kexec", agentv1.OrderResult_STATUS_FAILED)
+	assert.Contains(t, r.GetMessage(), "digest mismatch")
+	time.Sleep(50 * time.Millisecond)
+	assert.Equal(t, []string{"load http://p/k"}, failing.Calls())
 }
 
 // TestOrdersAreIdempotent: an order seen again is not carried out again.

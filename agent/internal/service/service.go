@@ -1,6 +1,8 @@
 // Package service wires the metal agent together: PID-1 duties, kernel modules, network,
 // inventory, the order executor and the session with the provider, and — with Omni's
 // join args on the cmdline — SideroLink, the maintenance API and the kernel log to Omni.
+// In extension mode (a Talos system extension) Talos does all but the inventory, the
+// orders and the session, and the agent reboots and powers off through Talos.
 package service
 
 import (
@@ -20,8 +22,6 @@ import (
 	"github.com/anvil-metal/anvil/agent/internal/inventory"
 	"github.com/anvil-metal/anvil/agent/internal/orders"
 	"github.com/anvil-metal/anvil/agent/internal/session"
-	"github.com/anvil-metal/anvil/internal/initsys"
-	"github.com/anvil-metal/anvil/internal/link"
 	"github.com/anvil-metal/anvil/internal/modules"
 	"github.com/anvil-metal/anvil/internal/resourcewire"
 )
@@ -54,20 +54,38 @@ type Options struct {
 	DryRun  bool
 	Sources inventory.Sources
 	Logger  *zap.Logger
+	// Mode is what the agent owns of the machine; "" is ModeInitramfs. Extension mode
+	// refuses PID1, Modules and Network.
+	Mode Mode
+	// MachinedSocket is Talos' machined API, through which extension mode reboots and
+	// powers off (constants.MachineSocketPath when empty).
+	MachinedSocket string
+
+	// duties replaces the initramfs mode's own duties in tests (initramfsDuties when nil).
+	duties *duties
 }
 
 // Run runs the agent until ctx is done. As PID 1 it must never return early: the caller
 // keeps the process alive whatever it returns.
 func Run(ctx context.Context, opts Options) error {
+	if opts.Mode == "" {
+		opts.Mode = ModeInitramfs
+	}
+
+	if err := checkMode(opts); err != nil {
+		return err
+	}
+
+	do := opts.duties
+	if do == nil {
+		do = initramfsDuties()
+	}
+
 	logger := opts.Logger
-	logger.Info("metal agent starting", zap.String("version", Version), zap.Bool("pid1", opts.PID1))
+	logger.Info("metal agent starting", zap.String("version", Version), zap.String("mode", string(opts.Mode)), zap.Bool("pid1", opts.PID1))
 
 	if opts.PID1 {
-		if err := initsys.MountAll(logger, "/", initsys.Mounts); err != nil {
-			logger.Warn("some mounts failed", zap.Error(err))
-		}
-
-		go initsys.NewReaper(logger).Reap(ctx)
+		do.mount(ctx, logger)
 	}
 
 	cmdline, err := os.ReadFile(filepath.Join(procRoot(opts.Sources), "cmdline"))
@@ -81,19 +99,11 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	if opts.Modules {
-		loadModules(ctx, logger)
+		do.loadModules(ctx, logger)
 	}
 
-	var links *link.Manager
-
 	if opts.Network {
-		if links, err = link.Start(ctx, link.Options{Logger: logger.Named("link")}); err != nil {
-			logger.Warn("error starting the network", zap.Error(err))
-		} else if summary, err := links.WaitAddress(ctx, addressWait); err != nil {
-			logger.Warn("no address yet; trying the provider anyway", zap.Error(err))
-		} else {
-			logger.Info("network up", zap.Any("links", summary))
-		}
+		do.startNetwork(ctx, logger)
 	}
 
 	st, err := inventory.NewState(ctx)
@@ -109,9 +119,7 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}()
 
-	executor := orders.New(&machineActions{
-		logger: logger.Named("orders"), sysfsRoot: sysfsRoot(opts.Sources), devRoot: "/dev", dryRun: opts.DryRun, tmpDir: os.TempDir(),
-	}, logger.Named("orders"))
+	executor := orders.New(actions(opts, logger.Named("orders")), logger.Named("orders"))
 
 	go executor.Run(ctx)
 
@@ -124,25 +132,52 @@ func Run(ctx context.Context, opts Options) error {
 
 	// With Omni's join args on the cmdline, the machine also appears in Omni as Talos
 	// in maintenance mode; started once the inventory is read (the node unique token's
-	// fingerprint is its NICs).
-	if omniCfg, err := cfg.Omni(); err != nil {
-		logger.Warn("Omni's join arguments are malformed: not joining Omni", zap.Error(err))
-	} else if omniCfg.API != nil || omniCfg.KernelLog != nil {
-		o := &omniAgent{cfg: omniCfg, machineID: cfg.MachineID, st: st, procRoot: procRoot(opts.Sources), pid1: opts.PID1, logger: logger.Named("omni")}
+	// fingerprint is its NICs). Under Talos, Talos itself joins Omni with the same args.
+	if opts.Mode == ModeInitramfs {
+		if omniCfg, err := cfg.Omni(); err != nil {
+			logger.Warn("Omni's join arguments are malformed: not joining Omni", zap.Error(err))
+		} else if omniCfg.API != nil || omniCfg.KernelLog != nil {
+			o := &omniAgent{cfg: omniCfg, machineID: cfg.MachineID, st: st, procRoot: procRoot(opts.Sources), pid1: opts.PID1, logger: logger.Named("omni")}
 
-		go o.run(ctx)
+			go do.joinOmni(ctx, o)
+		}
+	}
+
+	var kexecUnavailable string
+	if opts.Mode == ModeExtension {
+		kexecUnavailable = "the agent runs as a Talos extension: Talos keeps kexec to itself"
 	}
 
 	return session.Run(ctx, session.Options{
-		Config:       cfg,
-		BootID:       bootID(procRoot(opts.Sources)),
-		AgentVersion: Version,
-		MACs:         func() []string { return macs(ctx, st) },
-		Inventory:    snapshots(st, logger),
-		Executor:     executor,
-		Logger:       logger.Named("session"),
-		OnRegistered: func() { logger.Info("registered", zap.String("machine", cfg.MachineID)) },
+		Config:           cfg,
+		BootID:           bootID(procRoot(opts.Sources)),
+		AgentVersion:     Version,
+		KexecUnavailable: kexecUnavailable,
+		MACs:             func() []string { return macs(ctx, st) },
+		Inventory:        snapshots(st, logger),
+		Executor:         executor,
+		Logger:           logger.Named("session"),
+		OnRegistered:     func() { logger.Info("registered", zap.String("machine", cfg.MachineID)) },
 	})
+}
+
+// actions are the orders' effects in the agent's mode.
+func actions(opts Options, logger *zap.Logger) orders.Actions {
+	devRoot := opts.Sources.DevRoot
+	if devRoot == "" {
+		devRoot = "/dev"
+	}
+
+	machine := &machineActions{
+		logger: logger, sysfsRoot: sysfsRoot(opts.Sources), devRoot: devRoot, dryRun: opts.DryRun, tmpDir: os.TempDir(),
+		mountinfo: filepath.Join(procRoot(opts.Sources), "self", "mountinfo"),
+	}
+
+	if opts.Mode != ModeExtension {
+		return machine
+	}
+
+	return &talosActions{machine: machine, machined: &machined{socket: opts.MachinedSocket}, logger: logger, dryRun: opts.DryRun}
 }
 
 func loadModules(ctx context.Context, logger *zap.Logger) {

@@ -42,6 +42,9 @@ type Options struct {
 	AgentVersion string
 	// MACs returns the physical NICs' addresses.
 	MACs func() []string
+	// KexecUnavailable says why this agent cannot kexec ("" when it can), so that the
+	// provider does not order it to.
+	KexecUnavailable string
 	// Inventory returns the inventory, encoded (resourcewire), and a channel closed when
 	// it changes.
 	Inventory func(ctx context.Context) ([][]byte, <-chan struct{}, error)
@@ -123,7 +126,7 @@ func session(ctx context.Context, client agentv1.AgentServiceClient, opts Option
 
 	if err = stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{
 		MachineId: opts.Config.MachineID, Token: opts.Config.Token, BootId: opts.BootID,
-		AgentVersion: opts.AgentVersion, Macs: macs, Results: results,
+		AgentVersion: opts.AgentVersion, Macs: macs, Results: results, KexecUnavailable: opts.KexecUnavailable,
 	}}}); err != nil {
 		return err
 	}
@@ -184,6 +187,7 @@ func session(ctx context.Context, client agentv1.AgentServiceClient, opts Option
 			}
 
 			sent[r.GetOrderId()] = r
+			opts.Executor.Reported(r)
 		}
 
 		select {

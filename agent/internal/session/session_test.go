@@ -60,11 +60,13 @@ func (m *machine) did(s string) bool {
 
 func (m *machine) Reboot(context.Context) error   { m.record("reboot"); return nil }   //nolint:nlreturn // a one-line fake
 func (m *machine) PowerOff(context.Context) error { m.record("poweroff"); return nil } //nolint:nlreturn // a one-line fake
-func (m *machine) Kexec(context.Context, *agentv1.Kexec) error {
+func (m *machine) LoadKexec(context.Context, *agentv1.Kexec) error {
 	m.record("kexec")
 
 	return nil
 }
+
+func (m *machine) JumpKexec(context.Context) error { return nil }
 
 func (m *machine) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.WipeReport, error) {
 	m.record("wipe started")

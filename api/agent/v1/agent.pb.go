@@ -371,9 +371,12 @@ type Hello struct {
 	Macs []string `protobuf:"bytes,5,rep,name=macs,proto3" json:"macs,omitempty"`
 	// orders the agent has carried out (or is carrying out) in this boot, so a provider
 	// that restarted knows where things stand.
-	Results       []*OrderResult `protobuf:"bytes,6,rep,name=results,proto3" json:"results,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Results []*OrderResult `protobuf:"bytes,6,rep,name=results,proto3" json:"results,omitempty"`
+	// kexec_unavailable says why this agent cannot carry out a kexec order ("" when it
+	// can): a Talos extension cannot, Talos keeps kexec to itself.
+	KexecUnavailable string `protobuf:"bytes,7,opt,name=kexec_unavailable,json=kexecUnavailable,proto3" json:"kexec_unavailable,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -446,6 +449,13 @@ func (x *Hello) GetResults() []*OrderResult {
 		return x.Results
 	}
 	return nil
+}
+
+func (x *Hello) GetKexecUnavailable() string {
+	if x != nil {
+		return x.KexecUnavailable
+	}
+	return ""
 }
 
 type Welcome struct {
@@ -1034,14 +1044,19 @@ func (*PowerOff) Descriptor() ([]byte, []int) {
 	return file_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
-// Kexec downloads a kernel, initramfs and cmdline and boots into them.
+// Kexec downloads a kernel and initramfs, checks them against their digests, loads them
+// with the cmdline (kexec_file_load), reports the order done, and jumps into them.
 type Kexec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	KernelUrl     string                 `protobuf:"bytes,1,opt,name=kernel_url,json=kernelUrl,proto3" json:"kernel_url,omitempty"`
-	InitramfsUrl  string                 `protobuf:"bytes,2,opt,name=initramfs_url,json=initramfsUrl,proto3" json:"initramfs_url,omitempty"`
-	Cmdline       string                 `protobuf:"bytes,3,opt,name=cmdline,proto3" json:"cmdline,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	KernelUrl    string                 `protobuf:"bytes,1,opt,name=kernel_url,json=kernelUrl,proto3" json:"kernel_url,omitempty"`
+	InitramfsUrl string                 `protobuf:"bytes,2,opt,name=initramfs_url,json=initramfsUrl,proto3" json:"initramfs_url,omitempty"`
+	Cmdline      string                 `protobuf:"bytes,3,opt,name=cmdline,proto3" json:"cmdline,omitempty"`
+	// kernel_sha256 and initramfs_sha256 are the files' SHA-256 digests (lower-case hex):
+	// a download that does not match is not booted.
+	KernelSha256    string `protobuf:"bytes,4,opt,name=kernel_sha256,json=kernelSha256,proto3" json:"kernel_sha256,omitempty"`
+	InitramfsSha256 string `protobuf:"bytes,5,opt,name=initramfs_sha256,json=initramfsSha256,proto3" json:"initramfs_sha256,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Kexec) Reset() {
@@ -1091,6 +1106,20 @@ func (x *Kexec) GetInitramfsUrl() string {
 func (x *Kexec) GetCmdline() string {
 	if x != nil {
 		return x.Cmdline
+	}
+	return ""
+}
+
+func (x *Kexec) GetKernelSha256() string {
+	if x != nil {
+		return x.KernelSha256
+	}
+	return ""
+}
+
+func (x *Kexec) GetInitramfsSha256() string {
+	if x != nil {
+		return x.InitramfsSha256
 	}
 	return ""
 }
@@ -1391,7 +1420,7 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x0fProviderMessage\x123\n" +
 	"\awelcome\x18\x01 \x01(\v2\x17.anvil.agent.v1.WelcomeH\x00R\awelcome\x12-\n" +
 	"\x05order\x18\x02 \x01(\v2\x15.anvil.agent.v1.OrderH\x00R\x05orderB\t\n" +
-	"\amessage\"\xc5\x01\n" +
+	"\amessage\"\xf2\x01\n" +
 	"\x05Hello\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x14\n" +
@@ -1399,7 +1428,8 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\aboot_id\x18\x03 \x01(\tR\x06bootId\x12#\n" +
 	"\ragent_version\x18\x04 \x01(\tR\fagentVersion\x12\x12\n" +
 	"\x04macs\x18\x05 \x03(\tR\x04macs\x125\n" +
-	"\aresults\x18\x06 \x03(\v2\x1b.anvil.agent.v1.OrderResultR\aresults\"(\n" +
+	"\aresults\x18\x06 \x03(\v2\x1b.anvil.agent.v1.OrderResultR\aresults\x12+\n" +
+	"\x11kexec_unavailable\x18\a \x01(\tR\x10kexecUnavailable\"(\n" +
 	"\aWelcome\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\")\n" +
@@ -1437,12 +1467,14 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x11MODE_SECURE_ERASE\x10\x02\"\b\n" +
 	"\x06Reboot\"\n" +
 	"\n" +
-	"\bPowerOff\"e\n" +
+	"\bPowerOff\"\xb5\x01\n" +
 	"\x05Kexec\x12\x1d\n" +
 	"\n" +
 	"kernel_url\x18\x01 \x01(\tR\tkernelUrl\x12#\n" +
 	"\rinitramfs_url\x18\x02 \x01(\tR\finitramfsUrl\x12\x18\n" +
-	"\acmdline\x18\x03 \x01(\tR\acmdline\"\xb3\x02\n" +
+	"\acmdline\x18\x03 \x01(\tR\acmdline\x12#\n" +
+	"\rkernel_sha256\x18\x04 \x01(\tR\fkernelSha256\x12)\n" +
+	"\x10initramfs_sha256\x18\x05 \x01(\tR\x0finitramfsSha256\"\xb3\x02\n" +
 	"\vOrderResult\x12\x19\n" +
 	"\border_id\x18\x01 \x01(\tR\aorderId\x12:\n" +
 	"\x06status\x18\x02 \x01(\x0e2\".anvil.agent.v1.OrderResult.StatusR\x06status\x12\x18\n" +

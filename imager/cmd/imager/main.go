@@ -1,5 +1,6 @@
 // Command imager builds the metal agent's boot assets: vmlinuz-<arch>, initramfs-<arch>.xz
-// (or .zst) and cmdline-<arch>, with Go alone. Every flag can also be set as ANVIL_<FLAG>.
+// (or .zst) and cmdline-<arch>, with Go alone; "imager extension" builds the agent's Talos
+// system extension image. Every flag can also be set as ANVIL_<FLAG>.
 package main
 
 import (
@@ -53,15 +54,8 @@ func newCommand() *cobra.Command {
 				return err
 			}
 
-			// SOURCE_DATE_EPOCH is the reproducible-builds convention; --mtime wins.
-			if mtime == "" {
-				mtime = os.Getenv("SOURCE_DATE_EPOCH")
-			}
-
-			if mtime != "" {
-				if opts.MTime, err = strconv.ParseUint(mtime, 10, 32); err != nil {
-					return fmt.Errorf("invalid --mtime %q: %w", mtime, err)
-				}
+			if opts.MTime, err = sourceDate(mtime); err != nil {
+				return err
 			}
 
 			if opts.Kernel, err = bootassets.FindKernel("/", kernel, modulesDir); err != nil {
@@ -91,5 +85,26 @@ func newCommand() *cobra.Command {
 	flags.BoolVar(&opts.Force, "force", false, "recompress even when the archive is unchanged since the last build")
 	flagenv.Annotate(flags)
 
+	cmd.AddCommand(newExtensionCommand())
+
 	return cmd
+}
+
+// sourceDate reads --mtime, else SOURCE_DATE_EPOCH (the reproducible-builds convention),
+// else 0: seconds since the epoch.
+func sourceDate(mtime string) (uint64, error) {
+	if mtime == "" {
+		mtime = os.Getenv("SOURCE_DATE_EPOCH")
+	}
+
+	if mtime == "" {
+		return 0, nil
+	}
+
+	v, err := strconv.ParseUint(mtime, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("invalid --mtime %q: %w", mtime, err)
+	}
+
+	return v, nil
 }

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/anvil-metal/anvil/imager/internal/extension"
+	"github.com/anvil-metal/anvil/internal/flagenv"
+)
+
+// newExtensionCommand is "imager extension": the agent as a Talos system extension image.
+// Its flags are prefixed (--extension-out, not --out) so that their ANVIL_ variables do
+// not collide with the boot assets'.
+func newExtensionCommand() *cobra.Command {
+	var (
+		opts             extension.Options
+		out, push, mtime string
+		insecure         bool
+	)
+
+	cmd := &cobra.Command{
+		Use:   "extension",
+		Short: "Build the metal agent as a Talos system extension (" + extension.Name + "): an OCI image layout, pushed if asked",
+		Long: "Build the metal agent as a Talos system extension named " + extension.Name + ", reproducibly: the same\n" +
+			"agent, version and time give the same digest, printed on stdout.",
+		Args:         cobra.NoArgs,
+		SilenceUsage: true,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			return flagenv.Apply(cmd.Flags(), nil)
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if opts.Agent == "" {
+				return fmt.Errorf("--agent is required: the static metal-agent binary")
+			}
+
+			epoch, err := sourceDate(mtime)
+			if err != nil {
+				return err
+			}
+
+			opts.Created = time.Unix(int64(epoch), 0).UTC() //nolint:gosec // parsed into 32 bits
+
+			img, err := extension.Build(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+
+			digest, err := img.Digest()
+			if err != nil {
+				return fmt.Errorf("error computing the image digest: %w", err)
+			}
+
+			if err = extension.WriteLayout(cmd.Context(), out, img, opts.Version); err != nil {
+				return err
+			}
+
+			fmt.Fprintf(cmd.ErrOrStderr(), "imager: %s %s written to %s (OCI layout)\n", extension.Name, opts.Version, out)
+
+			if push != "" {
+				pushed, err := extension.Push(cmd.Context(), img, push, insecure)
+				if err != nil {
+					return err
+				}
+
+				fmt.Fprintf(cmd.ErrOrStderr(), "imager: pushed %s\n", pushed)
+			}
+
+			fmt.Fprintln(cmd.OutOrStdout(), digest)
+
+			return nil
+		},
+	}
+
+	flags := cmd.Flags()
+	flags.StringVar(&opts.Agent, "agent", "", "metal-agent binary (static), the extension service's entrypoint")
+	flags.StringVar(&opts.Version, "extension-version", "dev", "the extension's version in its manifest, and the layout's tag")
+	flags.StringVar(&opts.Arch, "arch", "amd64", "architecture of the agent and the image: amd64 or arm64")
+	flags.StringVar(&mtime, "mtime", "", "the image's creation time and every file's mtime, seconds since the epoch (default: $SOURCE_DATE_EPOCH, else 0)")
+	flags.StringVar(&out, "extension-out", "_out/agent-extension", "OCI image layout directory to write (replaced whole)")
+	flags.StringVar(&push, "extension-push", "", "also push the image to this reference, registry/repository:tag")
+	flags.BoolVar(&insecure, "extension-insecure", false, "push over plain HTTP (a registry without TLS)")
+	flagenv.Annotate(flags)
+
+	return cmd
+}
