@@ -4,7 +4,9 @@
 // and serves the factory's iPXE script (GET /pxe/<schematic>/<version>/<platform>-<arch>),
 // boot assets (GET /image/<schematic>/<version>/{kernel-amd64,initramfs-amd64.xz})
 // and raw disk image (.../metal-amd64.raw, what Talos installs itself from) from a
-// directory of its own: a kernel, the test "Talos" initramfs and a disk booting them.
+// directory of its own: a kernel, the test "Talos" initramfs and a disk booting them;
+// and the kernel cmdline of a platform (.../cmdline-<platform>-<arch>), the one its PXE
+// script boots with. It counts the image downloads it served (Downloads).
 // For Omni it also lists the Talos versions (GET /versions,
 // /version/<v>/{extensions,overlays}/official) and, as a container registry would, the
 // Kubernetes versions (GET /v2/ and /v2/siderolabs/kubelet/tags/list): versions.go.
@@ -60,6 +62,7 @@ var assetFallbacks = map[string][]string{
 var (
 	versionRe  = regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.+-]+)?$`)
 	platformRe = regexp.MustCompile(`^([a-z0-9]+)-(amd64|arm64)$`)
+	cmdlineRe  = regexp.MustCompile(`^cmdline-([a-z0-9]+)-(amd64|arm64)$`)
 )
 
 // Factory is the stand-in's handler.
@@ -72,6 +75,8 @@ type Factory struct {
 	mu         sync.Mutex
 	schematics map[string][]byte
 	order      []string
+	// downloads counts the completed GETs of /image/ files, by URL path.
+	downloads map[string]int
 }
 
 // Option configures a Factory.
@@ -92,6 +97,7 @@ func WithBaseURL(u string) Option {
 func New(opts ...Option) *Factory {
 	f := &Factory{
 		schematics:         map[string][]byte{},
+		downloads:          map[string]int{},
 		talosVersions:      DefaultTalosVersions,
 		kubernetesVersions: DefaultKubernetesVersions,
 	}
@@ -202,22 +208,33 @@ func (f *Factory) pxe(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	base := f.baseURL
-	if base == "" {
-		base = "http://" + r.Host
-	}
-
+	base := f.base(r)
 	image := base + "/image/" + id + "/" + version + "/"
 	initramfs := "initramfs-" + arch + ".xz"
-	args := append([]string{
-		// Debian's 2019 iPXE needs initrd=<name> on the kernel line under EFI.
-		"initrd=" + initramfs,
-		"talos.platform=" + platform, BaseCmdline,
-		SchematicArg + "=" + id, VersionArg + "=" + version, FactoryArg + "=" + base,
-	}, sc.Customization.ExtraKernelArgs...)
+	// Debian's 2019 iPXE needs initrd=<name> on the kernel line under EFI.
+	args := append([]string{"initrd=" + initramfs}, kernelArgs(sc, id, version, platform, base)...)
 
 	w.Header().Set("Content-Type", "text/plain")
 	fmt.Fprintf(w, "#!ipxe\nimgfree\nkernel %skernel-%s %s\ninitrd %s%s\nboot\n", image, arch, strings.Join(args, " "), image, initramfs) //nolint:gosec // a text/plain iPXE script, not HTML
+}
+
+// kernelArgs are the arguments the stand-in boots a schematic's Talos with, as the
+// factory's cmdline-<platform>-<arch>: the platform, Talos' defaults (BaseCmdline), what
+// the stand-in served, then the schematic's extra kernel arguments as they are.
+func kernelArgs(sc *schematic.Schematic, id, version, platform, base string) []string {
+	return append([]string{
+		"talos.platform=" + platform, BaseCmdline,
+		SchematicArg + "=" + id, VersionArg + "=" + version, FactoryArg + "=" + base,
+	}, sc.Customization.ExtraKernelArgs...)
+}
+
+// base is the factory's base URL as its clients reach it.
+func (f *Factory) base(r *http.Request) string {
+	if f.baseURL != "" {
+		return f.baseURL
+	}
+
+	return "http://" + r.Host
 }
 
 // image answers GET /image/<schematic>/<version>/<file> from the assets directory.
@@ -229,15 +246,28 @@ func (f *Factory) image(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	if _, ok := f.Schematic(parts[0]); !ok {
-		http.Error(w, "unknown schematic "+parts[0], http.StatusNotFound)
+	sc, err := f.parsed(parts[0])
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+
+		return
+	}
+
+	// Every answer below is counted once sent: tests assert how often each file was
+	// fetched.
+	cw := &countingWriter{ResponseWriter: w}
+	defer f.count(r, cw)
+
+	if m := cmdlineRe.FindStringSubmatch(parts[2]); m != nil {
+		cw.Header().Set("Content-Type", "text/plain")
+		io.WriteString(cw, strings.Join(kernelArgs(sc, parts[0], parts[1], m[1], f.base(r)), " ")) //nolint:errcheck,gosec // a text/plain cmdline, not HTML; a write error: the client went away
 
 		return
 	}
 
 	names, ok := assetFallbacks[parts[2]]
 	if !ok || f.assets == "" {
-		http.NotFound(w, r)
+		http.NotFound(cw, r)
 
 		return
 	}
@@ -245,14 +275,76 @@ func (f *Factory) image(w http.ResponseWriter, r *http.Request) {
 	for _, name := range names {
 		path := filepath.Join(f.assets, name)
 		if st, err := os.Stat(path); err == nil && st.Mode().IsRegular() {
-			w.Header().Set("Content-Type", "application/octet-stream")
-			http.ServeFile(w, r, path)
+			cw.Header().Set("Content-Type", "application/octet-stream")
+			http.ServeFile(cw, r, path)
 
 			return
 		}
 	}
 
-	http.NotFound(w, r)
+	http.NotFound(cw, r)
+}
+
+// countingWriter remembers the status of an answer, and whether it was sent whole.
+type countingWriter struct {
+	http.ResponseWriter
+
+	status int
+	broken bool
+}
+
+func (w *countingWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *countingWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+
+	n, err := w.ResponseWriter.Write(b)
+	w.broken = w.broken || err != nil
+
+	return n, err //nolint:wrapcheck // the connection's own error, as http.ResponseWriter's
+}
+
+// ReadFrom keeps the writer's own ReadFrom (sendfile) for http.ServeFile.
+func (w *countingWriter) ReadFrom(r io.Reader) (int64, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+
+	n, err := io.Copy(w.ResponseWriter, r)
+	w.broken = w.broken || err != nil
+
+	return n, err //nolint:wrapcheck // the connection's own error, as http.ResponseWriter's
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// count records a completed download: a GET (not HEAD) answered with success, whole.
+func (f *Factory) count(r *http.Request, w *countingWriter) {
+	if r.Method != http.MethodGet || w.status < 200 || w.status > 299 || w.broken {
+		return
+	}
+
+	f.mu.Lock()
+	f.downloads[r.URL.Path]++
+	f.mu.Unlock()
+}
+
+// Downloads is how many times the /image/ file at path (/image/<schematic>/<version>/<file>)
+// was downloaded: completed GETs answered with success, HEADs not counted.
+func (f *Factory) Downloads(path string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	return f.downloads[path]
 }
 
 // parsed returns a registered schematic, decoded.

@@ -78,10 +78,11 @@ func TestPXEScript(t *testing.T) {
 	require.True(t, ok)
 
 	image := srv.URL + "/image/" + id + "/v1.9.0/"
-	want := "#!ipxe\nimgfree\n" +
-		"kernel " + image + "kernel-amd64 initrd=initramfs-amd64.xz talos.platform=metal console=ttyS0,115200n8 console=tty0 no_timer_check " +
+	cmdline := "talos.platform=metal console=ttyS0,115200n8 console=tty0 no_timer_check " +
 		"anvil.lab.schematic=" + id + " anvil.lab.version=v1.9.0 anvil.lab.factory=" + srv.URL + " " +
-		"talos.config=http://10.0.2.2:50042/metadata/${anvil_machine}?token=${anvil_token} talos.events.sink=10.0.2.2:50042\n" +
+		"talos.config=http://10.0.2.2:50042/metadata/${anvil_machine}?token=${anvil_token} talos.events.sink=10.0.2.2:50042"
+	want := "#!ipxe\nimgfree\n" +
+		"kernel " + image + "kernel-amd64 initrd=initramfs-amd64.xz " + cmdline + "\n" +
 		"initrd " + image + "initramfs-amd64.xz\nboot\n"
 
 	for _, tc := range []struct {
@@ -93,6 +94,11 @@ func TestPXEScript(t *testing.T) {
 		{"kernel", "/image/" + id + "/v1.9.0/kernel-amd64", http.StatusOK, "KERNEL"},
 		{"initramfs", "/image/" + id + "/v1.9.0/initramfs-amd64.xz", http.StatusOK, "INITRAMFS"},
 		{"disk image", "/image/" + id + "/v1.9.0/metal-amd64.raw", http.StatusOK, "DISK"},
+		// The PXE script's kernel line without initrd=, as the factory's cmdline is.
+		{"cmdline", "/image/" + id + "/v1.9.0/cmdline-metal-amd64", http.StatusOK, cmdline},
+		{"arm64 cmdline", "/image/" + id + "/v1.9.0/cmdline-metal-arm64", http.StatusOK, cmdline},
+		{"cmdline of an unknown arch", "/image/" + id + "/v1.9.0/cmdline-metal-riscv", http.StatusNotFound, ""},
+		{"cmdline of an unknown schematic", "/image/" + strings.Repeat("0", 64) + "/v1.9.0/cmdline-metal-amd64", http.StatusNotFound, ""},
 		{"schematic document", "/schematics/" + id, http.StatusOK, string(doc)},
 		{"unknown schematic document", "/schematics/" + strings.Repeat("0", 64), http.StatusNotFound, ""},
 		{"unknown schematic", "/pxe/" + strings.Repeat("0", 64) + "/v1.9.0/metal-amd64", http.StatusNotFound, ""},
@@ -150,5 +156,61 @@ func TestNoAssets(t *testing.T) {
 		if status == http.StatusOK {
 			assert.Contains(t, string(body), "kernel http://factory.example/image/"+id+"/v1.10.0-alpha.1/kernel-arm64 initrd=initramfs-arm64.xz ")
 		}
+	}
+}
+
+// TestDownloads: each completed GET of an /image/ file counts for its path; HEADs,
+// failures and other endpoints do not.
+func TestDownloads(t *testing.T) {
+	t.Parallel()
+
+	assets := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(assets, "kernel-amd64"), []byte("KERNEL"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(assets, "initramfs-amd64.xz"), []byte("INITRAMFS"), 0o644))
+
+	f := labfactory.New(labfactory.WithAssets(assets))
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+
+	c, err := client.New(srv.URL)
+	require.NoError(t, err)
+
+	id, _, err := c.SchematicCreate(t.Context(), schematic.Schematic{})
+	require.NoError(t, err)
+
+	kernel := "/image/" + id + "/v1.9.0/kernel-amd64"
+	initramfs := "/image/" + id + "/v1.9.0/initramfs-amd64.xz"
+	cmdline := "/image/" + id + "/v1.9.0/cmdline-metal-amd64"
+	missing := "/image/" + id + "/v1.9.0/metal-amd64.iso"
+
+	for _, req := range []struct{ method, path string }{
+		{http.MethodGet, kernel},
+		{http.MethodGet, kernel},
+		{http.MethodHead, kernel},
+		{http.MethodGet, initramfs},
+		{http.MethodHead, cmdline},
+		{http.MethodGet, cmdline},
+		{http.MethodGet, missing},
+		{http.MethodGet, "/pxe/" + id + "/v1.9.0/metal-amd64"},
+	} {
+		r, err := http.NewRequestWithContext(t.Context(), req.method, srv.URL+req.path, nil)
+		require.NoError(t, err)
+
+		resp, err := http.DefaultClient.Do(r)
+		require.NoError(t, err)
+
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+
+	for path, want := range map[string]int{
+		kernel:                               2,
+		initramfs:                            1,
+		cmdline:                              1,
+		missing:                              0,
+		"/pxe/" + id + "/v1.9.0/metal-amd64": 0,
+		"/image/" + id + "/v1.9.0/initramfs-arm64.xz": 0,
+	} {
+		assert.Equal(t, want, f.Downloads(path), path)
 	}
 }

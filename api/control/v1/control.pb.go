@@ -149,7 +149,9 @@ type MachineIntent struct {
 	// The user's own labels (SetLabels); the effective set is the MachineLabels resource.
 	Labels map[string]string `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The machine's own wipe mode; empty follows the provider's --wipe-mode.
-	WipeMode      string `protobuf:"bytes,9,opt,name=wipe_mode,json=wipeMode,proto3" json:"wipe_mode,omitempty"`
+	WipeMode string `protobuf:"bytes,9,opt,name=wipe_mode,json=wipeMode,proto3" json:"wipe_mode,omitempty"`
+	// The machine's own kexec mode; empty follows the provider's --kexec.
+	KexecMode     string `protobuf:"bytes,10,opt,name=kexec_mode,json=kexecMode,proto3" json:"kexec_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -247,6 +249,13 @@ func (x *MachineIntent) GetWipeMode() string {
 	return ""
 }
 
+func (x *MachineIntent) GetKexecMode() string {
+	if x != nil {
+		return x.KexecMode
+	}
+	return ""
+}
+
 // Allocation is what a machine is handed to. The machine configuration is never sent
 // back: it is sensitive.
 type Allocation struct {
@@ -260,9 +269,12 @@ type Allocation struct {
 	// Size in bytes of the machine configuration, zero when none was given.
 	ConfigSize uint32 `protobuf:"varint,6,opt,name=config_size,json=configSize,proto3" json:"config_size,omitempty"`
 	// RFC 3339.
-	AllocatedAt   string `protobuf:"bytes,7,opt,name=allocated_at,json=allocatedAt,proto3" json:"allocated_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AllocatedAt string `protobuf:"bytes,7,opt,name=allocated_at,json=allocatedAt,proto3" json:"allocated_at,omitempty"`
+	// The extensions among the above that the machine's hardware called for (the
+	// extensions catalog) rather than the request.
+	DetectedExtensions []string `protobuf:"bytes,8,rep,name=detected_extensions,json=detectedExtensions,proto3" json:"detected_extensions,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Allocation) Reset() {
@@ -342,6 +354,13 @@ func (x *Allocation) GetAllocatedAt() string {
 		return x.AllocatedAt
 	}
 	return ""
+}
+
+func (x *Allocation) GetDetectedExtensions() []string {
+	if x != nil {
+		return x.DetectedExtensions
+	}
+	return nil
 }
 
 type AcceptRequest struct {
@@ -540,9 +559,15 @@ type AllocateRequest struct {
 	// Extra kernel arguments, one argument per entry (console=ttyS0).
 	KernelArgs []string `protobuf:"bytes,4,rep,name=kernel_args,json=kernelArgs,proto3" json:"kernel_args,omitempty"`
 	// Optional Talos machine configuration: one or more YAML documents, at most 1 MiB.
-	Config        []byte `protobuf:"bytes,5,opt,name=config,proto3" json:"config,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Config []byte `protobuf:"bytes,5,opt,name=config,proto3" json:"config,omitempty"`
+	// no_detected_extensions leaves out the extensions the machine's hardware calls for
+	// (the extensions catalog), which the schematic otherwise gets beside the requested
+	// ones, as the provider's --detected-extensions says.
+	NoDetectedExtensions bool `protobuf:"varint,6,opt,name=no_detected_extensions,json=noDetectedExtensions,proto3" json:"no_detected_extensions,omitempty"`
+	// exclude_extensions leaves these detected extensions out (a requested one stays).
+	ExcludeExtensions []string `protobuf:"bytes,7,rep,name=exclude_extensions,json=excludeExtensions,proto3" json:"exclude_extensions,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *AllocateRequest) Reset() {
@@ -606,6 +631,20 @@ func (x *AllocateRequest) GetKernelArgs() []string {
 func (x *AllocateRequest) GetConfig() []byte {
 	if x != nil {
 		return x.Config
+	}
+	return nil
+}
+
+func (x *AllocateRequest) GetNoDetectedExtensions() bool {
+	if x != nil {
+		return x.NoDetectedExtensions
+	}
+	return false
+}
+
+func (x *AllocateRequest) GetExcludeExtensions() []string {
+	if x != nil {
+		return x.ExcludeExtensions
 	}
 	return nil
 }
@@ -1569,11 +1608,108 @@ func (x *SetWipeModeResponse) GetIntent() *MachineIntent {
 	return nil
 }
 
+type SetKexecModeRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	MachineId string                 `protobuf:"bytes,1,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	// mode is auto, always, never, or empty for the provider's default.
+	Mode          string `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetKexecModeRequest) Reset() {
+	*x = SetKexecModeRequest{}
+	mi := &file_control_v1_control_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetKexecModeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetKexecModeRequest) ProtoMessage() {}
+
+func (x *SetKexecModeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetKexecModeRequest.ProtoReflect.Descriptor instead.
+func (*SetKexecModeRequest) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SetKexecModeRequest) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
+	}
+	return ""
+}
+
+func (x *SetKexecModeRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+type SetKexecModeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Intent        *MachineIntent         `protobuf:"bytes,1,opt,name=intent,proto3" json:"intent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetKexecModeResponse) Reset() {
+	*x = SetKexecModeResponse{}
+	mi := &file_control_v1_control_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetKexecModeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetKexecModeResponse) ProtoMessage() {}
+
+func (x *SetKexecModeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetKexecModeResponse.ProtoReflect.Descriptor instead.
+func (*SetKexecModeResponse) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SetKexecModeResponse) GetIntent() *MachineIntent {
+	if x != nil {
+		return x.Intent
+	}
+	return nil
+}
+
 var File_control_v1_control_proto protoreflect.FileDescriptor
 
 const file_control_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x18control/v1/control.proto\x12\x10anvil.control.v1\"\xcd\x03\n" +
+	"\x18control/v1/control.proto\x12\x10anvil.control.v1\"\xec\x03\n" +
 	"\rMachineIntent\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12<\n" +
@@ -1588,10 +1724,13 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\treboot_id\x18\x06 \x01(\tR\brebootId\x12\x1a\n" +
 	"\bcordoned\x18\a \x01(\bR\bcordoned\x12C\n" +
 	"\x06labels\x18\b \x03(\v2+.anvil.control.v1.MachineIntent.LabelsEntryR\x06labels\x12\x1b\n" +
-	"\twipe_mode\x18\t \x01(\tR\bwipeMode\x1a9\n" +
+	"\twipe_mode\x18\t \x01(\tR\bwipeMode\x12\x1d\n" +
+	"\n" +
+	"kexec_mode\x18\n" +
+	" \x01(\tR\tkexecMode\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe9\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9a\x02\n" +
 	"\n" +
 	"Allocation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12#\n" +
@@ -1604,7 +1743,8 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"kernelArgs\x12\x1f\n" +
 	"\vconfig_size\x18\x06 \x01(\rR\n" +
 	"configSize\x12!\n" +
-	"\fallocated_at\x18\a \x01(\tR\vallocatedAt\"Z\n" +
+	"\fallocated_at\x18\a \x01(\tR\vallocatedAt\x12/\n" +
+	"\x13detected_extensions\x18\b \x03(\tR\x12detectedExtensions\"Z\n" +
 	"\rAcceptRequest\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12*\n" +
@@ -1615,7 +1755,7 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\"I\n" +
 	"\x0eRejectResponse\x127\n" +
-	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\"\xae\x01\n" +
+	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\"\x93\x02\n" +
 	"\x0fAllocateRequest\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12#\n" +
@@ -1625,7 +1765,9 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"extensions\x12\x1f\n" +
 	"\vkernel_args\x18\x04 \x03(\tR\n" +
 	"kernelArgs\x12\x16\n" +
-	"\x06config\x18\x05 \x01(\fR\x06config\"K\n" +
+	"\x06config\x18\x05 \x01(\fR\x06config\x124\n" +
+	"\x16no_detected_extensions\x18\x06 \x01(\bR\x14noDetectedExtensions\x12-\n" +
+	"\x12exclude_extensions\x18\a \x03(\tR\x11excludeExtensions\"K\n" +
 	"\x10AllocateResponse\x127\n" +
 	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\"2\n" +
 	"\x11DeallocateRequest\x12\x1d\n" +
@@ -1690,6 +1832,12 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\tR\x04mode\"N\n" +
 	"\x13SetWipeModeResponse\x127\n" +
+	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\"H\n" +
+	"\x13SetKexecModeRequest\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\"O\n" +
+	"\x14SetKexecModeResponse\x127\n" +
 	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent*r\n" +
 	"\n" +
 	"Acceptance\x12\x1a\n" +
@@ -1702,7 +1850,7 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\x17POWER_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13POWER_STATE_DEFAULT\x10\x01\x12\x12\n" +
 	"\x0ePOWER_STATE_ON\x10\x02\x12\x13\n" +
-	"\x0fPOWER_STATE_OFF\x10\x032\xfa\a\n" +
+	"\x0fPOWER_STATE_OFF\x10\x032\xd9\b\n" +
 	"\x11TransitionService\x12K\n" +
 	"\x06Accept\x12\x1f.anvil.control.v1.AcceptRequest\x1a .anvil.control.v1.AcceptResponse\x12K\n" +
 	"\x06Reject\x12\x1f.anvil.control.v1.RejectRequest\x1a .anvil.control.v1.RejectResponse\x12Q\n" +
@@ -1716,7 +1864,8 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\x06Reboot\x12\x1f.anvil.control.v1.RebootRequest\x1a .anvil.control.v1.RebootResponse\x12K\n" +
 	"\x06SetBMC\x12\x1f.anvil.control.v1.SetBMCRequest\x1a .anvil.control.v1.SetBMCResponse\x12T\n" +
 	"\tSetLabels\x12\".anvil.control.v1.SetLabelsRequest\x1a#.anvil.control.v1.SetLabelsResponse\x12Z\n" +
-	"\vSetWipeMode\x12$.anvil.control.v1.SetWipeModeRequest\x1a%.anvil.control.v1.SetWipeModeResponseB7Z5github.com/anvil-metal/anvil/api/control/v1;controlv1b\x06proto3"
+	"\vSetWipeMode\x12$.anvil.control.v1.SetWipeModeRequest\x1a%.anvil.control.v1.SetWipeModeResponse\x12]\n" +
+	"\fSetKexecMode\x12%.anvil.control.v1.SetKexecModeRequest\x1a&.anvil.control.v1.SetKexecModeResponseB7Z5github.com/anvil-metal/anvil/api/control/v1;controlv1b\x06proto3"
 
 var (
 	file_control_v1_control_proto_rawDescOnce sync.Once
@@ -1731,7 +1880,7 @@ func file_control_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_control_v1_control_proto_goTypes = []any{
 	(Acceptance)(0),               // 0: anvil.control.v1.Acceptance
 	(PowerState)(0),               // 1: anvil.control.v1.PowerState
@@ -1761,14 +1910,16 @@ var file_control_v1_control_proto_goTypes = []any{
 	(*SetLabelsResponse)(nil),     // 25: anvil.control.v1.SetLabelsResponse
 	(*SetWipeModeRequest)(nil),    // 26: anvil.control.v1.SetWipeModeRequest
 	(*SetWipeModeResponse)(nil),   // 27: anvil.control.v1.SetWipeModeResponse
-	nil,                           // 28: anvil.control.v1.MachineIntent.LabelsEntry
-	nil,                           // 29: anvil.control.v1.SetLabelsRequest.SetEntry
+	(*SetKexecModeRequest)(nil),   // 28: anvil.control.v1.SetKexecModeRequest
+	(*SetKexecModeResponse)(nil),  // 29: anvil.control.v1.SetKexecModeResponse
+	nil,                           // 30: anvil.control.v1.MachineIntent.LabelsEntry
+	nil,                           // 31: anvil.control.v1.SetLabelsRequest.SetEntry
 }
 var file_control_v1_control_proto_depIdxs = []int32{
 	0,  // 0: anvil.control.v1.MachineIntent.acceptance:type_name -> anvil.control.v1.Acceptance
 	3,  // 1: anvil.control.v1.MachineIntent.allocation:type_name -> anvil.control.v1.Allocation
 	1,  // 2: anvil.control.v1.MachineIntent.power:type_name -> anvil.control.v1.PowerState
-	28, // 3: anvil.control.v1.MachineIntent.labels:type_name -> anvil.control.v1.MachineIntent.LabelsEntry
+	30, // 3: anvil.control.v1.MachineIntent.labels:type_name -> anvil.control.v1.MachineIntent.LabelsEntry
 	2,  // 4: anvil.control.v1.AcceptResponse.intent:type_name -> anvil.control.v1.MachineIntent
 	2,  // 5: anvil.control.v1.RejectResponse.intent:type_name -> anvil.control.v1.MachineIntent
 	2,  // 6: anvil.control.v1.AllocateResponse.intent:type_name -> anvil.control.v1.MachineIntent
@@ -1778,38 +1929,41 @@ var file_control_v1_control_proto_depIdxs = []int32{
 	1,  // 10: anvil.control.v1.SetPowerRequest.power:type_name -> anvil.control.v1.PowerState
 	2,  // 11: anvil.control.v1.SetPowerResponse.intent:type_name -> anvil.control.v1.MachineIntent
 	2,  // 12: anvil.control.v1.RebootResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	29, // 13: anvil.control.v1.SetLabelsRequest.set:type_name -> anvil.control.v1.SetLabelsRequest.SetEntry
+	31, // 13: anvil.control.v1.SetLabelsRequest.set:type_name -> anvil.control.v1.SetLabelsRequest.SetEntry
 	2,  // 14: anvil.control.v1.SetLabelsResponse.intent:type_name -> anvil.control.v1.MachineIntent
 	2,  // 15: anvil.control.v1.SetWipeModeResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	4,  // 16: anvil.control.v1.TransitionService.Accept:input_type -> anvil.control.v1.AcceptRequest
-	6,  // 17: anvil.control.v1.TransitionService.Reject:input_type -> anvil.control.v1.RejectRequest
-	8,  // 18: anvil.control.v1.TransitionService.Allocate:input_type -> anvil.control.v1.AllocateRequest
-	10, // 19: anvil.control.v1.TransitionService.Deallocate:input_type -> anvil.control.v1.DeallocateRequest
-	12, // 20: anvil.control.v1.TransitionService.MarkInstalled:input_type -> anvil.control.v1.MarkInstalledRequest
-	14, // 21: anvil.control.v1.TransitionService.Cordon:input_type -> anvil.control.v1.CordonRequest
-	16, // 22: anvil.control.v1.TransitionService.Uncordon:input_type -> anvil.control.v1.UncordonRequest
-	18, // 23: anvil.control.v1.TransitionService.SetPower:input_type -> anvil.control.v1.SetPowerRequest
-	20, // 24: anvil.control.v1.TransitionService.Reboot:input_type -> anvil.control.v1.RebootRequest
-	22, // 25: anvil.control.v1.TransitionService.SetBMC:input_type -> anvil.control.v1.SetBMCRequest
-	24, // 26: anvil.control.v1.TransitionService.SetLabels:input_type -> anvil.control.v1.SetLabelsRequest
-	26, // 27: anvil.control.v1.TransitionService.SetWipeMode:input_type -> anvil.control.v1.SetWipeModeRequest
-	5,  // 28: anvil.control.v1.TransitionService.Accept:output_type -> anvil.control.v1.AcceptResponse
-	7,  // 29: anvil.control.v1.TransitionService.Reject:output_type -> anvil.control.v1.RejectResponse
-	9,  // 30: anvil.control.v1.TransitionService.Allocate:output_type -> anvil.control.v1.AllocateResponse
-	11, // 31: anvil.control.v1.TransitionService.Deallocate:output_type -> anvil.control.v1.DeallocateResponse
-	13, // 32: anvil.control.v1.TransitionService.MarkInstalled:output_type -> anvil.control.v1.MarkInstalledResponse
-	15, // 33: anvil.control.v1.TransitionService.Cordon:output_type -> anvil.control.v1.CordonResponse
-	17, // 34: anvil.control.v1.TransitionService.Uncordon:output_type -> anvil.control.v1.UncordonResponse
-	19, // 35: anvil.control.v1.TransitionService.SetPower:output_type -> anvil.control.v1.SetPowerResponse
-	21, // 36: anvil.control.v1.TransitionService.Reboot:output_type -> anvil.control.v1.RebootResponse
-	23, // 37: anvil.control.v1.TransitionService.SetBMC:output_type -> anvil.control.v1.SetBMCResponse
-	25, // 38: anvil.control.v1.TransitionService.SetLabels:output_type -> anvil.control.v1.SetLabelsResponse
-	27, // 39: anvil.control.v1.TransitionService.SetWipeMode:output_type -> anvil.control.v1.SetWipeModeResponse
-	28, // [28:40] is the sub-list for method output_type
-	16, // [16:28] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	2,  // 16: anvil.control.v1.SetKexecModeResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	4,  // 17: anvil.control.v1.TransitionService.Accept:input_type -> anvil.control.v1.AcceptRequest
+	6,  // 18: anvil.control.v1.TransitionService.Reject:input_type -> anvil.control.v1.RejectRequest
+	8,  // 19: anvil.control.v1.TransitionService.Allocate:input_type -> anvil.control.v1.AllocateRequest
+	10, // 20: anvil.control.v1.TransitionService.Deallocate:input_type -> anvil.control.v1.DeallocateRequest
+	12, // 21: anvil.control.v1.TransitionService.MarkInstalled:input_type -> anvil.control.v1.MarkInstalledRequest
+	14, // 22: anvil.control.v1.TransitionService.Cordon:input_type -> anvil.control.v1.CordonRequest
+	16, // 23: anvil.control.v1.TransitionService.Uncordon:input_type -> anvil.control.v1.UncordonRequest
+	18, // 24: anvil.control.v1.TransitionService.SetPower:input_type -> anvil.control.v1.SetPowerRequest
+	20, // 25: anvil.control.v1.TransitionService.Reboot:input_type -> anvil.control.v1.RebootRequest
+	22, // 26: anvil.control.v1.TransitionService.SetBMC:input_type -> anvil.control.v1.SetBMCRequest
+	24, // 27: anvil.control.v1.TransitionService.SetLabels:input_type -> anvil.control.v1.SetLabelsRequest
+	26, // 28: anvil.control.v1.TransitionService.SetWipeMode:input_type -> anvil.control.v1.SetWipeModeRequest
+	28, // 29: anvil.control.v1.TransitionService.SetKexecMode:input_type -> anvil.control.v1.SetKexecModeRequest
+	5,  // 30: anvil.control.v1.TransitionService.Accept:output_type -> anvil.control.v1.AcceptResponse
+	7,  // 31: anvil.control.v1.TransitionService.Reject:output_type -> anvil.control.v1.RejectResponse
+	9,  // 32: anvil.control.v1.TransitionService.Allocate:output_type -> anvil.control.v1.AllocateResponse
+	11, // 33: anvil.control.v1.TransitionService.Deallocate:output_type -> anvil.control.v1.DeallocateResponse
+	13, // 34: anvil.control.v1.TransitionService.MarkInstalled:output_type -> anvil.control.v1.MarkInstalledResponse
+	15, // 35: anvil.control.v1.TransitionService.Cordon:output_type -> anvil.control.v1.CordonResponse
+	17, // 36: anvil.control.v1.TransitionService.Uncordon:output_type -> anvil.control.v1.UncordonResponse
+	19, // 37: anvil.control.v1.TransitionService.SetPower:output_type -> anvil.control.v1.SetPowerResponse
+	21, // 38: anvil.control.v1.TransitionService.Reboot:output_type -> anvil.control.v1.RebootResponse
+	23, // 39: anvil.control.v1.TransitionService.SetBMC:output_type -> anvil.control.v1.SetBMCResponse
+	25, // 40: anvil.control.v1.TransitionService.SetLabels:output_type -> anvil.control.v1.SetLabelsResponse
+	27, // 41: anvil.control.v1.TransitionService.SetWipeMode:output_type -> anvil.control.v1.SetWipeModeResponse
+	29, // 42: anvil.control.v1.TransitionService.SetKexecMode:output_type -> anvil.control.v1.SetKexecModeResponse
+	30, // [30:43] is the sub-list for method output_type
+	17, // [17:30] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_control_v1_control_proto_init() }
@@ -1823,7 +1977,7 @@ func file_control_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_v1_control_proto_rawDesc), len(file_control_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

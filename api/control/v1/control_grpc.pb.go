@@ -37,6 +37,7 @@ const (
 	TransitionService_SetBMC_FullMethodName        = "/anvil.control.v1.TransitionService/SetBMC"
 	TransitionService_SetLabels_FullMethodName     = "/anvil.control.v1.TransitionService/SetLabels"
 	TransitionService_SetWipeMode_FullMethodName   = "/anvil.control.v1.TransitionService/SetWipeMode"
+	TransitionService_SetKexecMode_FullMethodName  = "/anvil.control.v1.TransitionService/SetKexecMode"
 )
 
 // TransitionServiceClient is the client API for TransitionService service.
@@ -84,6 +85,10 @@ type TransitionServiceClient interface {
 	// SetWipeMode sets how this machine's disks are wiped: fast, zeroes or secure-erase;
 	// empty follows the provider's --wipe-mode.
 	SetWipeMode(ctx context.Context, in *SetWipeModeRequest, opts ...grpc.CallOption) (*SetWipeModeResponse, error)
+	// SetKexecMode sets how this machine is handed to Talos while its agent runs: auto
+	// (kexec unless its hardware is on the kexec deny list), always, never (through its
+	// firmware); empty follows the provider's --kexec.
+	SetKexecMode(ctx context.Context, in *SetKexecModeRequest, opts ...grpc.CallOption) (*SetKexecModeResponse, error)
 }
 
 type transitionServiceClient struct {
@@ -214,6 +219,16 @@ func (c *transitionServiceClient) SetWipeMode(ctx context.Context, in *SetWipeMo
 	return out, nil
 }
 
+func (c *transitionServiceClient) SetKexecMode(ctx context.Context, in *SetKexecModeRequest, opts ...grpc.CallOption) (*SetKexecModeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetKexecModeResponse)
+	err := c.cc.Invoke(ctx, TransitionService_SetKexecMode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TransitionServiceServer is the server API for TransitionService service.
 // All implementations must embed UnimplementedTransitionServiceServer
 // for forward compatibility.
@@ -259,6 +274,10 @@ type TransitionServiceServer interface {
 	// SetWipeMode sets how this machine's disks are wiped: fast, zeroes or secure-erase;
 	// empty follows the provider's --wipe-mode.
 	SetWipeMode(context.Context, *SetWipeModeRequest) (*SetWipeModeResponse, error)
+	// SetKexecMode sets how this machine is handed to Talos while its agent runs: auto
+	// (kexec unless its hardware is on the kexec deny list), always, never (through its
+	// firmware); empty follows the provider's --kexec.
+	SetKexecMode(context.Context, *SetKexecModeRequest) (*SetKexecModeResponse, error)
 	mustEmbedUnimplementedTransitionServiceServer()
 }
 
@@ -304,6 +323,9 @@ func (UnimplementedTransitionServiceServer) SetLabels(context.Context, *SetLabel
 }
 func (UnimplementedTransitionServiceServer) SetWipeMode(context.Context, *SetWipeModeRequest) (*SetWipeModeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetWipeMode not implemented")
+}
+func (UnimplementedTransitionServiceServer) SetKexecMode(context.Context, *SetKexecModeRequest) (*SetKexecModeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetKexecMode not implemented")
 }
 func (UnimplementedTransitionServiceServer) mustEmbedUnimplementedTransitionServiceServer() {}
 func (UnimplementedTransitionServiceServer) testEmbeddedByValue()                           {}
@@ -542,6 +564,24 @@ func _TransitionService_SetWipeMode_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TransitionService_SetKexecMode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetKexecModeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransitionServiceServer).SetKexecMode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TransitionService_SetKexecMode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransitionServiceServer).SetKexecMode(ctx, req.(*SetKexecModeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TransitionService_ServiceDesc is the grpc.ServiceDesc for TransitionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -596,6 +636,10 @@ var TransitionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetWipeMode",
 			Handler:    _TransitionService_SetWipeMode_Handler,
+		},
+		{
+			MethodName: "SetKexecMode",
+			Handler:    _TransitionService_SetKexecMode_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

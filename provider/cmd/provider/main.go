@@ -100,6 +100,10 @@ func newRootCmd() *cobra.Command {
 		"how installed and rejected machines are sent to their disk: ipxe-exit, ipxe-sanboot (BIOS) or http-404")
 	f.StringVar(&opts.ImageFactoryBaseURL, "image-factory-base-url", opts.ImageFactoryBaseURL, "base URL of the Image Factory")
 	f.StringVar(&opts.ImageFactoryPXEBaseURL, "image-factory-pxe-base-url", opts.ImageFactoryPXEBaseURL, "base URL of the Image Factory's PXE endpoint")
+	f.StringVar(&opts.ImageCacheDir, "image-cache-dir", opts.ImageCacheDir,
+		"directory of the Talos boot assets fetched from the Image Factory and served to machines (<state-dir>/image-cache when empty)")
+	f.StringVar(&opts.ImageCacheSize, "image-cache-size", opts.ImageCacheSize,
+		"most the image cache holds, least recently used assets evicted first (10GiB, 500MiB, 20GB)")
 	f.StringVar(&opts.TalosPlatform, "talos-platform", opts.TalosPlatform, "Talos platform of PXE-booted machines")
 	f.StringVar(&opts.AgentAssetsDir, "agent-assets-dir", opts.AgentAssetsDir, "directory of the agent boot assets (vmlinuz-<arch>, initramfs-<arch>.xz, cmdline-<arch>)")
 	f.StringVar(&opts.AgentKernelArgs, "agent-kernel-args", opts.AgentKernelArgs,
@@ -109,6 +113,14 @@ func newRootCmd() *cobra.Command {
 	f.StringVar(&opts.RejectedAction, "rejected-action", opts.RejectedAction,
 		"what a rejected machine's agent does: reboot (it falls through to its disk) or poweroff")
 	f.StringVar(&opts.PowerIdleDefault, "power-idle-default", opts.PowerIdleDefault, "power of an accepted machine with nothing to do: off or on")
+	f.StringVar(&opts.Kexec, "kexec", opts.Kexec,
+		"how an allocated machine whose agent runs is handed to Talos: auto (kexec unless its hardware is on the deny list), always, never (through the firmware)")
+	f.DurationVar(&opts.KexecTimeout, "kexec-timeout", opts.KexecTimeout,
+		"how long a kexec'd Talos has to be seen up before the machine is booted through its BMC instead (PXE once, then a cycle)")
+	f.DurationVar(&opts.KexecKeepWarm, "kexec-keep-warm", opts.KexecKeepWarm,
+		"keep a machine that would idle off powered on, its agent up, this long after its last wipe, for a kexec handoff (0: off)")
+	f.BoolVar(&opts.DetectedExtensions, "detected-extensions", opts.DetectedExtensions,
+		"add the official extensions a machine's hardware calls for (the extensions catalog) to its allocations")
 	f.DurationVar(&opts.PowerPollInterval, "power-poll-interval", opts.PowerPollInterval, "how often each BMC's power state is read")
 	f.DurationVar(&opts.MinRebootInterval, "min-reboot-interval", opts.MinRebootInterval, "least time between two power actions on one machine")
 	f.IntVar(&opts.PowerConcurrency, "power-concurrency", opts.PowerConcurrency, "most BMCs talked to at once")

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/anvil-metal/anvil/internal/labfactory"
 	"github.com/anvil-metal/anvil/internal/testprovider"
 )
 
@@ -41,7 +42,14 @@ func restart(p *testprovider.Provider) {
 func TestAnvilctlAgainstRunningProvider(t *testing.T) {
 	t.Parallel()
 
-	p := testprovider.New(t, false, "--machine-labels", "dc=lab,rack=r1")
+	// The factory stand-in serves Talos boot assets (files that are not): the provider
+	// boots Talos from its own cache of them.
+	talos := t.TempDir()
+	for name, content := range map[string]string{"kernel-amd64": "TALOS-KERNEL", "initramfs-amd64.xz": "TALOS-INITRAMFS"} {
+		require.NoError(t, os.WriteFile(filepath.Join(talos, name), []byte(content), 0o600))
+	}
+
+	p := testprovider.NewWith(t, testprovider.Options{Factory: []labfactory.Option{labfactory.WithAssets(talos)}}, "--machine-labels", "dc=lab,rack=r1")
 	p.Start()
 
 	out := p.MustAnvilctl("get", "machines")
@@ -85,18 +93,31 @@ func TestAnvilctlAgainstRunningProvider(t *testing.T) {
 	p.MustAnvilctl("machine", "allocate", uuid2, "--talos-version", "v1.9.0", "--extensions", "siderolabs/intel-ucode", "--config", configFile)
 	restart(p)
 
-	code, script = p.BootScript(uuid2, mac)
-	require.Equal(t, http.StatusOK, code)
-	assert.Contains(t, script, "chain --replace https://pxe.factory.talos.dev/pxe/")
-	assert.Contains(t, script, "/v1.9.0/metal-amd64")
+	// Talos boots from the provider's cache of the factory's assets for the schematic,
+	// once the factory knows it (until then the script says to retry).
+	require.Eventually(t, func() bool {
+		code, script = p.BootScript(uuid2, mac)
 
-	// The schematic the script chains to is registered with the factory.
-	schematicID := script[strings.Index(script, "/pxe/")+len("/pxe/"):]
+		return code == http.StatusOK && strings.Contains(script, "/assets/talos/")
+	}, 30*time.Second, 100*time.Millisecond, "no Talos boot from the cache")
+
+	assert.Contains(t, script, "/v1.9.0/kernel-amd64 initrd=initramfs-amd64.xz talos.platform=metal")
+	assert.Contains(t, script, "talos.config="+p.HTTPURL+"/metadata/${anvil_machine}?token=${anvil_token}")
+
+	// The schematic the script boots is registered with the factory.
+	schematicID := script[strings.Index(script, "/assets/talos/")+len("/assets/talos/"):]
 	schematicID = schematicID[:strings.IndexByte(schematicID, '/')]
 
-	require.Eventually(t, func() bool { return slices.Contains(p.Factory.Registered(), schematicID) },
-		30*time.Second, 100*time.Millisecond, "the schematic was not registered with the factory")
+	assert.True(t, slices.Contains(p.Factory.Registered(), schematicID), "the schematic was not registered with the factory")
 	assert.Contains(t, p.MustAnvilctl("get", "schematics"), schematicID)
+	assert.Contains(t, p.MustAnvilctl("cache", "list"), schematicID, "the assets are in the cache")
+
+	kernel, err := http.Get(p.HTTPURL + "/assets/talos/" + schematicID + "/v1.9.0/kernel-amd64")
+	require.NoError(t, err)
+
+	body, _ := io.ReadAll(kernel.Body)
+	kernel.Body.Close()
+	assert.Equal(t, "TALOS-KERNEL", string(body), "the provider serves the factory's kernel")
 
 	// The metadata server hands the config to the token in the machine's own script.
 	tok := script[strings.Index(script, "set anvil_token ")+len("set anvil_token "):]
@@ -105,7 +126,7 @@ func TestAnvilctlAgainstRunningProvider(t *testing.T) {
 	resp, err := http.Get(p.HTTPURL + "/metadata/" + uuid2 + "?token=" + tok)
 	require.NoError(t, err)
 
-	body, _ := io.ReadAll(resp.Body)
+	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, "version: v1alpha1\nmachine:\n  type: worker\n", string(body))

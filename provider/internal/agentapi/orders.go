@@ -36,6 +36,9 @@ func order(m lifecycle.Machine, p lifecycle.Policy, password func(machineID stri
 		}}
 	case lifecycle.OrderReboot:
 		out.Action = &agentv1.Order_Reboot{Reboot: &agentv1.Reboot{}}
+	case lifecycle.OrderKexec:
+		// Its target is filled in by the session, once ready (kexecOrder).
+		out.Action = &agentv1.Order_Kexec{Kexec: &agentv1.Kexec{}}
 	case lifecycle.OrderHold:
 		out.Action = &agentv1.Order_Hold{Hold: &agentv1.Hold{}}
 	}

@@ -76,10 +76,19 @@ func TestOrder(t *testing.T) {
 		{
 			"reboot into Talos",
 			lifecycle.Machine{ID: "m1", Machine: known, BMC: user, Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: &resources.Allocation{ID: "a1"}}},
-			lifecycle.Policy{},
+			lifecycle.Policy{Kexec: resources.KexecNever},
 			func(t *testing.T, o *agentv1.Order) {
 				assert.Equal(t, "boot-allocation-a1", o.GetId())
 				assert.NotNil(t, o.GetReboot())
+			},
+		},
+		{
+			"kexec into Talos: the target is the session's to fill in",
+			lifecycle.Machine{ID: "m1", Machine: known, BMC: user, Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: &resources.Allocation{ID: "a1"}}},
+			lifecycle.Policy{},
+			func(t *testing.T, o *agentv1.Order) {
+				assert.Equal(t, "kexec-a1", o.GetId())
+				assert.NotNil(t, o.GetKexec())
 			},
 		},
 	} {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,6 +39,18 @@ type Recorder interface {
 	RecordWiped(ctx context.Context, machineID string, wipe resources.WipeRecord) error
 	RecordInventory(ctx context.Context, machineID string, spec resources.MachineInventorySpec) error
 	RecordBMC(ctx context.Context, machineID string, report BMCReport) error
+	// The kexec handoff of an allocation: ordered (before the order is sent), loaded
+	// (the agent jumps next) or failed, with why.
+	RecordKexecOrdered(ctx context.Context, machineID, allocationID string) error
+	RecordKexecLoaded(ctx context.Context, machineID, allocationID string) error
+	RecordKexecFailed(ctx context.Context, machineID, allocationID, why string) error
+}
+
+// KexecTargets give what an agent kexecs into to boot an allocation's Talos: the
+// provider's URLs of the kernel and initramfs, their digests, and the cmdline the iPXE
+// path would have given. KexecTarget may take a while (a download from the Image Factory).
+type KexecTargets interface {
+	KexecTarget(ctx context.Context, machineID, arch string, alloc *resources.Allocation) (*agentv1.Kexec, error)
 }
 
 // BMCReport is an agent's answer to a BMC provisioning order.
@@ -64,10 +77,14 @@ type Options struct {
 	BMCPassword func(machineID string) string
 	Recorder    Recorder
 	// Observations receives agent registrations, so a machine whose PXE boot was not
-	// recorded becomes known when its agent says hello.
+	// recorded becomes known when its agent says hello, and kexec handoffs, so that
+	// Talos booted by one is known at its address as a PXE-booted one is.
 	Observations chan<- controllers.PXEObservation
-	Registry     prometheus.Registerer
-	Logger       *zap.Logger
+	// Kexec gives kexec orders their targets; nil when the provider has none (the
+	// policy then never asks for a kexec).
+	Kexec    KexecTargets
+	Registry prometheus.Registerer
+	Logger   *zap.Logger
 }
 
 // Server implements agentv1.AgentServiceServer.
@@ -159,7 +176,12 @@ func (s *Server) Session(stream agentv1.AgentService_SessionServer) error {
 		}
 	}()
 
-	var sentID string
+	var (
+		sentID string
+		kexec  kexecPrep
+	)
+
+	defer kexec.stop()
 
 	for {
 		changed := s.opts.View.Changed()
@@ -170,7 +192,15 @@ func (s *Server) Session(stream agentv1.AgentService_SessionServer) error {
 		}
 
 		next := order(m, s.opts.Policy, s.opts.BMCPassword)
-		if next.GetId() != sentID {
+		if k := next.GetKexec(); k != nil && next.GetId() != sentID {
+			// The target is made ready first (its assets fetched); the order is recorded
+			// before it is sent, so that the handoff's deadline runs from it.
+			if next, err = s.kexecOrder(ctx, m, next, &kexec, logger); err != nil {
+				return err
+			}
+		}
+
+		if next != nil && next.GetId() != sentID {
 			if err = stream.Send(&agentv1.ProviderMessage{Message: &agentv1.ProviderMessage_Order{Order: next}}); err != nil {
 				return err
 			}
@@ -194,10 +224,11 @@ func (s *Server) Session(stream agentv1.AgentService_SessionServer) error {
 
 			return err
 		case msg := <-messages:
-			if err = s.message(ctx, id, msg, logger); err != nil {
+			if err = s.message(ctx, hello, msg, logger); err != nil {
 				return err
 			}
 		case <-changed:
+		case <-kexec.ready():
 		}
 	}
 }
@@ -273,7 +304,9 @@ func (s *Server) register(ctx context.Context, hello *agentv1.Hello) {
 	}
 }
 
-func (s *Server) message(ctx context.Context, id string, msg *agentv1.AgentMessage, logger *zap.Logger) error {
+func (s *Server) message(ctx context.Context, hello *agentv1.Hello, msg *agentv1.AgentMessage, logger *zap.Logger) error {
+	id := hello.GetMachineId()
+
 	switch m := msg.GetMessage().(type) {
 	case *agentv1.AgentMessage_Inventory:
 		resources, err := resourcewire.Decode(m.Inventory.GetResources())
@@ -285,6 +318,7 @@ func (s *Server) message(ctx context.Context, id string, msg *agentv1.AgentMessa
 
 		spec := inventory.Summarize(resources)
 		spec.ReportedAt = time.Now()
+		spec.KexecUnavailable = hello.GetKexecUnavailable()
 
 		if err = s.opts.Recorder.RecordInventory(ctx, id, spec); err != nil {
 			return status.Errorf(codes.Unavailable, "error recording the inventory: %v", err)
@@ -315,6 +349,12 @@ func (s *Server) result(ctx context.Context, id string, r *agentv1.OrderResult, 
 
 		if err := s.opts.Recorder.RecordBMC(ctx, id, report); err != nil {
 			return status.Errorf(codes.Unavailable, "error recording the BMC: %v", err)
+		}
+	}
+
+	if alloc, ok := strings.CutPrefix(r.GetOrderId(), kexecOrderPrefix); ok {
+		if err := s.kexecResult(ctx, id, alloc, r); err != nil {
+			return err
 		}
 	}
 

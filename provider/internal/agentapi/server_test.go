@@ -5,10 +5,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -34,6 +36,50 @@ type recorder struct {
 	wiped     []string
 	inventory []resources.MachineInventorySpec
 	bmc       []agentapi.BMCReport
+	kexec     []string
+	// store, when set, gets the handoff written as MachineStatusController writes it.
+	store *resources.Store
+}
+
+func (r *recorder) handoff(ctx context.Context, id, event string, change func(*resources.MachineStatusSpec)) error {
+	r.mu.Lock()
+	r.kexec = append(r.kexec, event)
+	r.mu.Unlock()
+
+	if r.store == nil {
+		return nil
+	}
+
+	_, err := safe.StateUpdateWithConflicts(ctx, r.store, resources.NewMachineStatus(id).Metadata(), func(s *resources.MachineStatus) error {
+		change(s.TypedSpec())
+
+		return nil
+	})
+
+	return err
+}
+
+func (r *recorder) RecordKexecOrdered(ctx context.Context, id, alloc string) error {
+	return r.handoff(ctx, id, "ordered "+alloc, func(s *resources.MachineStatusSpec) {
+		s.Handoff = &resources.HandoffRecord{AllocationID: alloc, OrderedAt: time.Now()}
+	})
+}
+
+func (r *recorder) RecordKexecLoaded(ctx context.Context, id, alloc string) error {
+	return r.handoff(ctx, id, "loaded "+alloc, func(s *resources.MachineStatusSpec) { s.Handoff.LoadedAt = time.Now() })
+}
+
+func (r *recorder) RecordKexecFailed(ctx context.Context, id, alloc, why string) error {
+	return r.handoff(ctx, id, "failed "+alloc+": "+why, func(s *resources.MachineStatusSpec) {
+		s.Handoff = &resources.HandoffRecord{AllocationID: alloc, OrderedAt: time.Now(), Failure: why}
+	})
+}
+
+func (r *recorder) events() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	return slices.Clone(r.kexec)
 }
 
 func (r *recorder) RecordWiped(_ context.Context, _ string, w resources.WipeRecord) error {
@@ -69,9 +115,12 @@ type fixture struct {
 	key    []byte
 	client agentv1.AgentServiceClient
 	rec    *recorder
+	obs    chan controllers.PXEObservation
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return newFixtureWith(t, nil) }
+
+func newFixtureWith(t *testing.T, tweak func(*agentapi.Options)) *fixture {
 	t.Helper()
 
 	dir := t.TempDir()
@@ -91,17 +140,23 @@ func newFixture(t *testing.T) *fixture {
 
 	<-view.Ready()
 
-	f := &fixture{store: store, view: view, key: store.Keys().TokenKey(), rec: &recorder{}}
+	f := &fixture{store: store, view: view, key: store.Keys().TokenKey(), rec: &recorder{store: store}, obs: make(chan controllers.PXEObservation, 16)}
 
 	srvTLS, err := ca.ServerTLS([]string{"127.0.0.1"})
 	require.NoError(t, err)
 
-	srv := agentapi.New(agentapi.Options{
+	opts := agentapi.Options{
 		View: view, TokenKey: f.key, Recorder: f.rec,
-		Policy:       lifecycle.Policy{RejectedThen: lifecycle.RejectedReboot},
-		Observations: make(chan controllers.PXEObservation, 16),
+		Policy:       lifecycle.Policy{RejectedThen: lifecycle.RejectedReboot, Kexec: resources.KexecNever},
+		Observations: f.obs,
 		Logger:       zaptest.NewLogger(t),
-	}).GRPCServer(grpc.Creds(credentials.NewTLS(srvTLS)))
+	}
+
+	if tweak != nil {
+		tweak(&opts)
+	}
+
+	srv := agentapi.New(opts).GRPCServer(grpc.Creds(credentials.NewTLS(srvTLS)))
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

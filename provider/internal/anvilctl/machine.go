@@ -82,7 +82,7 @@ func newMachineCommand(a *app) *cobra.Command {
 	}
 
 	cmd.AddCommand(newAcceptCommand(a), newAllocateCommand(a), newPowerCommand(a), newBMCCommand(a),
-		newLabelCommand(a), newWipeModeCommand(a))
+		newLabelCommand(a), newWipeModeCommand(a), newKexecModeCommand(a))
 
 	return cmd
 }
@@ -167,6 +167,9 @@ func newAllocateCommand(a *app) *cobra.Command {
 	cmd.Flags().StringSliceVar(&req.Extensions, "extensions", nil, "official system extensions, comma-separated (siderolabs/intel-ucode)")
 	cmd.Flags().StringArrayVar(&kernelArgs, "kernel-args", nil, "extra kernel args, space-separated or repeated")
 	cmd.Flags().StringVar(&configFile, "config", "", "Talos machine config file ('-' for stdin)")
+	cmd.Flags().BoolVar(&req.NoDetectedExtensions, "no-detected-extensions", false,
+		"leave out the extensions the machine's hardware calls for (the extensions catalog)")
+	cmd.Flags().StringSliceVar(&req.ExcludeExtensions, "exclude-extensions", nil, "detected extensions to leave out, comma-separated")
 
 	return cmd
 }
@@ -253,6 +256,14 @@ func intentLine(in *controlv1.MachineIntent) string {
 		parts = append(parts, "wipe mode "+m)
 	}
 
+	if m := in.GetKexecMode(); m != "" {
+		parts = append(parts, "kexec "+m)
+	}
+
+	if d := in.GetAllocation().GetDetectedExtensions(); len(d) > 0 {
+		parts = append(parts, "detected extensions "+strings.Join(d, ","))
+	}
+
 	return fmt.Sprintf("machine %s: %s", in.GetMachineId(), strings.Join(parts, ", "))
 }
 
@@ -274,6 +285,36 @@ func newWipeModeCommand(a *app) *cobra.Command {
 			}
 
 			resp, err := c.SetWipeMode(cmd.Context(), &controlv1.SetWipeModeRequest{MachineId: args[1], Mode: mode})
+			if err != nil {
+				return err
+			}
+
+			return printIntent(cmd.OutOrStdout(), resp.GetIntent())
+		},
+	}
+}
+
+func newKexecModeCommand(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "kexec auto|always|never|default <id>",
+		Short: "Set how a machine is handed to Talos while its agent runs ('default': the provider's --kexec)",
+		Long: `auto kexecs from the agent straight into Talos unless the machine's hardware is on the
+kexec deny list; always kexecs whatever the list says; never boots Talos through the
+firmware (the agent reboots, the firmware PXE-boots).`,
+		Args:      cobra.ExactArgs(2),
+		ValidArgs: []string{"auto", "always", "never", "default"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mode := args[0]
+			if mode == "default" {
+				mode = ""
+			}
+
+			c, err := a.transitions()
+			if err != nil {
+				return err
+			}
+
+			resp, err := c.SetKexecMode(cmd.Context(), &controlv1.SetKexecModeRequest{MachineId: args[1], Mode: mode})
 			if err != nil {
 				return err
 			}

@@ -1,5 +1,6 @@
 // Package anvilctl is the control CLI: it reads state through the provider's COSI state
-// API and changes it through the transition service, as talosctl and omnictl do.
+// API and changes it through the transition service, as talosctl and omnictl do, and
+// lists, seeds and prunes the provider's image cache (cache.go).
 package anvilctl
 
 import (
@@ -69,7 +70,7 @@ func NewRootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&app.cert, "cert", "", "client certificate (PEM) for a tcp:// endpoint: the provider's <state-dir>/admin.crt")
 	root.PersistentFlags().StringVar(&app.key, "key", "", "client key (PEM) for a tcp:// endpoint: the provider's <state-dir>/admin.key")
 
-	root.AddCommand(newGetCommand(app), newMachineCommand(app))
+	root.AddCommand(newGetCommand(app), newMachineCommand(app), newCacheCommand(app))
 
 	return root
 }

@@ -1,6 +1,7 @@
 package boot
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -64,6 +65,9 @@ type Scripts struct {
 	// AgentKernelArgs follow the agent assets' own cmdline on the agent's kernel line
 	// (a site's console, a quirk of its hardware).
 	AgentKernelArgs []string
+	// Cache, when set, keeps the Talos boot assets: Talos boots from the provider's
+	// URLs (and kexecs from them) rather than from the Image Factory's.
+	Cache AssetCache
 	// JoinArgs, in Omni mode, gives the kernel args that make the agent join Omni over
 	// SideroLink (Omni's join config), false until they are known: the agent is not
 	// booted without them, or it would never appear in Omni.
@@ -96,10 +100,15 @@ func (s *Scripts) StartScript() string {
 		"exit 1\n"
 }
 
-// Render returns the script for the decision; claims.Issued stamps an agent token.
-func (s *Scripts) Render(req Request, d lifecycle.BootDecision, claims token.Claims) Script {
+// Render returns the script for the decision; claims.Issued stamps an agent token. A
+// Talos boot from the cache may wait for the assets' download, within ctx.
+func (s *Scripts) Render(ctx context.Context, req Request, d lifecycle.BootDecision, claims token.Claims) Script {
 	switch d.Boot {
 	case lifecycle.BootTalos:
+		if s.Cache != nil {
+			return s.cachedTalos(ctx, req, d.Allocation)
+		}
+
 		return s.talos(req, d.Allocation)
 	case lifecycle.BootDisk:
 		return s.disk()

@@ -55,7 +55,7 @@ func TestRenderAgent(t *testing.T) {
 	s := testScripts(t, true)
 	issued := time.Unix(1700000000, 5)
 
-	got := s.Render(testReq, lifecycle.BootDecision{Boot: lifecycle.BootAgent}, token.Claims{Issued: issued})
+	got := s.Render(t.Context(), testReq, lifecycle.BootDecision{Boot: lifecycle.BootAgent}, token.Claims{Issued: issued})
 	require.Equal(t, http.StatusOK, got.Status)
 	assert.Contains(t, got.Body, "kernel http://10.77.0.1:50042/assets/agent/vmlinuz-amd64 initrd=initramfs-amd64.xz console=ttyS0 quiet anvil.provider=10.77.0.1:50042 anvil.ca=abcd anvil.machine=m1 anvil.token=v1.")
 	assert.Contains(t, got.Body, "\ninitrd http://10.77.0.1:50042/assets/agent/initramfs-amd64.xz\nboot\n")
@@ -81,7 +81,7 @@ func TestRenderAgentKernelArgs(t *testing.T) {
 	s := testScripts(t, true)
 	s.AgentKernelArgs = []string{"no_timer_check", "console=ttyS1,115200"}
 
-	got := s.Render(testReq, lifecycle.BootDecision{Boot: lifecycle.BootAgent}, token.Claims{Issued: time.Unix(1700000000, 0)})
+	got := s.Render(t.Context(), testReq, lifecycle.BootDecision{Boot: lifecycle.BootAgent}, token.Claims{Issued: time.Unix(1700000000, 0)})
 	assert.Contains(t, got.Body, "initrd=initramfs-amd64.xz console=ttyS0 quiet no_timer_check console=ttyS1,115200 anvil.provider=",
 		"after the assets' own cmdline, before the agent's parameters")
 }
@@ -89,7 +89,7 @@ func TestRenderAgentKernelArgs(t *testing.T) {
 func TestRenderAgentWithoutAssets(t *testing.T) {
 	t.Parallel()
 
-	got := testScripts(t, false).Render(testReq, lifecycle.BootDecision{Boot: lifecycle.BootAgent}, token.Claims{Issued: time.Now()})
+	got := testScripts(t, false).Render(t.Context(), testReq, lifecycle.BootDecision{Boot: lifecycle.BootAgent}, token.Claims{Issued: time.Now()})
 	assert.Equal(t, http.StatusOK, got.Status)
 	assert.Contains(t, got.Body, "no agent boot assets for amd64")
 	assert.Contains(t, got.Body, "chain http://10.77.0.1:50042/ipxe/start.ipxe")
@@ -102,7 +102,7 @@ func TestRenderTalos(t *testing.T) {
 	s := testScripts(t, true)
 	alloc := &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: "abc123"}
 
-	got := s.Render(testReq, lifecycle.BootDecision{Boot: lifecycle.BootTalos, Allocation: alloc}, token.Claims{})
+	got := s.Render(t.Context(), testReq, lifecycle.BootDecision{Boot: lifecycle.BootTalos, Allocation: alloc}, token.Claims{})
 	require.Equal(t, http.StatusOK, got.Status)
 	assert.Contains(t, got.Body, "set anvil_machine m1\n")
 	assert.Contains(t, got.Body, "set anvil_token "+token.Sign(s.TokenKey, boot.MetadataClaims("m1", "a1"))+"\n")
@@ -125,7 +125,7 @@ func TestRenderDisk(t *testing.T) {
 		s := testScripts(t, true)
 		s.DiskMethod = method
 
-		got := s.Render(testReq, lifecycle.BootDecision{Boot: lifecycle.BootDisk}, token.Claims{})
+		got := s.Render(t.Context(), testReq, lifecycle.BootDecision{Boot: lifecycle.BootDisk}, token.Claims{})
 		assert.Equal(t, want.status, got.Status, method)
 		assert.Contains(t, got.Body, want.body, method)
 	}
@@ -227,7 +227,7 @@ func TestAgentScriptJoinsOmni(t *testing.T) {
 			s := testScripts(t, true)
 			s.JoinArgs = func() ([]string, bool) { return tc.args, tc.known }
 
-			got := s.Render(testReq, lifecycle.BootDecision{Boot: lifecycle.BootAgent}, token.Claims{Issued: time.Now()})
+			got := s.Render(t.Context(), testReq, lifecycle.BootDecision{Boot: lifecycle.BootAgent}, token.Claims{Issued: time.Now()})
 			assert.Contains(t, got.Body, tc.want)
 
 			if tc.want == "kernel " {

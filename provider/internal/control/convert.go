@@ -36,17 +36,19 @@ func intentToProto(id string, spec *resources.MachineIntentSpec) *controlv1.Mach
 		Cordoned:   spec.Cordoned,
 		Labels:     spec.Labels,
 		WipeMode:   spec.WipeMode,
+		KexecMode:  spec.Kexec,
 	}
 
 	if a := spec.Allocation; a != nil {
 		out.Allocation = &controlv1.Allocation{
-			Id:           a.ID,
-			TalosVersion: a.TalosVersion,
-			SchematicId:  a.SchematicID,
-			Extensions:   a.Extensions,
-			KernelArgs:   a.KernelArgs,
-			ConfigSize:   uint32(len(a.Config)), //nolint:gosec // bounded by MaxConfigSize
-			AllocatedAt:  a.AllocatedAt.Format(time.RFC3339),
+			Id:                 a.ID,
+			TalosVersion:       a.TalosVersion,
+			SchematicId:        a.SchematicID,
+			Extensions:         a.Extensions,
+			KernelArgs:         a.KernelArgs,
+			ConfigSize:         uint32(len(a.Config)), //nolint:gosec // bounded by MaxConfigSize
+			AllocatedAt:        a.AllocatedAt.Format(time.RFC3339),
+			DetectedExtensions: a.DetectedExtensions,
 		}
 	}
 

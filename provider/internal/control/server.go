@@ -44,6 +44,9 @@ type Options struct {
 	// it. Who may connect is the TLS config's business (client certificates).
 	TCPAddress string
 	TLSConfig  *tls.Config
+	// ImageCache is the provider's boot-asset cache; without one the image cache calls
+	// answer Unavailable.
+	ImageCache ImageCache
 	Logger     *zap.Logger
 }
 
@@ -85,6 +88,7 @@ func (s *Server) newGRPC(extra ...grpc.ServerOption) *grpc.Server {
 
 	v1alpha1.RegisterStateServer(srv, server.NewState(s.state))
 	controlv1.RegisterTransitionServiceServer(srv, s.transitions)
+	controlv1.RegisterImageCacheServiceServer(srv, NewImageCacheService(s.opts.ImageCache))
 
 	return srv
 }

@@ -50,6 +50,7 @@ func (t *Transitions) Reject(ctx context.Context, req *controlv1.RejectRequest) 
 func (t *Transitions) Allocate(ctx context.Context, req *controlv1.AllocateRequest) (*controlv1.AllocateResponse, error) {
 	spec, err := t.svc.Allocate(ctx, req.GetMachineId(), transitions.AllocationRequest{
 		TalosVersion: req.GetTalosVersion(), Extensions: req.GetExtensions(), KernelArgs: req.GetKernelArgs(), Config: req.GetConfig(),
+		NoDetectedExtensions: req.GetNoDetectedExtensions(), ExcludeExtensions: req.GetExcludeExtensions(),
 	})
 	if err != nil {
 		return nil, rpcstatus.Of(err)
@@ -86,6 +87,16 @@ func (t *Transitions) SetWipeMode(ctx context.Context, req *controlv1.SetWipeMod
 	}
 
 	return &controlv1.SetWipeModeResponse{Intent: intentToProto(req.GetMachineId(), spec)}, nil
+}
+
+// SetKexecMode implements controlv1.TransitionServiceServer.
+func (t *Transitions) SetKexecMode(ctx context.Context, req *controlv1.SetKexecModeRequest) (*controlv1.SetKexecModeResponse, error) {
+	spec, err := t.svc.SetKexecMode(ctx, req.GetMachineId(), req.GetMode())
+	if err != nil {
+		return nil, rpcstatus.Of(err)
+	}
+
+	return &controlv1.SetKexecModeResponse{Intent: intentToProto(req.GetMachineId(), spec)}, nil
 }
 
 // Cordon implements controlv1.TransitionServiceServer.

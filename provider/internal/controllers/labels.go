@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/anvil-metal/anvil/provider/internal/inventory"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
@@ -20,6 +21,9 @@ const (
 	LabelDiskCount   = resources.LabelPrefix + "disk-count"
 	LabelDiskType    = resources.LabelPrefix + "disk-type"
 	LabelNICSpeed    = resources.LabelPrefix + "nic-speed"
+	// LabelExtensionPrefix starts one label per official extension the machine's
+	// hardware calls for: anvil.dev/ext-intel-ucode=suggested (or optional).
+	LabelExtensionPrefix = resources.LabelPrefix + "ext-"
 )
 
 // placeholders are what firmware writes where a vendor left a field empty: a label
@@ -87,6 +91,20 @@ func DeriveLabels(machine *resources.MachineSpec, inv *resources.MachineInventor
 	set(LabelDiskType, kind)
 
 	set(LabelNICSpeed, nicSpeed(inv.NICs))
+
+	// The official extensions its hardware calls for (the extensions catalog): one
+	// label each, so that a selector (or Omni's machine class) can ask for them.
+	for _, sg := range inventory.SuggestedExtensions(inv, "") {
+		value := "suggested"
+		if sg.Optional {
+			value = "optional"
+		}
+
+		key := LabelExtensionPrefix + strings.TrimPrefix(sg.Extension, "siderolabs/")
+		if resources.ValidateLabelKey(key) == nil {
+			labels[key] = value
+		}
+	}
 
 	return labels
 }

@@ -50,6 +50,8 @@ func TestDeriveLabels(t *testing.T) {
 				controllers.LabelArch: "amd64", controllers.LabelVendor: "dell-inc", controllers.LabelModel: "poweredge-r650",
 				controllers.LabelCPUVendor: "intel", controllers.LabelCPUCores: "64", controllers.LabelMemoryClass: "64gib",
 				controllers.LabelDiskCount: "2", controllers.LabelDiskType: "nvme", controllers.LabelNICSpeed: "25g",
+				// Its Intel CPU calls for the microcode extension (the extensions catalog).
+				controllers.LabelExtensionPrefix + "intel-ucode": "suggested",
 			},
 		},
 		{
@@ -84,7 +86,7 @@ func TestDeriveLabels(t *testing.T) {
 			},
 			want: map[string]string{
 				controllers.LabelCPUVendor: "amd", controllers.LabelCPUCores: "16", controllers.LabelMemoryClass: "1tib",
-				controllers.LabelDiskCount: "2", controllers.LabelDiskType: "mixed", controllers.LabelNICSpeed: "2.5g",
+				controllers.LabelDiskCount: "2", controllers.LabelDiskType: "mixed", controllers.LabelNICSpeed: "2.5g", controllers.LabelExtensionPrefix + "amd-ucode": "suggested",
 			},
 		},
 		{

@@ -70,6 +70,91 @@ func (ctrl *MachineStatusController) RecordBMCOrder(ctx context.Context, machine
 	})
 }
 
+// RecordKexecOrdered records that the machine's agent is being ordered to kexec into
+// the allocation's Talos: a new handoff, whose deadline runs from now.
+func (ctrl *MachineStatusController) RecordKexecOrdered(ctx context.Context, machineID, allocationID string) error {
+	now := time.Now()
+
+	return ctrl.record(ctx, statusReport{
+		machineID: machineID,
+		apply: func(s *resources.MachineStatusSpec) {
+			if s.Handoff != nil && s.Handoff.AllocationID == allocationID && s.Handoff.Failure == "" {
+				return // ordered again (a reconnect): the first order's deadline stands
+			}
+
+			s.Handoff = &resources.HandoffRecord{AllocationID: allocationID, OrderedAt: now}
+		},
+		logged: []zap.Field{zap.String("kexec_ordered", allocationID)},
+	})
+}
+
+// RecordKexecLoaded records that the agent loaded the allocation's Talos and jumps.
+func (ctrl *MachineStatusController) RecordKexecLoaded(ctx context.Context, machineID, allocationID string) error {
+	now := time.Now()
+
+	return ctrl.handoff(ctx, machineID, allocationID, func(h *resources.HandoffRecord) {
+		if h.LoadedAt.IsZero() {
+			h.LoadedAt = now
+		}
+	}, zap.String("kexec_loaded", allocationID))
+}
+
+// RecordKexecFailed records why the allocation's kexec handoff failed.
+func (ctrl *MachineStatusController) RecordKexecFailed(ctx context.Context, machineID, allocationID, why string) error {
+	now := time.Now()
+
+	return ctrl.record(ctx, statusReport{
+		machineID: machineID,
+		apply: func(s *resources.MachineStatusSpec) {
+			if s.Handoff == nil || s.Handoff.AllocationID != allocationID {
+				s.Handoff = &resources.HandoffRecord{AllocationID: allocationID, OrderedAt: now}
+			}
+
+			if s.Handoff.Failure == "" {
+				s.Handoff.Failure = why
+			}
+		},
+		logged: []zap.Field{zap.String("kexec_failed", allocationID), zap.String("reason", why)},
+	})
+}
+
+// RecordTalosSeen records that the allocation's Talos was seen up (it fetched its
+// configuration): a kexec handoff of it went through.
+func (ctrl *MachineStatusController) RecordTalosSeen(ctx context.Context, machineID, allocationID string) error {
+	now := time.Now()
+
+	return ctrl.handoff(ctx, machineID, allocationID, func(h *resources.HandoffRecord) {
+		if h.ConfirmedAt.IsZero() {
+			h.ConfirmedAt = now
+		}
+	}, zap.String("talos_seen", allocationID))
+}
+
+// RecordKexecBlockers records why the machine's hardware is known to break across a
+// kexec (the deny list matched its inventory; none: it is not).
+func (ctrl *MachineStatusController) RecordKexecBlockers(ctx context.Context, machineID string, blockers []string) error {
+	return ctrl.record(ctx, statusReport{
+		machineID: machineID,
+		apply: func(s *resources.MachineStatusSpec) {
+			s.KexecBlockers = blockers
+		},
+		logged: []zap.Field{zap.Strings("kexec_blockers", blockers)},
+	})
+}
+
+// handoff changes the machine's handoff record of the allocation, if it has one.
+func (ctrl *MachineStatusController) handoff(ctx context.Context, machineID, allocationID string, change func(*resources.HandoffRecord), logged zap.Field) error {
+	return ctrl.record(ctx, statusReport{
+		machineID: machineID,
+		apply: func(s *resources.MachineStatusSpec) {
+			if s.Handoff != nil && s.Handoff.AllocationID == allocationID {
+				change(s.Handoff)
+			}
+		},
+		logged: []zap.Field{logged},
+	})
+}
+
 func (ctrl *MachineStatusController) record(ctx context.Context, report statusReport) error {
 	return ctrl.reports.send(ctx, report)
 }

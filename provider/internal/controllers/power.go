@@ -177,7 +177,7 @@ func (ctrl *PowerController) Reconcile(ctx context.Context, logger *zap.Logger, 
 
 	ep := endpoint(id, cfg.TypedSpec())
 	status.Backend, status.Endpoint = cfg.TypedSpec().Kind, ep.String()
-	status.Desired = m.DesiredPower(ctrl.Policy)
+	status.Desired = m.DesiredPowerAt(ctrl.Policy, ctrl.clock().Now())
 
 	if ep.Backend != power.BackendNone && status.Desired != "" && cfg.TypedSpec().HasPassword {
 		if ep.Password, err = ctrl.password(ctx, r, id); err != nil {
@@ -220,6 +220,12 @@ func (ctrl *PowerController) drive(ctx context.Context, logger *zap.Logger, m li
 	now := ctrl.clock().Now()
 	reboot := m.RebootWanted(status.RebootID)
 
+	// A kexec handoff that failed, or whose Talos was not seen up in time, falls back to
+	// booting the machine through its firmware: PXE once, then a cycle.
+	fallback, why := m.HandoffFallback(ctrl.Policy, now)
+	fallbackDue := fallback != "" && fallback != status.HandoffRebootID
+	reboot = reboot || fallbackDue
+
 	if retry := retryAt(*status); now.Before(retry) {
 		return retry
 	}
@@ -241,14 +247,28 @@ func (ctrl *PowerController) drive(ctx context.Context, logger *zap.Logger, m li
 
 	action := nextAction(status.Desired, status.State, reboot, status.LastActionAt, now, ctrl.MinActionInterval)
 	if action == actionNone {
-		return ctrl.nextWake(*status, reboot, now)
+		wake := ctrl.nextWake(*status, reboot, now)
+
+		// Look again when a pending handoff is given up, or the keep-warm window ends.
+		for _, at := range []time.Time{m.HandoffDeadline(ctrl.Policy), m.WarmUntil(ctrl.Policy)} {
+			if !at.IsZero() && at.After(now) && at.Before(wake) {
+				wake = at
+			}
+		}
+
+		return wake
 	}
 
 	err := ctrl.act(ctx, ep, action)
-	status.LastAction, status.LastActionAt = action, now
+	status.LastAction, status.LastActionAt, status.LastActionReason = action, now, ""
 
 	if action == actionReboot {
 		status.RebootID = m.Intent.RebootID
+
+		if fallbackDue {
+			status.HandoffRebootID, status.LastActionReason = fallback, why
+			logger.Warn("kexec handoff failed: booting through the firmware", zap.String("reason", why))
+		}
 	}
 
 	if err != nil {

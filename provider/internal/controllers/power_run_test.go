@@ -274,3 +274,57 @@ func TestPowerController(t *testing.T) {
 		return state.IsNotFoundError(err)
 	}, 10*time.Second, time.Millisecond)
 }
+
+// A kexec handoff whose Talos is not seen up by the deadline falls back to a firmware
+// boot through the BMC (PXE once, then a cycle), once, saying why; one seen up does not.
+func TestPowerControllerHandoffFallback(t *testing.T) {
+	t.Parallel()
+
+	const (
+		hung = "00000000-0000-0000-0000-000000000001"
+		up   = "00000000-0000-0000-0000-000000000002"
+	)
+
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := &fakeClock{now: start}
+	bmcs := &fakeBMCs{on: map[string]bool{hung: true, up: true}, down: map[string]bool{}}
+	st := run(t, &controllers.PowerController{
+		Dialers:      power.Dialers{"fake": bmcs.dial},
+		Policy:       lifecycle.Policy{IdlePower: resources.PowerOff, KexecTimeout: 2 * time.Minute},
+		PollInterval: 30 * time.Second, MinActionInterval: time.Minute,
+		Timeout: time.Second, Clock: clock,
+	})
+
+	for _, id := range []string{hung, up} {
+		setBMC(t, st, id, "pw")
+		setIntent(t, st, id, func(s *resources.MachineIntentSpec) {
+			s.Acceptance, s.Allocation = resources.AcceptanceAccepted, &resources.Allocation{ID: "a1"}
+		})
+
+		status := resources.NewMachineStatus(id)
+		status.TypedSpec().Handoff = &resources.HandoffRecord{AllocationID: "a1", OrderedAt: start}
+
+		if id == up {
+			status.TypedSpec().Handoff.ConfirmedAt = start.Add(30 * time.Second)
+		}
+
+		require.NoError(t, st.Create(t.Context(), status))
+	}
+
+	eventually(t, st, hung, func(ps *resources.PowerStatus) bool { return ps.TypedSpec().State == resources.PowerOn })
+	clock.rounds(t, 50)
+	assert.NotContains(t, strings.Join(bmcs.log(), " "), "cycle", "nothing before the deadline")
+
+	clock.advance(2*time.Minute + time.Second)
+	ps := eventually(t, st, hung, func(ps *resources.PowerStatus) bool { return ps.TypedSpec().HandoffRebootID == "handoff-a1" })
+	assert.Equal(t, "pxe+cycle", ps.TypedSpec().LastAction)
+	assert.Equal(t, "Talos not seen up 2m1s after the kexec order", ps.TypedSpec().LastActionReason)
+
+	clock.advance(5 * time.Minute)
+	clock.rounds(t, 50)
+
+	log := strings.Join(bmcs.log(), " ")
+	assert.Equal(t, 1, strings.Count(log, "1:cycle"), "the fallback is done once: %s", log)
+	assert.Regexp(t, `1:pxe 1:cycle`, log)
+	assert.NotContains(t, log, "2:cycle", "a handoff seen through is left alone")
+}

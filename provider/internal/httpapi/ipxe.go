@@ -44,7 +44,7 @@ func (s *Server) handleBoot(w http.ResponseWriter, r *http.Request) {
 
 	now := time.Now()
 	decision := m.Boot(s.opts.Policy)
-	script := s.opts.Scripts.Render(req, decision, token.Claims{Issued: now})
+	script := s.opts.Scripts.Render(r.Context(), req, decision, token.Claims{Issued: now})
 
 	s.metrics.scriptsByKind[decision.Boot].Inc()
 

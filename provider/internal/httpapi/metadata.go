@@ -39,6 +39,13 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// Talos is up: a kexec handoff into it went through.
+	if e := s.opts.View.Get(id); e != nil && e.HandoffPending() {
+		if err = s.opts.Installs.RecordTalosSeen(r.Context(), id, claims.Binding); err != nil {
+			s.opts.Logger.Warn("error recording Talos seen up", zap.String("machine", id), zap.Error(err))
+		}
+	}
+
 	config := intent.TypedSpec().Allocation.Config
 	if config == "" && s.opts.JoinConfig != nil {
 		config, _ = s.opts.JoinConfig()

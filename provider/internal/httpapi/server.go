@@ -1,5 +1,6 @@
 // Package httpapi serves the provider's HTTP routes: iPXE scripts, agent boot assets,
-// the metadata server, Talos' event sink (gRPC on the same port), health and metrics.
+// Talos boot assets (from the image cache), the metadata server, Talos' event sink (gRPC
+// on the same port), health and metrics.
 package httpapi
 
 import (
@@ -20,13 +21,17 @@ import (
 
 	"github.com/anvil-metal/anvil/provider/internal/boot"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
+	"github.com/anvil-metal/anvil/provider/internal/imagecache"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
 )
 
-// InstallRecorder records that a machine was installed under an allocation.
+// InstallRecorder records that a machine was installed under an allocation, and that an
+// allocation's Talos was seen up (it fetched its configuration), which confirms a kexec
+// handoff into it.
 type InstallRecorder interface {
 	RecordInstalled(ctx context.Context, machineID, allocationID, source string) error
+	RecordTalosSeen(ctx context.Context, machineID, allocationID string) error
 }
 
 // Options configure the server.
@@ -45,6 +50,9 @@ type Options struct {
 	// machine configuration when its allocation carries none (Omni configures it over
 	// SideroLink); false until known.
 	JoinConfig func() (string, bool)
+	// ImageCache serves the Talos boot assets (/assets/talos/...); without it they
+	// answer 503.
+	ImageCache *imagecache.Cache
 	Registry   *prometheus.Registry
 	Logger     *zap.Logger
 }
@@ -71,6 +79,7 @@ func New(opts Options) *Server {
 	mux.HandleFunc("GET /ipxe/start.ipxe", s.handleStart)
 	mux.HandleFunc("GET /ipxe/boot.ipxe", s.handleBoot)
 	mux.HandleFunc("GET /assets/agent/{name}", s.handleAgentAsset)
+	mux.HandleFunc("GET /assets/talos/{schematic}/{version}/{file}", s.handleTalosAsset)
 	mux.HandleFunc("GET /metadata/{machine}", s.handleMetadata)
 	mux.HandleFunc("GET /healthz", s.handleHealth)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{}))

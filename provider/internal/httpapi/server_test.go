@@ -55,6 +55,15 @@ func (r *recorder) RecordInstalled(_ context.Context, machineID, allocationID, s
 	return nil
 }
 
+func (r *recorder) RecordTalosSeen(_ context.Context, machineID, allocationID string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	r.records = append(r.records, machineID+"/"+allocationID+"/seen")
+
+	return nil
+}
+
 type fixture struct {
 	store   *resources.Store
 	server  *httpapi.Server

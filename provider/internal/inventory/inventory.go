@@ -50,7 +50,7 @@ func Summarize(reported []resource.Resource) resources.MachineInventorySpec {
 			s := r.TypedSpec()
 			spec.PCIDevices = append(spec.PCIDevices, resources.PCIInventory{
 				ID: r.Metadata().ID(), Class: s.Class, Vendor: s.Vendor, Product: s.Product,
-				VendorID: s.VendorID, ProductID: s.ProductID, Driver: s.Driver,
+				VendorID: s.VendorID, ProductID: s.ProductID, Driver: s.Driver, ClassID: s.ClassID, SubclassID: s.SubclassID,
 			})
 		case *block.Disk:
 			s := r.TypedSpec()

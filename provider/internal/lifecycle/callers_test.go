@@ -154,7 +154,7 @@ func newCallers(t *testing.T) *callers {
 	require.NoError(t, err)
 
 	srv := agentapi.New(agentapi.Options{
-		View: f.view, TokenKey: f.key, Policy: policy, Recorder: nopRecorder{},
+		View: f.view, TokenKey: f.key, Policy: policy, Recorder: nopRecorder{}, Kexec: kexecTargets{},
 		BMCPassword:  func(string) string { return "derived" },
 		Observations: make(chan controllers.PXEObservation, 64),
 		Logger:       zaptest.NewLogger(t).Named("agents"),
@@ -359,3 +359,15 @@ func (nopRecorder) RecordInventory(context.Context, string, resources.MachineInv
 	return nil
 }
 func (nopRecorder) RecordBMC(context.Context, string, agentapi.BMCReport) error { return nil }
+func (nopRecorder) RecordKexecOrdered(context.Context, string, string) error    { return nil }
+func (nopRecorder) RecordKexecLoaded(context.Context, string, string) error     { return nil }
+func (nopRecorder) RecordKexecFailed(context.Context, string, string, string) error {
+	return nil
+}
+
+// kexecTargets are ready at once.
+type kexecTargets struct{}
+
+func (kexecTargets) KexecTarget(context.Context, string, string, *resources.Allocation) (*agentv1.Kexec, error) {
+	return &agentv1.Kexec{KernelUrl: "http://10.77.0.1:50042/assets/talos/k"}, nil
+}

@@ -9,6 +9,8 @@
 package lifecycle
 
 import (
+	"time"
+
 	"github.com/cosi-project/runtime/pkg/resource"
 
 	"github.com/anvil-metal/anvil/provider/internal/resources"
@@ -39,6 +41,15 @@ type Policy struct {
 	WipeMode string
 	// WipeRemovable has agents wipe removable media too.
 	WipeRemovable bool
+	// Kexec is the kexec handoff mode of machines without one of their own: auto,
+	// always or never ("" is auto).
+	Kexec string
+	// KexecTimeout bounds a kexec handoff, from the order to Talos seen up
+	// (DefaultKexecTimeout when zero).
+	KexecTimeout time.Duration
+	// KeepWarm keeps a machine that would idle powered off on, its agent up, this long
+	// after its last wipe, for a kexec handoff (zero: no window).
+	KeepWarm time.Duration
 }
 
 // RejectedAction is what a rejected machine's running agent does.

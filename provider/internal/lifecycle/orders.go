@@ -21,6 +21,8 @@ const (
 	OrderWipe OrderKind = "wipe"
 	// OrderReboot: reboot; the next PXE boot serves what the machine's state says.
 	OrderReboot OrderKind = "reboot"
+	// OrderKexec: boot the allocation's Talos straight from the agent (Order.Allocation).
+	OrderKexec OrderKind = "kexec"
 )
 
 // BMCUser is the BMC user agents provision for the provider.
@@ -38,6 +40,8 @@ type Order struct {
 	Wipe *WipeOrder
 	// BMCUser is the user OrderProvisionBMC sets up (the password is derived apart).
 	BMCUser string
+	// Allocation is what OrderKexec boots.
+	Allocation *resources.Allocation
 }
 
 // WipeOrder is one wipe: its generation and how.
@@ -73,8 +77,12 @@ func (m Machine) NextOrder(p Policy) Order {
 		return Order{ID: "wipe-" + intent.WipeID, Kind: OrderWipe, Wipe: &WipeOrder{
 			GenerationID: intent.WipeID, Mode: mode, IncludeRemovable: p.WipeRemovable,
 		}}
+	case m.Allocation() != nil && m.KexecAllowed(p) && (m.Handoff() == nil || m.Handoff().Failure == ""):
+		// Allocated, the agent up: straight into Talos, skipping the firmware.
+		return Order{ID: "kexec-" + m.Allocation().ID, Kind: OrderKexec, Allocation: m.Allocation()}
 	case m.Allocation() != nil:
-		// Allocated: reboot, and the next PXE boot is Talos.
+		// Allocated, no kexec (or the agent could not make one): reboot, and the next PXE
+		// boot is Talos.
 		return Order{ID: "boot-allocation-" + m.Allocation().ID, Kind: OrderReboot}
 	default:
 		// Ready: wait for an allocation.

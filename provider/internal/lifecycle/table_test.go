@@ -3,6 +3,7 @@ package lifecycle_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 
@@ -68,6 +69,11 @@ func wiped(id string, change func(*resources.MachineStatusSpec)) *resources.Mach
 
 func allocated(s *resources.MachineIntentSpec) { s.Allocation = alloc }
 
+// failedHandoff: the agent said the kexec into a1 failed.
+func failedHandoff(s *resources.MachineStatusSpec) {
+	s.Handoff = &resources.HandoffRecord{AllocationID: "a1", OrderedAt: time.Now(), Failure: "digest mismatch"}
+}
+
 func installedUnder(id string) func(*resources.MachineStatusSpec) {
 	return func(s *resources.MachineStatusSpec) { s.InstalledAllocation = id }
 }
@@ -122,8 +128,29 @@ var designTable = []row{
 		phase: lifecycle.PhaseReady, boot: lifecycle.BootAgent, order: "hold-ready", power: resources.PowerOn,
 	},
 	{
-		name: "allocated, not installed", known: true, bmc: userBMC, intent: accepted(allocated), status: wiped("w1", nil),
+		name: "allocated, not installed: kexec from the agent", known: true, bmc: userBMC, intent: accepted(allocated), status: wiped("w1", nil),
+		phase: lifecycle.PhaseAllocated, boot: lifecycle.BootTalos, order: "kexec-a1", power: resources.PowerOn,
+	},
+	{
+		name: "allocated, kexec never for this machine: reboot", known: true, bmc: userBMC,
+		intent: accepted(func(s *resources.MachineIntentSpec) { allocated(s); s.Kexec = resources.KexecNever }), status: wiped("w1", nil),
 		phase: lifecycle.PhaseAllocated, boot: lifecycle.BootTalos, order: "boot-allocation-a1", power: resources.PowerOn,
+	},
+	{
+		name: "allocated, hardware on the kexec deny list: reboot", known: true, bmc: userBMC, intent: accepted(allocated),
+		status: wiped("w1", func(s *resources.MachineStatusSpec) { s.KexecBlockers = []string{"nvidia: GPU not reset"} }),
+		phase:  lifecycle.PhaseAllocated, boot: lifecycle.BootTalos, order: "boot-allocation-a1", power: resources.PowerOn,
+	},
+	{
+		name: "allocated, deny list overridden by kexec always", known: true, bmc: userBMC,
+		intent: accepted(func(s *resources.MachineIntentSpec) { allocated(s); s.Kexec = resources.KexecAlways }),
+		status: wiped("w1", func(s *resources.MachineStatusSpec) { s.KexecBlockers = []string{"nvidia: GPU not reset"} }),
+		phase:  lifecycle.PhaseAllocated, boot: lifecycle.BootTalos, order: "kexec-a1", power: resources.PowerOn,
+	},
+	{
+		name: "allocated, kexec failed: the agent reboots it through the firmware", known: true, bmc: userBMC, intent: accepted(allocated),
+		status: wiped("w1", failedHandoff),
+		phase:  lifecycle.PhaseAllocated, boot: lifecycle.BootTalos, order: "boot-allocation-a1", power: resources.PowerOn,
 	},
 	{
 		name: "allocated while a wipe is owed: the wipe first", known: true, bmc: userBMC, intent: accepted(allocated),
@@ -132,12 +159,12 @@ var designTable = []row{
 	{
 		name: "allocated, installed under an earlier allocation", known: true, bmc: userBMC, intent: accepted(allocated),
 		status: wiped("w1", installedUnder("a0")),
-		phase:  lifecycle.PhaseAllocated, boot: lifecycle.BootTalos, order: "boot-allocation-a1", power: resources.PowerOn,
+		phase:  lifecycle.PhaseAllocated, boot: lifecycle.BootTalos, order: "kexec-a1", power: resources.PowerOn,
 	},
 	{
 		name: "allocated, user says off", known: true, bmc: userBMC,
 		intent: accepted(func(s *resources.MachineIntentSpec) { allocated(s); s.Power = resources.PowerOff }), status: wiped("w1", nil),
-		phase: lifecycle.PhaseAllocated, boot: lifecycle.BootTalos, order: "boot-allocation-a1", power: resources.PowerOff,
+		phase: lifecycle.PhaseAllocated, boot: lifecycle.BootTalos, order: "kexec-a1", power: resources.PowerOff,
 	},
 	{
 		name: "allocated and installed", known: true, bmc: userBMC, intent: accepted(allocated), status: wiped("w1", installedUnder("a1")),
@@ -266,5 +293,131 @@ func TestAllocatable(t *testing.T) {
 		m := r.machine(rowID(i))
 		want := r.phase == lifecycle.PhaseReady && (r.intent == nil || !r.intent.Cordoned)
 		assert.Equal(t, want, m.Allocatable(policy), r.name)
+	}
+}
+
+// TestHandoff: a kexec handoff is given up when the agent says it failed, or when Talos
+// is not seen up by the deadline; seen up, or installed, it stands.
+func TestHandoff(t *testing.T) {
+	t.Parallel()
+
+	ordered := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	p := policy
+	p.KexecTimeout = 2 * time.Minute
+
+	handoff := func(change func(*resources.HandoffRecord)) *resources.MachineStatusSpec {
+		return wiped("w1", func(s *resources.MachineStatusSpec) {
+			s.Handoff = &resources.HandoffRecord{AllocationID: "a1", OrderedAt: ordered}
+			if change != nil {
+				change(s.Handoff)
+			}
+		})
+	}
+
+	for _, tc := range []struct {
+		name     string
+		status   *resources.MachineStatusSpec
+		now      time.Time
+		pending  bool
+		fallback string
+		reason   string
+	}{
+		{name: "no handoff", status: wiped("w1", nil), now: ordered.Add(time.Hour)},
+		{name: "within the deadline", status: handoff(nil), now: ordered.Add(time.Minute), pending: true},
+		{
+			name: "past the deadline", status: handoff(nil), now: ordered.Add(2 * time.Minute), pending: true,
+			fallback: "handoff-a1", reason: "Talos not seen up 2m0s after the kexec order",
+		},
+		{
+			name: "the agent said it failed: its reboot is the fallback", now: ordered.Add(time.Hour),
+			status: handoff(func(h *resources.HandoffRecord) { h.Failure = "no kexec_file_load" }),
+		},
+		{name: "Talos seen up", status: handoff(func(h *resources.HandoffRecord) { h.ConfirmedAt = ordered.Add(30 * time.Second) }), now: ordered.Add(time.Hour)},
+		{
+			name: "installed", now: ordered.Add(time.Hour),
+			status: wiped("w1", func(s *resources.MachineStatusSpec) {
+				s.Handoff = &resources.HandoffRecord{AllocationID: "a1", OrderedAt: ordered}
+				s.InstalledAllocation = "a1"
+			}),
+		},
+		{
+			name: "a handoff of an earlier allocation", now: ordered.Add(time.Hour),
+			status: wiped("w1", func(s *resources.MachineStatusSpec) {
+				s.Handoff = &resources.HandoffRecord{AllocationID: "a0", OrderedAt: ordered, Failure: "x"}
+			}),
+		},
+	} {
+		m := lifecycle.Machine{ID: "m", Machine: &resources.MachineSpec{}, BMC: userBMC, Intent: accepted(allocated), Status: tc.status}
+
+		assert.Equal(t, tc.pending, m.HandoffPending(), tc.name)
+
+		if tc.pending {
+			assert.Equal(t, ordered.Add(2*time.Minute), m.HandoffDeadline(p), tc.name)
+		} else {
+			assert.True(t, m.HandoffDeadline(p).IsZero(), tc.name)
+		}
+
+		id, reason := m.HandoffFallback(p, tc.now)
+		assert.Equal(t, tc.fallback, id, tc.name)
+		assert.Equal(t, tc.reason, reason, tc.name)
+	}
+}
+
+// TestKexecMode: the machine's mode wins over the provider's; auto honours the deny list.
+func TestKexecMode(t *testing.T) {
+	t.Parallel()
+
+	blocked := wiped("w1", func(s *resources.MachineStatusSpec) { s.KexecBlockers = []string{"x"} })
+
+	for _, tc := range []struct {
+		provider, machine string
+		status            *resources.MachineStatusSpec
+		mode              string
+		allowed           bool
+	}{
+		{"", "", nil, resources.KexecAuto, true},
+		{"", "", blocked, resources.KexecAuto, false},
+		{resources.KexecNever, "", nil, resources.KexecNever, false},
+		{resources.KexecNever, resources.KexecAlways, blocked, resources.KexecAlways, true},
+		{resources.KexecAlways, "", blocked, resources.KexecAlways, true},
+		{resources.KexecAlways, resources.KexecAuto, blocked, resources.KexecAuto, false},
+		{resources.KexecAuto, "bogus", nil, resources.KexecAuto, true},
+	} {
+		p := policy
+		p.Kexec = tc.provider
+		m := lifecycle.Machine{ID: "m", Intent: accepted(func(s *resources.MachineIntentSpec) { s.Kexec = tc.machine }), Status: tc.status}
+
+		assert.Equal(t, tc.mode, m.KexecMode(p), "%+v", tc)
+		assert.Equal(t, tc.allowed, m.KexecAllowed(p), "%+v", tc)
+	}
+}
+
+// TestKeepWarm: a machine that idles powered off stays on for the window after its
+// last wipe — not when kexec is never used for it, nor when someone said off.
+func TestKeepWarm(t *testing.T) {
+	t.Parallel()
+
+	wipedAt := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	p := policy
+	p.KeepWarm = 10 * time.Minute
+
+	withWipe := wiped("w1", func(s *resources.MachineStatusSpec) { s.LastWipe = &resources.WipeRecord{ID: "w1", At: wipedAt} })
+
+	for _, tc := range []struct {
+		name   string
+		intent *resources.MachineIntentSpec
+		policy lifecycle.Policy
+		now    time.Time
+		want   resources.PowerState
+	}{
+		{"within the window", accepted(nil), p, wipedAt.Add(5 * time.Minute), resources.PowerOn},
+		{"after it", accepted(nil), p, wipedAt.Add(10 * time.Minute), resources.PowerOff},
+		{"no window", accepted(nil), policy, wipedAt.Add(time.Minute), resources.PowerOff},
+		{"someone said off", accepted(func(s *resources.MachineIntentSpec) { s.Power = resources.PowerOff }), p, wipedAt.Add(time.Minute), resources.PowerOff},
+		{"kexec never", accepted(func(s *resources.MachineIntentSpec) { s.Kexec = resources.KexecNever }), p, wipedAt.Add(time.Minute), resources.PowerOff},
+	} {
+		m := lifecycle.Machine{ID: "m", Machine: &resources.MachineSpec{}, BMC: userBMC, Intent: tc.intent, Status: withWipe}
+
+		assert.Equal(t, tc.want, m.DesiredPowerAt(tc.policy, tc.now), tc.name)
 	}
 }

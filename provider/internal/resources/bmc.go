@@ -126,6 +126,11 @@ type PowerStatusSpec struct {
 	Error     string `yaml:"error,omitempty" protobuf:"9"`
 	Failures  uint32 `yaml:"failures,omitempty" protobuf:"10"`
 	Condition string `yaml:"condition,omitempty" protobuf:"11"` // ok, unreachable, unauthorized, unsupported, manual, error
+	// HandoffRebootID is the fallback reboot of a failed kexec handoff carried out last;
+	// LastActionReason says why the last action was taken, when the reason is not the
+	// obvious one (a kexec fallback).
+	HandoffRebootID  string `yaml:"handoffRebootID,omitempty" protobuf:"12"`
+	LastActionReason string `yaml:"lastActionReason,omitempty" protobuf:"13"`
 }
 
 // NewPowerStatus returns an empty PowerStatus for the machine.

@@ -34,6 +34,10 @@ func (o MachineIntentSpec) DeepCopy() MachineIntentSpec {
 			cp.Allocation.KernelArgs = make([]string, len(o.Allocation.KernelArgs))
 			copy(cp.Allocation.KernelArgs, o.Allocation.KernelArgs)
 		}
+		if o.Allocation.DetectedExtensions != nil {
+			cp.Allocation.DetectedExtensions = make([]string, len(o.Allocation.DetectedExtensions))
+			copy(cp.Allocation.DetectedExtensions, o.Allocation.DetectedExtensions)
+		}
 	}
 	if o.Labels != nil {
 		cp.Labels = make(map[string]string, len(o.Labels))
@@ -124,6 +128,14 @@ func (o MachineStatusSpec) DeepCopy() MachineStatusSpec {
 			cp.LastWipe.Disks = make([]DiskWiped, len(o.LastWipe.Disks))
 			copy(cp.LastWipe.Disks, o.LastWipe.Disks)
 		}
+	}
+	if o.Handoff != nil {
+		cp.Handoff = new(HandoffRecord)
+		*cp.Handoff = *o.Handoff
+	}
+	if o.KexecBlockers != nil {
+		cp.KexecBlockers = make([]string, len(o.KexecBlockers))
+		copy(cp.KexecBlockers, o.KexecBlockers)
 	}
 	return cp
 }

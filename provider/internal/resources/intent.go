@@ -71,7 +71,20 @@ type MachineIntentSpec struct {
 	// when its owner decides it (Omni's preferred power state); "" follows the
 	// provider's --power-idle-default. Power, when on or off, overrides it.
 	IdlePower PowerState `yaml:"idlePower,omitempty" protobuf:"9"`
+	// Kexec is this machine's kexec handoff mode (auto, always, never); "" follows the
+	// provider's --kexec.
+	Kexec string `yaml:"kexec,omitempty" protobuf:"10"`
 }
+
+// Kexec handoff modes: auto kexecs unless the machine's hardware is on the deny list.
+const (
+	KexecAuto   = "auto"
+	KexecAlways = "always"
+	KexecNever  = "never"
+)
+
+// KexecModes are the kexec handoff modes.
+var KexecModes = []string{KexecAuto, KexecAlways, KexecNever}
 
 // Allocation is what a machine is handed to: a Talos version and the schematic it boots.
 type Allocation struct {
@@ -85,6 +98,9 @@ type Allocation struct {
 	// Config is the Talos machine configuration served by the metadata server.
 	Config      string    `yaml:"config,omitempty" protobuf:"6"`
 	AllocatedAt time.Time `yaml:"allocatedAt" protobuf:"7"`
+	// DetectedExtensions are those of Extensions the machine's hardware called for (the
+	// extensions catalog) rather than the request.
+	DetectedExtensions []string `yaml:"detectedExtensions,omitempty" protobuf:"8"`
 }
 
 // NewMachineIntent returns a pending MachineIntent for the machine.

@@ -32,6 +32,8 @@ type MachineInventorySpec struct {
 	PCIDevices []PCIInventory    `yaml:"pciDevices,omitempty" protobuf:"10"`
 	Hostname   string            `yaml:"hostname,omitempty" protobuf:"11"`
 	BMC        *BMCInventory     `yaml:"bmc,omitempty" protobuf:"12"`
+	// KexecUnavailable is why the agent said it cannot kexec ("" when it can).
+	KexecUnavailable string `yaml:"kexecUnavailable,omitempty" protobuf:"13"`
 }
 
 // SystemInventory is the SMBIOS system information.
@@ -98,6 +100,10 @@ type PCIInventory struct {
 	VendorID  string `yaml:"vendorID" protobuf:"5"`
 	ProductID string `yaml:"productID" protobuf:"6"`
 	Driver    string `yaml:"driver,omitempty" protobuf:"7"`
+	// ClassID and SubclassID are the PCI class codes (hex): what the extensions catalog
+	// and the kexec deny list match device kinds on.
+	ClassID    string `yaml:"classID,omitempty" protobuf:"8"`
+	SubclassID string `yaml:"subclassID,omitempty" protobuf:"9"`
 }
 
 // BMCInventory is what the agent read of the BMC.

@@ -33,6 +33,26 @@ type MachineStatusSpec struct {
 	// is not sent again; BMCError is why it failed.
 	BMCOrder string `yaml:"bmcOrder,omitempty" protobuf:"7"`
 	BMCError string `yaml:"bmcError,omitempty" protobuf:"8"`
+	// Handoff is the last kexec handoff into Talos: the agent ordered to kexec rather
+	// than the machine rebooted through its firmware.
+	Handoff *HandoffRecord `yaml:"handoff,omitempty" protobuf:"9"`
+	// KexecBlockers say why this machine's hardware is known to break across a kexec
+	// (the deny list matched its inventory); --kexec=auto does not kexec it.
+	KexecBlockers []string `yaml:"kexecBlockers,omitempty" protobuf:"10"`
+}
+
+// HandoffRecord is one kexec handoff of an allocation into Talos, as it went.
+type HandoffRecord struct {
+	AllocationID string `yaml:"allocationID" protobuf:"1"`
+	// OrderedAt is when the agent was ordered to kexec; LoadedAt when it reported the
+	// kernel loaded (it jumps next); ConfirmedAt when Talos was seen up (it fetched its
+	// configuration, or reported an event).
+	OrderedAt   time.Time `yaml:"orderedAt" protobuf:"2"`
+	LoadedAt    time.Time `yaml:"loadedAt,omitempty" protobuf:"3"`
+	ConfirmedAt time.Time `yaml:"confirmedAt,omitempty" protobuf:"4"`
+	// Failure is why the kexec failed as the agent reported it; the provider then falls
+	// back to booting the machine through its firmware.
+	Failure string `yaml:"failure,omitempty" protobuf:"5"`
 }
 
 // WipeRecord is what a wipe did, disk by disk, as the agent reported it.

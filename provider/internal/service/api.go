@@ -16,6 +16,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/agentapi"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/httpapi"
+	"github.com/anvil-metal/anvil/provider/internal/inventory"
 	"github.com/anvil-metal/anvil/provider/internal/portmux"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 	"github.com/anvil-metal/anvil/provider/internal/transitions"
@@ -35,6 +36,7 @@ func (env *environment) apiServices() ([]runner, error) {
 		Observations: env.observations,
 		Installs:     env.status,
 		Policy:       env.policy,
+		ImageCache:   env.imageCache,
 		Registry:     env.registry,
 		Logger:       env.logger.Named("http"),
 	}
@@ -55,7 +57,7 @@ func (env *environment) apiServices() ([]runner, error) {
 		return nil, fmt.Errorf("error issuing the API certificate: %w", err)
 	}
 
-	agents := agentapi.New(agentapi.Options{
+	agentOpts := agentapi.Options{
 		View:         env.view,
 		TokenKey:     env.store.Keys().TokenKey(),
 		Policy:       env.policy,
@@ -64,7 +66,14 @@ func (env *environment) apiServices() ([]runner, error) {
 		Observations: env.observations,
 		Registry:     env.registry,
 		Logger:       env.logger.Named("agents"),
-	})
+	}
+
+	// Kexec targets come from the boot-asset cache; without one there is no kexec.
+	if env.imageCache != nil {
+		agentOpts.Kexec = env.scripts
+	}
+
+	agents := agentapi.New(agentOpts)
 
 	run := func(ctx context.Context) error {
 		lis, err := net.Listen("tcp", address)
@@ -164,6 +173,24 @@ func (r agentRecorder) RecordWiped(ctx context.Context, machineID string, wipe r
 	return r.status.RecordWiped(ctx, machineID, wipe)
 }
 
+// RecordInventory stores the inventory, and on the machine's status what the kexec deny
+// list makes of its hardware.
 func (r agentRecorder) RecordInventory(ctx context.Context, machineID string, spec resources.MachineInventorySpec) error {
-	return r.inventory.RecordInventory(ctx, machineID, spec)
+	if err := r.inventory.RecordInventory(ctx, machineID, spec); err != nil {
+		return err
+	}
+
+	return r.status.RecordKexecBlockers(ctx, machineID, inventory.KexecBlockers(&spec))
+}
+
+func (r agentRecorder) RecordKexecOrdered(ctx context.Context, machineID, allocationID string) error {
+	return r.status.RecordKexecOrdered(ctx, machineID, allocationID)
+}
+
+func (r agentRecorder) RecordKexecLoaded(ctx context.Context, machineID, allocationID string) error {
+	return r.status.RecordKexecLoaded(ctx, machineID, allocationID)
+}
+
+func (r agentRecorder) RecordKexecFailed(ctx context.Context, machineID, allocationID, why string) error {
+	return r.status.RecordKexecFailed(ctx, machineID, allocationID, why)
 }

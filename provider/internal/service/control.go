@@ -17,6 +17,11 @@ func (env *environment) controlAPI() ([]runner, error) {
 		Logger:     env.logger.Named("control"),
 	}
 
+	// An interface: a nil cache must stay a nil interface (--image-cache-size 0).
+	if env.imageCache != nil {
+		opts.ImageCache = env.imageCache
+	}
+
 	if addr := env.opts.ControlListenAddress; addr != "" {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {

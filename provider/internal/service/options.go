@@ -6,11 +6,13 @@ package service
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -63,6 +65,10 @@ type Options struct {
 	ImageFactoryPXEBaseURL string
 	TalosPlatform          string
 	AgentAssetsDir         string
+	// ImageCacheDir holds the Talos boot assets fetched from the factory
+	// (<state-dir>/image-cache when empty); ImageCacheSize bounds them, a size like 10GiB.
+	ImageCacheDir  string
+	ImageCacheSize string
 
 	MachineLabels []string
 	// AutoAccept accepts pending machines matching it once their inventory is in: "" (off),
@@ -83,6 +89,18 @@ type Options struct {
 
 	// PowerIdleDefault is the power of an accepted machine with nothing to do: off or on.
 	PowerIdleDefault string
+	// Kexec is how allocated machines whose agent runs are handed to Talos: auto (kexec
+	// unless the hardware is on the deny list), always or never (through the firmware).
+	Kexec string
+	// KexecTimeout bounds a kexec handoff, from the order to Talos seen up; then the
+	// machine is booted through its BMC (PXE once, then a cycle).
+	KexecTimeout time.Duration
+	// KexecKeepWarm keeps a machine that would idle off powered on, its agent up, this
+	// long after its last wipe, so that an allocation then is handed over by kexec.
+	KexecKeepWarm time.Duration
+	// DetectedExtensions adds the official extensions a machine's hardware calls for
+	// (the extensions catalog) to its allocations' schematics.
+	DetectedExtensions bool
 	// PowerPollInterval is how often each BMC's power state is read.
 	PowerPollInterval time.Duration
 	// MinRebootInterval is the least time between two power actions on one machine.
@@ -137,9 +155,13 @@ var DefaultOptions = Options{
 	ImageFactoryPXEBaseURL:  "https://pxe.factory.talos.dev",
 	TalosPlatform:           "metal",
 	AgentAssetsDir:          "_out/agent",
+	ImageCacheSize:          "10GiB",
 	WipeMode:                "fast",
 	RejectedAction:          "reboot",
 	PowerIdleDefault:        "off",
+	Kexec:                   resources.KexecAuto,
+	KexecTimeout:            lifecycle.DefaultKexecTimeout,
+	DetectedExtensions:      true,
 	PowerPollInterval:       power.DefaultPollInterval,
 	MinRebootInterval:       power.DefaultMinActionInterval,
 	PowerConcurrency:        power.DefaultConcurrency,
@@ -179,6 +201,20 @@ func parsePolicy(opts Options) (lifecycle.Policy, error) {
 	default:
 		return p, fmt.Errorf("unknown --power-idle-default %q (want off or on)", opts.PowerIdleDefault)
 	}
+
+	if !slices.Contains(resources.KexecModes, opts.Kexec) {
+		return p, fmt.Errorf("unknown --kexec %q (want %s)", opts.Kexec, strings.Join(resources.KexecModes, ", "))
+	}
+
+	if opts.KexecTimeout <= 0 {
+		return p, fmt.Errorf("--kexec-timeout must be positive, not %s", opts.KexecTimeout)
+	}
+
+	if opts.KexecKeepWarm < 0 {
+		return p, fmt.Errorf("--kexec-keep-warm must not be negative, not %s", opts.KexecKeepWarm)
+	}
+
+	p.Kexec, p.KexecTimeout, p.KeepWarm = opts.Kexec, opts.KexecTimeout, opts.KexecKeepWarm
 
 	return p, nil
 }
@@ -225,6 +261,34 @@ func parseAutoAccept(s string) (bool, resource.LabelQuery, error) {
 	}
 
 	return true, query, nil
+}
+
+// sizeUnits are the units parseSize knows, lowercase: decimal (K, KB) and binary (Ki,
+// KiB), as Kubernetes quantities and disk makers write them.
+var sizeUnits = map[string]float64{
+	"": 1, "b": 1,
+	"k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
+	"ki": 1 << 10, "kib": 1 << 10, "mi": 1 << 20, "mib": 1 << 20, "gi": 1 << 30, "gib": 1 << 30, "ti": 1 << 40, "tib": 1 << 40,
+}
+
+// parseSize reads a positive size in bytes: 10GiB, 500MiB, 1.5Gi, 20G, 1073741824.
+func parseSize(flag, s string) (int64, error) {
+	invalid := fmt.Errorf("invalid %s %q: want a positive size like 10GiB, 500MiB or 20GB", flag, s)
+
+	s = strings.TrimSpace(s)
+	number := strings.TrimRightFunc(s, unicode.IsLetter)
+
+	unit, ok := sizeUnits[strings.ToLower(strings.TrimSpace(s[len(number):]))]
+	if !ok {
+		return 0, invalid
+	}
+
+	n, err := strconv.ParseFloat(strings.TrimSpace(number), 64)
+	if err != nil || math.IsNaN(n) || n*unit < 1 || n*unit >= math.MaxInt64 {
+		return 0, invalid
+	}
+
+	return int64(n * unit), nil
 }
 
 // parseRange parses "start-end".

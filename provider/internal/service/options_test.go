@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 )
 
 func TestParseLabels(t *testing.T) {
@@ -180,5 +182,107 @@ func TestOmniAdapter(t *testing.T) {
 				assert.NotContains(t, strings.Join(got.Args, " "), tc.key, "the key is never on the adapter's command line")
 			}
 		})
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		in   string
+		want int64
+	}{
+		{"10GiB", 10 << 30},
+		{"10Gi", 10 << 30},
+		{"10 gib", 10 << 30},
+		{"1.5GiB", 3 << 29},
+		{"500MiB", 500 << 20},
+		{"20G", 20e9},
+		{"20GB", 20e9},
+		{"1TiB", 1 << 40},
+		{"64KiB", 64 << 10},
+		{"1073741824", 1 << 30},
+		{"4096B", 4096},
+		{" 2GiB ", 2 << 30},
+		{"", 0},
+		{"GiB", 0},
+		{"0", 0},
+		{"0.5", 0},
+		{"-1GiB", 0},
+		{"10GiBs", 0},
+		{"10 PiB", 0},
+		{"ten", 0},
+		{"NaN", 0},
+		{"1e30TiB", 0},
+	} {
+		got, err := parseSize("--image-cache-size", tc.in)
+		if tc.want == 0 {
+			assert.ErrorContains(t, err, `invalid --image-cache-size "`+tc.in+`": want a positive size like 10GiB`, tc.in)
+
+			continue
+		}
+
+		require.NoError(t, err, tc.in)
+		assert.Equal(t, tc.want, got, tc.in)
+	}
+}
+
+func TestOpenImageCache(t *testing.T) {
+	t.Parallel()
+
+	state := t.TempDir()
+	opts := DefaultOptions
+	opts.StateDir = state
+
+	cache, err := openImageCache(opts, nil, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	require.NoError(t, cache.Close())
+	assert.DirExists(t, filepath.Join(state, "image-cache", "blobs"), "under the state directory by default")
+
+	opts.ImageCacheDir = filepath.Join(t.TempDir(), "cache")
+	cache, err = openImageCache(opts, nil, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	require.NoError(t, cache.Close())
+	assert.DirExists(t, filepath.Join(opts.ImageCacheDir, "blobs"))
+
+	opts.ImageCacheSize = "lots"
+	_, err = openImageCache(opts, nil, zaptest.NewLogger(t))
+	require.ErrorContains(t, err, `invalid --image-cache-size "lots"`)
+
+	opts.ImageCacheSize = "0"
+	cache, err = openImageCache(opts, nil, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	assert.Nil(t, cache, "0 turns the cache off")
+}
+
+func TestParseKexecPolicy(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		name    string
+		change  func(*Options)
+		wantErr string
+	}{
+		{name: "defaults", change: func(*Options) {}},
+		{name: "never", change: func(o *Options) { o.Kexec = "never" }},
+		{name: "keep warm", change: func(o *Options) { o.KexecKeepWarm = 15 * time.Minute }},
+		{name: "unknown mode", change: func(o *Options) { o.Kexec = "sometimes" }, wantErr: `unknown --kexec "sometimes" (want auto, always, never)`},
+		{name: "no timeout", change: func(o *Options) { o.KexecTimeout = 0 }, wantErr: "--kexec-timeout must be positive"},
+		{name: "negative keep warm", change: func(o *Options) { o.KexecKeepWarm = -time.Second }, wantErr: "--kexec-keep-warm must not be negative"},
+	} {
+		opts := DefaultOptions
+		tc.change(&opts)
+
+		p, err := parsePolicy(opts)
+		if tc.wantErr != "" {
+			assert.ErrorContains(t, err, tc.wantErr, tc.name)
+
+			continue
+		}
+
+		require.NoError(t, err, tc.name)
+		assert.Equal(t, opts.Kexec, p.Kexec, tc.name)
+		assert.Equal(t, opts.KexecTimeout, p.KexecTimeout, tc.name)
+		assert.Equal(t, opts.KexecKeepWarm, p.KeepWarm, tc.name)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/anvil-metal/anvil/provider/internal/boot"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
+	"github.com/anvil-metal/anvil/provider/internal/imagecache"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
 	"github.com/anvil-metal/anvil/provider/internal/omnilink"
@@ -125,6 +126,22 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 
 	env.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	env.imageCache, err = openImageCache(opts, env.registry, logger.Named("imagecache"))
+	if err != nil {
+		return err
+	}
+
+	if env.imageCache != nil {
+		defer func() {
+			if err := env.imageCache.Close(); err != nil {
+				logger.Warn("error closing the image cache", zap.Error(err))
+			}
+		}()
+
+		// Talos boots, by iPXE and by kexec, from the provider's cache.
+		env.scripts.Cache = env.imageCache
+	}
+
 	var managedBy string
 
 	if omniMode {
@@ -133,8 +150,9 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 	}
 
 	env.transitions = transitions.New(store, transitions.Options{
-		ManagedBy: managedBy,
-		Recorder:  env.status,
+		ManagedBy:          managedBy,
+		Recorder:           env.status,
+		DetectedExtensions: opts.DetectedExtensions,
 		// The same schematic the SchematicController registers with the factory.
 		SchematicFor: func(_ context.Context, _ string, alloc resources.Allocation) (schematic.Schematic, error) {
 			return env.scripts.Schematic(alloc.Extensions, alloc.KernelArgs)
@@ -231,7 +249,9 @@ type environment struct {
 	status       *controllers.MachineStatusController
 	inventory    *controllers.MachineInventoryController
 	registry     *prometheus.Registry
-	logger       *zap.Logger
+	// imageCache holds the Talos boot assets served in the factory's stead.
+	imageCache *imagecache.Cache
+	logger     *zap.Logger
 }
 
 func (env *environment) controlSocket() string {

@@ -3,10 +3,15 @@ package transitions
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
 	"go.uber.org/zap"
 
+	"github.com/anvil-metal/anvil/extensions"
+	"github.com/anvil-metal/anvil/provider/internal/inventory"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
@@ -17,6 +22,11 @@ type AllocationRequest struct {
 	KernelArgs   []string
 	// Config is the Talos machine configuration the metadata server serves it.
 	Config []byte
+	// NoDetectedExtensions leaves out the extensions the machine's hardware calls for,
+	// which are otherwise merged in (as Options.DetectedExtensions says); the ones in
+	// ExcludeExtensions are left out either way. A requested extension always stays.
+	NoDetectedExtensions bool
+	ExcludeExtensions    []string
 }
 
 // Allocate hands an accepted, unallocated, uncordoned machine to Talos. A wipe still
@@ -70,13 +80,27 @@ func (s *Service) newAllocation(ctx context.Context, id string, req AllocationRe
 		}
 	}
 
+	excluded, err := validateExtensions(req.ExcludeExtensions)
+	if err != nil {
+		return nil, invalid(fmt.Errorf("excluded: %w", err))
+	}
+
+	var detected []string
+
+	if s.detectedExtensions && !req.NoDetectedExtensions {
+		if detected, err = s.detected(ctx, id, version, excluded); err != nil {
+			return nil, err
+		}
+	}
+
 	alloc := &resources.Allocation{
-		ID:           NewID(),
-		TalosVersion: version,
-		Extensions:   exts,
-		KernelArgs:   args,
-		Config:       string(req.Config),
-		AllocatedAt:  s.now().UTC().Truncate(time.Second),
+		ID:                 NewID(),
+		TalosVersion:       version,
+		Extensions:         extensions.Merge(detected, exts, excluded),
+		DetectedExtensions: detected,
+		KernelArgs:         args,
+		Config:             string(req.Config),
+		AllocatedAt:        s.now().UTC().Truncate(time.Second),
 	}
 
 	sch, err := s.schematicFor(ctx, id, *alloc)
@@ -89,6 +113,30 @@ func (s *Service) newAllocation(ctx context.Context, id string, req AllocationRe
 	}
 
 	return alloc, nil
+}
+
+// detected are the official extensions the machine's hardware calls for at the Talos
+// version (the extensions catalog; optional ones are only suggested, in its labels),
+// less the excluded ones.
+func (s *Service) detected(ctx context.Context, id, version string, excluded []string) ([]string, error) {
+	inv, err := safe.StateGetByID[*resources.MachineInventory](ctx, s.st, id)
+
+	switch {
+	case state.IsNotFoundError(err):
+		return nil, nil // no inventory reported: nothing detected
+	case err != nil:
+		return nil, &Error{Code: CodeUnavailable, Msg: fmt.Sprintf("error reading the inventory of machine %q: %v", id, err)}
+	}
+
+	var out []string
+
+	for _, sg := range inventory.SuggestedExtensions(inv.TypedSpec(), version) {
+		if !sg.Optional && !slices.Contains(excluded, sg.Extension) {
+			out = append(out, sg.Extension)
+		}
+	}
+
+	return out, nil
 }
 
 // Deallocate clears the allocation and owes a wipe before the machine is handed out

@@ -176,10 +176,14 @@ func TestApplyOmniKeepsLocal(t *testing.T) {
 	_, err = local.SetWipeMode(t.Context(), machineID, resources.WipeModeZeroes)
 	require.NoError(t, err)
 
+	_, err = local.SetKexecMode(t.Context(), machineID, resources.KexecNever)
+	require.NoError(t, err)
+
 	got, err := tr.ApplyOmni(t.Context(), machineID, resources.OmniMachineSpec{Acceptance: resources.AcceptanceAccepted})
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{"team": "storage"}, got.Labels)
 	assert.Equal(t, resources.WipeModeZeroes, got.WipeMode)
+	assert.Equal(t, resources.KexecNever, got.Kexec)
 }
 
 // TestApplyOmniRefused: the local view refuses Omni's transition, which only the owner

@@ -23,6 +23,21 @@ func (s *Service) SetWipeMode(ctx context.Context, id, mode string) (*resources.
 	})
 }
 
+// SetKexecMode sets how this machine is handed to Talos while its agent runs: auto
+// (kexec unless its hardware is on the deny list), always, never (a firmware boot); empty
+// follows the provider's --kexec. Anvil's own setting, so it stays local beside Omni.
+func (s *Service) SetKexecMode(ctx context.Context, id, mode string) (*resources.MachineIntentSpec, error) {
+	if mode != "" && !slices.Contains(resources.KexecModes, mode) {
+		return nil, &Error{Code: CodeInvalid, Msg: fmt.Sprintf("kexec mode %q is not one of %s (or empty for the provider's default)", mode, strings.Join(resources.KexecModes, ", "))}
+	}
+
+	return s.transition(ctx, "kexec-mode", id, func(spec *resources.MachineIntentSpec) error {
+		spec.Kexec = mode
+
+		return nil
+	})
+}
+
 // SetCordon keeps a machine from being handed out (cordoned) or lifts that.
 func (s *Service) SetCordon(ctx context.Context, id string, cordoned bool) (*resources.MachineIntentSpec, error) {
 	name := "uncordon"

@@ -62,7 +62,10 @@ type Options struct {
 	// transitions are then refused, saying so; the rest stay available. Owner returns
 	// the transitions that owner itself applies.
 	ManagedBy string
-	Logger    *zap.Logger
+	// DetectedExtensions merges into each local allocation the official extensions the
+	// machine's hardware calls for (the extensions catalog); a request may opt out.
+	DetectedExtensions bool
+	Logger             *zap.Logger
 	// Now stamps allocations; time.Now when nil.
 	Now func() time.Time
 }
@@ -80,8 +83,10 @@ type core struct {
 	st           state.State
 	recorder     InstallRecorder
 	schematicFor SchematicFunc
-	logger       *zap.Logger
-	now          func() time.Time
+	// detectedExtensions: Options.DetectedExtensions.
+	detectedExtensions bool
+	logger             *zap.Logger
+	now                func() time.Time
 
 	// mu serializes transitions: each reads the machine's state, decides, then writes,
 	// and two concurrent transitions on one machine must not both pass the check.
@@ -90,7 +95,10 @@ type core struct {
 
 // New returns the transitions over st.
 func New(st state.State, opts Options) *Service {
-	c := &core{st: st, recorder: opts.Recorder, schematicFor: opts.SchematicFor, logger: opts.Logger, now: opts.Now}
+	c := &core{
+		st: st, recorder: opts.Recorder, schematicFor: opts.SchematicFor, detectedExtensions: opts.DetectedExtensions,
+		logger: opts.Logger, now: opts.Now,
+	}
 
 	if c.schematicFor == nil {
 		c.schematicFor = DefaultSchematic

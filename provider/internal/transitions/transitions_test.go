@@ -399,6 +399,35 @@ func TestSetWipeMode(t *testing.T) {
 	assert.Equal(t, transitions.CodeNotFound, codeOf(err))
 }
 
+func TestSetKexecMode(t *testing.T) {
+	t.Parallel()
+
+	ctx := t.Context()
+	st := openState(t)
+	tr := transitions.New(st, transitions.Options{Recorder: &fakeRecorder{}, ManagedBy: "Omni at https://omni.example"})
+
+	for _, tc := range []struct {
+		mode string
+		code transitions.Code
+	}{
+		{"never", notRefused},
+		{"always", notRefused},
+		{"", notRefused},
+		{"sometimes", transitions.CodeInvalid},
+	} {
+		spec, err := tr.SetKexecMode(ctx, machineID, tc.mode)
+		require.Equal(t, tc.code, codeOf(err), "%q: %v (Anvil's own setting, local beside Omni)", tc.mode, err)
+
+		if tc.code == notRefused {
+			assert.Equal(t, tc.mode, spec.Kexec)
+			assert.Equal(t, tc.mode, intentSpec(t, st).Kexec)
+		}
+	}
+
+	_, err := tr.SetKexecMode(ctx, "4c4c4544-0000-1000-8000-00000000dead", "never")
+	assert.Equal(t, transitions.CodeNotFound, codeOf(err))
+}
+
 // TestManagedBy: with another owner (Omni), what it owns is refused locally, saying who
 // owns it, while labels, wipe mode and BMC details stay local; the owner's own view
 // applies everything.

@@ -1,0 +1,166 @@
+package boot
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
+	"github.com/anvil-metal/anvil/internal/token"
+	"github.com/anvil-metal/anvil/provider/internal/imagecache"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
+)
+
+// AssetCache keeps the Image Factory's Talos boot assets (imagecache.Cache): each
+// fetched from the factory once, then served by the provider.
+type AssetCache interface {
+	Get(ctx context.Context, k imagecache.Key) (imagecache.Blob, error)
+}
+
+// scriptWait bounds how long a Talos boot script waits for its assets.
+const scriptWait = 20 * time.Second
+
+// maxCmdline bounds a cached cmdline read: Linux takes at most a few KiB.
+const maxCmdline = 64 << 10
+
+// TalosBoot is how an allocation's Talos boots from the provider's cache: the URLs of
+// its kernel and initramfs with their SHA-256 digests (hex), and the factory's cmdline
+// for the schematic, with the iPXE settings of the metadata URL still in it.
+type TalosBoot struct {
+	KernelURL, InitramfsURL       string
+	KernelSHA256, InitramfsSHA256 string
+	Initramfs                     string
+	Cmdline                       string
+}
+
+// TalosBoot makes the allocation's Talos boot assets ready in the cache (fetched from
+// the factory at most once, however many machines ask at the same time) and says how
+// they boot.
+func (s *Scripts) TalosBoot(ctx context.Context, alloc *resources.Allocation, arch string) (TalosBoot, error) {
+	if s.Cache == nil {
+		return TalosBoot{}, fmt.Errorf("the provider keeps no boot-asset cache")
+	}
+
+	files, err := imagecache.FilesFor(arch)
+	if err != nil {
+		return TalosBoot{}, err
+	}
+
+	key := func(file string) imagecache.Key {
+		return imagecache.Key{Schematic: alloc.SchematicID, Version: alloc.TalosVersion, File: file}
+	}
+
+	blobs := make(map[string]imagecache.Blob, 3)
+
+	for _, file := range files.All() {
+		b, err := s.Cache.Get(ctx, key(file))
+		if err != nil {
+			return TalosBoot{}, fmt.Errorf("error fetching %s: %w", key(file), err)
+		}
+
+		blobs[file] = b
+	}
+
+	cmdline, err := readCmdline(blobs[files.Cmdline].Path)
+	if err != nil {
+		return TalosBoot{}, fmt.Errorf("error reading %s: %w", key(files.Cmdline), err)
+	}
+
+	base := s.BaseURL + "/assets/talos/" + alloc.SchematicID + "/" + alloc.TalosVersion + "/"
+
+	return TalosBoot{
+		KernelURL: base + files.Kernel, InitramfsURL: base + files.Initramfs, Initramfs: files.Initramfs,
+		KernelSHA256:    strings.TrimPrefix(blobs[files.Kernel].Digest, "sha256:"),
+		InitramfsSHA256: strings.TrimPrefix(blobs[files.Initramfs].Digest, "sha256:"),
+		Cmdline:         cmdline,
+	}, nil
+}
+
+// KexecTarget is what the machine's agent kexecs into to boot the allocation's Talos.
+func (s *Scripts) KexecTarget(ctx context.Context, machineID, arch string, alloc *resources.Allocation) (*agentv1.Kexec, error) {
+	tb, err := s.TalosBoot(ctx, alloc, arch)
+	if err != nil {
+		return nil, err
+	}
+
+	return &agentv1.Kexec{
+		KernelUrl: tb.KernelURL, KernelSha256: tb.KernelSHA256,
+		InitramfsUrl: tb.InitramfsURL, InitramfsSha256: tb.InitramfsSHA256,
+		Cmdline: s.KexecCmdline(tb, machineID, alloc),
+	}, nil
+}
+
+// KexecCmdline is the cmdline a kexec into the machine's Talos gets: the one the iPXE
+// path boots with, its settings filled in as iPXE would (the machine and its metadata
+// token for the allocation).
+func (s *Scripts) KexecCmdline(b TalosBoot, machineID string, alloc *resources.Allocation) string {
+	return strings.NewReplacer(
+		"${"+ipxeMachineSetting+"}", machineID,
+		"${"+ipxeTokenSetting+"}", token.Sign(s.TokenKey, MetadataClaims(machineID, alloc.ID)),
+	).Replace(b.Cmdline)
+}
+
+func readCmdline(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+
+	defer f.Close()
+
+	buf := make([]byte, maxCmdline)
+
+	n, err := f.Read(buf)
+	if err != nil && n == 0 {
+		return "", err
+	}
+
+	cmdline := strings.Join(strings.Fields(string(buf[:n])), " ")
+	if cmdline == "" || !safeArgs(strings.Fields(cmdline)) {
+		return "", fmt.Errorf("the cmdline is empty or has what a kernel line cannot carry")
+	}
+
+	return cmdline, nil
+}
+
+// cachedTalos is the Talos boot script from the provider's cache; ok is false (with a
+// script that retries) while the assets cannot be made ready.
+func (s *Scripts) cachedTalos(ctx context.Context, req Request, alloc *resources.Allocation) Script {
+	// iPXE waits for its script, not for ever: a long first download goes on in the
+	// cache while the machine asks again.
+	ctx, cancel := context.WithTimeout(ctx, scriptWait)
+	defer cancel()
+
+	tb, err := s.TalosBoot(ctx, alloc, req.Arch)
+	if err != nil {
+		return Script{Status: http.StatusOK, Body: "#!ipxe\n" +
+			"echo Anvil: the Talos boot assets are not ready (" + scriptSafe(err.Error()) + "); retrying in 10 s\n" +
+			"sleep 10\n" +
+			"chain " + s.BaseURL + "/ipxe/start.ipxe\n"}
+	}
+
+	tok := token.Sign(s.TokenKey, MetadataClaims(req.MachineID, alloc.ID))
+
+	return Script{Status: http.StatusOK, Body: "#!ipxe\n" +
+		"set " + ipxeMachineSetting + " " + req.MachineID + "\n" +
+		"set " + ipxeTokenSetting + " " + tok + "\n" +
+		"imgfree\n" +
+		// Debian's 2019 iPXE needs initrd=<name> on the kernel line under EFI.
+		"kernel " + tb.KernelURL + " initrd=" + tb.Initramfs + " " + tb.Cmdline + "\n" +
+		"initrd " + tb.InitramfsURL + "\n" +
+		"boot\n"}
+}
+
+// scriptSafe keeps a message to one line of printable text for an iPXE echo.
+func scriptSafe(msg string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == '$' {
+			return ' '
+		}
+
+		return r
+	}, msg)
+}

@@ -1,0 +1,88 @@
+package lifecycle
+
+import (
+	"slices"
+	"time"
+
+	"github.com/anvil-metal/anvil/provider/internal/resources"
+)
+
+// DefaultKexecTimeout is how long a kexec handoff may take, from the order to Talos
+// seen up, before the provider boots the machine through its firmware instead.
+const DefaultKexecTimeout = 5 * time.Minute
+
+// KexecMode is the machine's kexec handoff mode: its own, else the provider's, else auto.
+func (m Machine) KexecMode(p Policy) string {
+	if mode := m.intent().Kexec; slices.Contains(resources.KexecModes, mode) {
+		return mode
+	}
+
+	if slices.Contains(resources.KexecModes, p.Kexec) {
+		return p.Kexec
+	}
+
+	return resources.KexecAuto
+}
+
+// KexecAllowed says whether the machine may be handed to Talos by kexec: not never, and
+// under auto only if its hardware is not known to break across one.
+func (m Machine) KexecAllowed(p Policy) bool {
+	switch m.KexecMode(p) {
+	case resources.KexecNever:
+		return false
+	case resources.KexecAlways:
+		return true
+	default:
+		return len(m.status().KexecBlockers) == 0
+	}
+}
+
+// Handoff is the kexec handoff of the current allocation, nil when there was none.
+func (m Machine) Handoff() *resources.HandoffRecord {
+	h, a := m.status().Handoff, m.Allocation()
+	if h == nil || a == nil || h.AllocationID != a.ID {
+		return nil
+	}
+
+	return h
+}
+
+// HandoffPending says whether a kexec handoff of the current allocation was ordered and
+// neither seen through (Talos up, or installed) nor reported failed.
+func (m Machine) HandoffPending() bool {
+	h := m.Handoff()
+
+	return h != nil && h.ConfirmedAt.IsZero() && h.Failure == "" && !m.Installed()
+}
+
+// HandoffDeadline is when a pending handoff is given up (zero when none is pending).
+func (m Machine) HandoffDeadline(p Policy) time.Time {
+	if !m.HandoffPending() {
+		return time.Time{}
+	}
+
+	timeout := p.KexecTimeout
+	if timeout <= 0 {
+		timeout = DefaultKexecTimeout
+	}
+
+	return m.Handoff().OrderedAt.Add(timeout)
+}
+
+// HandoffFallback says whether the current allocation's kexec'd Talos was not seen up
+// by the deadline, so that the machine must be booted through its firmware by its BMC
+// (PXE once, then a cycle): the fallback's ID (one per allocation) and why; "" when not.
+// A kexec the agent reports failed needs no BMC: its agent, still up, reboots the
+// machine the way it would have without kexec (NextOrder).
+func (m Machine) HandoffFallback(p Policy, now time.Time) (id, reason string) {
+	h := m.Handoff()
+
+	switch {
+	case h == nil || m.Installed() || !h.ConfirmedAt.IsZero() || h.Failure != "":
+		return "", ""
+	case !now.Before(m.HandoffDeadline(p)):
+		return "handoff-" + h.AllocationID, "Talos not seen up " + now.Sub(h.OrderedAt).Round(time.Second).String() + " after the kexec order"
+	default:
+		return "", ""
+	}
+}
