@@ -1,0 +1,410 @@
+//go:build lab
+
+// Package kexec is the kexec handoff on a lab of its own: a BIOS and a UEFI machine, idle
+// with their agents up, are each allocated twice — once booted into the stand-in Talos
+// through their firmware (the agent reboots, the firmware PXE-boots, iPXE chains to the
+// provider's cached Talos), once by kexec straight from the agent — and the BIOS one a
+// third time with the kexec'd Talos kept from the provider (the network dropped), so
+// that the handoff's deadline passes and the provider falls back to PXE once and a
+// power cycle through the machine's BMC. The figures (allocation → Talos kernel both
+// ways, and the firmware time the kexec skips) go to _out/e2e/kexec.txt.
+package kexec
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/hack/internal/lab"
+	"github.com/anvil-metal/anvil/hack/internal/labtest"
+	"github.com/anvil-metal/anvil/hack/internal/machine"
+	"github.com/anvil-metal/anvil/hack/internal/timeline"
+	"github.com/anvil-metal/anvil/internal/netns"
+)
+
+const (
+	// stepDeadline is generous: TCG, two machines and another lab on two cores.
+	stepDeadline = 5 * time.Minute
+	talosVersion = "v1.9.0"
+	standin      = "TALOS-STANDIN schematic="
+	// kexecTimeout is the provider's deadline for a kexec'd Talos to be seen up: short,
+	// so that the fallback step does not wait long; the stand-in is up in ~20 s.
+	kexecTimeout = 90 * time.Second
+)
+
+// Console lines that mark a boot's stages.
+var (
+	kernelLine   = timeline.Any("Linux version")
+	restarting   = timeline.Any("reboot: Restarting system")
+	ipxeBanner   = timeline.Any("iPXE initialising devices", "iPXE 1.")
+	addressRe    = regexp.MustCompile(`lastAddress: (\S+)`)
+	allocationRe = regexp.MustCompile(`allocation (\S+), schematic`)
+)
+
+// figures are one machine's measurements.
+type figures struct {
+	cycle, kexec time.Duration // allocation → the Talos kernel's first line
+	firmware     time.Duration // the agent's reboot → iPXE's banner (POST and option ROMs)
+}
+
+func TestKexecHandoffE2E(tt *testing.T) {
+	t := labtest.Recording(tt)
+
+	labtest.RequireHost(t)
+
+	root := labtest.RepoRoot(t)
+	bin := t.TempDir()
+	provider, anvilctl := filepath.Join(bin, "provider"), filepath.Join(bin, "anvilctl")
+	factory, power := filepath.Join(bin, "lab-factory"), filepath.Join(bin, "lab-power")
+
+	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
+	labtest.GoBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
+	labtest.GoBuild(t, root, factory, "./hack/cmd/lab-factory")
+	labtest.GoBuild(t, root, power, "./hack/cmd/lab-power")
+
+	agent := labtest.AgentAssets(t, root, bin)
+	standinAssets := filepath.Join(bin, "talos-standin")
+	require.NoError(t, lab.BuildStandinAssets(t.Context(), root, standinAssets))
+
+	dir, prefix := labtest.NewLab(t, "anvk", nil)
+
+	cfg := lab.Config{
+		Dir: dir, Prefix: prefix, Machines: 2,
+		Firmware:    []machine.Firmware{machine.BIOS, machine.UEFI},
+		BMC:         []lab.PowerOwner{lab.OwnerAPI, lab.OwnerAPI},
+		ProviderBin: provider, AgentAssetsDir: agent, PowerBin: power,
+		FactoryURL: "http://" + lab.FactoryListen, FactoryPXEURL: "http://" + lab.FactoryListen,
+		FactoryBin: factory, FactoryAssetsDir: standinAssets,
+		APIPort: 50042,
+		// Idle machines keep their agents up: an allocation is then a kexec away.
+		ProviderArgs: []string{"--power-idle-default", "on", "--kexec-timeout", kexecTimeout.String()},
+	}
+
+	consoles := timeline.Follow(t.Context(), filepath.Join(dir, "machines", "*", "serial.log"), 50*time.Millisecond)
+
+	state, err := lab.Up(t.Context(), cfg)
+	require.NoError(t, err)
+
+	ctl := labtest.Anvilctl(anvilctl, state.ControlSocket())
+	machines := state.MachineList()
+	require.Len(t, machines, 2)
+
+	var (
+		mu      sync.Mutex
+		results = map[string]figures{}
+	)
+
+	labtest.ForEach(machines, func(m *machine.Machine) {
+		k := &kexecLab{t: t, ctl: ctl, consoles: consoles, m: m, state: state, config: filepath.Join(dir, "config-"+m.Name+".yaml")}
+
+		f, ok := k.run(m.Firmware == machine.BIOS)
+		if ok {
+			mu.Lock()
+			results[m.Name] = f
+			mu.Unlock()
+		}
+	})
+
+	writeReport(t, root, machines, results)
+}
+
+// kexecLab drives one machine through the handoffs.
+type kexecLab struct {
+	t        testing.TB
+	ctl      func(...string) (string, error)
+	consoles *timeline.Consoles
+	m        *machine.Machine
+	state    *lab.State
+	config   string
+}
+
+func (k *kexecLab) run(withFallback bool) (figures, bool) {
+	t, m := k.t, k.m
+
+	var f figures
+
+	// Registered, accepted, wiped: idle with its agent up.
+	if !k.eventually("registered with its inventory", func(y string) bool { return strings.Contains(y, "name: vda") }) {
+		return f, false
+	}
+
+	if !k.ok(k.ctl("machine", "accept", m.UUID)) || !k.wiped("") {
+		return f, false
+	}
+
+	// 1. Through the firmware: the agent reboots, the firmware PXE-boots the cached Talos.
+	if !k.ok(k.ctl("machine", "kexec", "never", m.UUID)) {
+		return f, false
+	}
+
+	allocated, ok := k.allocate()
+	if !ok {
+		return f, false
+	}
+
+	kernel, ok := k.talosUp(allocated, "through the firmware")
+	if !ok {
+		return f, false
+	}
+
+	f.cycle = kernel.Sub(allocated)
+
+	if reboot, ok := k.consoles.First(m.SerialLog(), allocated, restarting); assert.True(t, ok, "%s: the agent's reboot on the console", m.Name) {
+		if banner, ok := k.consoles.First(m.SerialLog(), reboot.At, ipxeBanner); assert.True(t, ok, "%s: iPXE's banner after the reboot", m.Name) {
+			f.firmware = banner.At.Sub(reboot.At)
+		}
+	}
+
+	t.Logf("%s (%s): allocation → Talos kernel through the firmware %s (firmware %s; %s)", m.Name, m.Firmware,
+		f.cycle.Round(100*time.Millisecond), f.firmware.Round(100*time.Millisecond),
+		k.stages(allocated, "reboot: Restarting system", "iPXE initialising devices", "/assets/talos/", "Linux version"))
+
+	// 2. Deallocated: wiped by its agent again, which then idles.
+	wipe := k.lastWipe()
+	if !k.ok(k.ctl("machine", "deallocate", m.UUID)) || !k.wiped(wipe) {
+		return f, false
+	}
+
+	// 3. By kexec: no reboot, no firmware, straight from the agent into Talos.
+	if !k.ok(k.ctl("machine", "kexec", "auto", m.UUID)) {
+		return f, false
+	}
+
+	allocated, ok = k.allocate()
+	if !ok {
+		return f, false
+	}
+
+	kernel, ok = k.talosUp(allocated, "by kexec")
+	if !ok {
+		return f, false
+	}
+
+	f.kexec = kernel.Sub(allocated)
+
+	// Between the allocation and Talos' kernel (the stand-in reboots itself after its
+	// install, as Talos does: that reboot is not on the way).
+	assert.False(t, k.seenBetween(allocated, kernel, restarting), "%s: no reboot on the way to Talos by kexec", m.Name)
+	assert.False(t, k.seenBetween(allocated, kernel, ipxeBanner), "%s: no firmware on the way to Talos by kexec", m.Name)
+	assert.True(t, k.seenBetween(allocated, kernel, timeline.Any("kexec_core: Starting new kernel")), "%s: the agent's kexec", m.Name)
+
+	k.eventually("the handoff confirmed", func(y string) bool { return strings.Contains(y, "confirmedAt:") }, "machinestatus")
+
+	t.Logf("%s (%s): allocation → Talos kernel by kexec %s (%s)", m.Name, m.Firmware, f.kexec.Round(100*time.Millisecond),
+		k.stages(allocated, "order received {\"order\": \"kexec-", "next kernel downloaded", "next kernel loaded", "kexec_core: Starting new kernel", "Linux version"))
+
+	if !withFallback {
+		return f, true
+	}
+
+	// 4. The kexec'd Talos cut off from the provider: the deadline passes, the provider
+	// boots the machine through its BMC instead, and Talos comes up that way.
+	wipe = k.lastWipe()
+	if !k.ok(k.ctl("machine", "deallocate", m.UUID)) || !k.wiped(wipe) {
+		return f, false
+	}
+
+	address := k.address()
+
+	allocated, ok = k.allocate()
+	if !ok {
+		return f, false
+	}
+
+	if !k.eventually("the kexec loaded", func(y string) bool { return strings.Contains(y, "loadedAt:") }, "machinestatus") {
+		return f, false
+	}
+
+	unblock := k.block(address)
+	defer unblock()
+
+	if !k.eventually("the fallback through the BMC", func(y string) bool {
+		return strings.Contains(y, "handoffRebootID: handoff-") && strings.Contains(y, "Talos not seen up")
+	}, "powerstatus") {
+		return f, false
+	}
+
+	unblock()
+
+	if _, ok := k.talosUp(allocated, "after the fallback"); !ok {
+		return f, false
+	}
+
+	assert.True(t, hasLine(k.consoles, m.SerialLog(), allocated, ipxeBanner), "%s: the fallback went through the firmware", m.Name)
+
+	return f, true
+}
+
+// seenBetween says whether the console has a line match accepts from since to before.
+func (k *kexecLab) seenBetween(since, before time.Time, match func(string) bool) bool {
+	l, ok := k.consoles.First(k.m.SerialLog(), since, match)
+
+	return ok && l.At.Before(before)
+}
+
+// stages says when each marker first appeared on the console after since: the way's
+// breakdown, for the log.
+func (k *kexecLab) stages(since time.Time, markers ...string) string {
+	parts := make([]string, 0, len(markers))
+
+	for _, marker := range markers {
+		if l, ok := k.consoles.First(k.m.SerialLog(), since, timeline.Any(marker)); ok {
+			parts = append(parts, fmt.Sprintf("%q +%.1fs", marker, l.At.Sub(since).Seconds()))
+		}
+	}
+
+	return strings.Join(parts, ", ")
+}
+
+// ok asserts an anvilctl call succeeded.
+func (k *kexecLab) ok(out string, err error) bool {
+	return assert.NoError(k.t, err, "%s: %s", k.m.Name, out)
+}
+
+// get is the machine's resource of typ as YAML ("machine" by default).
+func (k *kexecLab) get(typ ...string) string {
+	kind := "machine"
+	if len(typ) > 0 {
+		kind = typ[0]
+	}
+
+	out, err := k.ctl("get", kind, k.m.UUID, "-o", "yaml")
+	if err != nil {
+		return ""
+	}
+
+	return out
+}
+
+// eventually waits for the machine's resource (machine unless typ says) to satisfy ok.
+func (k *kexecLab) eventually(what string, ok func(yaml string) bool, typ ...string) bool {
+	return assert.Eventually(k.t, func() bool { return ok(k.get(typ...)) }, stepDeadline, time.Second,
+		"%s (%s): %s", k.m.Name, k.m.Firmware, what)
+}
+
+func (k *kexecLab) lastWipe() string {
+	if m := regexp.MustCompile(`wipedID: (\S+)`).FindStringSubmatch(k.get("machinestatus")); m != nil {
+		return m[1]
+	}
+
+	return ""
+}
+
+// wiped waits for a wipe other than the one before.
+func (k *kexecLab) wiped(before string) bool {
+	return k.eventually("wiped", func(y string) bool {
+		m := regexp.MustCompile(`wipedID: (\S+)`).FindStringSubmatch(y)
+
+		return m != nil && m[1] != before
+	}, "machinestatus")
+}
+
+func (k *kexecLab) address() string {
+	if m := addressRe.FindStringSubmatch(k.get()); m != nil {
+		return m[1]
+	}
+
+	return ""
+}
+
+// allocate allocates the machine with a config of its own, and says when.
+func (k *kexecLab) allocate() (time.Time, bool) {
+	config := fmt.Sprintf("version: v1alpha1\nmachine:\n  type: worker\n  token: kexec-%s\n", k.m.Name)
+	if !assert.NoError(k.t, os.WriteFile(k.config, []byte(config), 0o600)) {
+		return time.Time{}, false
+	}
+
+	at := time.Now()
+	out, err := k.ctl("machine", "allocate", k.m.UUID, "--talos-version", talosVersion, "--config", k.config)
+
+	return at, k.ok(out, err) && assert.Regexp(k.t, allocationRe, out)
+}
+
+// talosUp waits for the stand-in Talos booted after the allocation to have fetched its
+// config and reported the install, and returns when its kernel printed its first line.
+func (k *kexecLab) talosUp(allocated time.Time, how string) (time.Time, bool) {
+	if !assert.Eventually(k.t, func() bool {
+		return hasLine(k.consoles, k.m.SerialLog(), allocated, timeline.Any(standin)) &&
+			hasLine(k.consoles, k.m.SerialLog(), allocated, timeline.Any("TALOS-STANDIN installed"))
+	}, stepDeadline, 500*time.Millisecond, "%s (%s): the stand-in Talos did not come up %s", k.m.Name, k.m.Firmware, how) {
+		return time.Time{}, false
+	}
+
+	kernel, ok := k.consoles.First(k.m.SerialLog(), allocated, kernelLine)
+
+	return kernel.At, assert.True(k.t, ok, "%s: the Talos kernel's first line", k.m.Name)
+}
+
+// block drops what the machine at ip sends the provider's API (its Talos reaching the
+// metadata server), until the returned function is called.
+func (k *kexecLab) block(ip string) func() {
+	t := k.t
+	require.NotEmpty(t, ip, "%s: no address to block", k.m.Name)
+
+	table := "anvil-e2e-kexec-" + strings.ReplaceAll(ip, ".", "-")
+	rules := fmt.Sprintf("table inet %s {\n\tchain input { type filter hook input priority 0; ip saddr %s tcp dport 50042 drop; }\n}\n", table, ip)
+
+	nft := func(stdin string, args ...string) error {
+		cmd := netns.Command(t.Context(), k.state.ProviderNS, "nft", args...)
+		cmd.Stdin = strings.NewReader(stdin)
+
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), err, out)
+		}
+
+		return nil
+	}
+
+	require.NoError(t, nft(rules, "-f", "-"))
+
+	var once sync.Once
+
+	return func() {
+		once.Do(func() {
+			if netns.Exists(k.state.ProviderNS) {
+				assert.NoError(t, nft("", "delete", "table", "inet", table))
+			}
+		})
+	}
+}
+
+// hasLine says whether the console has a line match accepts since the moment.
+func hasLine(c *timeline.Consoles, serial string, since time.Time, match func(string) bool) bool {
+	_, ok := c.First(serial, since, match)
+
+	return ok
+}
+
+func writeReport(t testing.TB, root string, machines []*machine.Machine, results map[string]figures) {
+	var b strings.Builder
+
+	fmt.Fprintf(&b, "%-10s %-9s %18s %18s %8s %24s\n", "machine", "firmware", "firmware boot (s)", "kexec (s)", "ratio", "firmware time skipped (s)")
+
+	for _, m := range machines {
+		f, ok := results[m.Name]
+		if !ok || f.kexec == 0 {
+			fmt.Fprintf(&b, "%-10s %-9s %18s\n", m.Name, m.Firmware, "-")
+
+			continue
+		}
+
+		fmt.Fprintf(&b, "%-10s %-9s %18.1f %18.1f %7.2fx %24.1f\n", m.Name, m.Firmware, f.cycle.Seconds(), f.kexec.Seconds(),
+			f.cycle.Seconds()/f.kexec.Seconds(), f.firmware.Seconds())
+	}
+
+	text := "allocation → Talos kernel (TCG; the firmware's own time, the agent's reboot → iPXE's banner, beside it)\n" + b.String()
+	t.Log(text)
+
+	out := filepath.Join(root, "_out", "e2e", "kexec.txt")
+	if assert.NoError(t, os.MkdirAll(filepath.Dir(out), 0o755)) {
+		assert.NoError(t, os.WriteFile(out, []byte(text), 0o644))
+	}
+}
