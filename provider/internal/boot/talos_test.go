@@ -1,0 +1,134 @@
+package boot_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/siderolabs/image-factory/pkg/client"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/anvil-metal/anvil/internal/labfactory"
+	"github.com/anvil-metal/anvil/internal/token"
+	"github.com/anvil-metal/anvil/provider/internal/boot"
+	"github.com/anvil-metal/anvil/provider/internal/imagecache"
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
+)
+
+// TestTalosFromCache: twenty machines allocated to one schematic asking at once — half
+// for their iPXE script, half for their kexec target — cost one factory download per
+// asset; the script and the kexec boot the same files with the same cmdline, the kexec's
+// with the iPXE settings filled in for its machine.
+func TestTalosFromCache(t *testing.T) {
+	t.Parallel()
+
+	assets := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(assets, "kernel-amd64"), []byte("KERNEL"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(assets, "initramfs-amd64.xz"), []byte("INITRAMFS"), 0o644))
+
+	factory := labfactory.New(labfactory.WithAssets(assets))
+	srv := httptest.NewServer(factory)
+	t.Cleanup(srv.Close)
+
+	s := testScripts(t, true)
+
+	sc, err := s.Schematic([]string{"siderolabs/intel-ucode"}, nil)
+	require.NoError(t, err)
+
+	c, err := client.New(srv.URL)
+	require.NoError(t, err)
+
+	id, _, err := c.SchematicCreate(t.Context(), sc)
+	require.NoError(t, err)
+
+	cache, err := imagecache.New(imagecache.Options{Dir: t.TempDir(), FactoryBaseURL: srv.URL, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, cache.Close()) })
+
+	s.Cache = cache
+	alloc := &resources.Allocation{ID: "a1", SchematicID: id, TalosVersion: "v1.12.0"}
+
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		scripts = map[string]string{}
+		targets = map[string]string{}
+	)
+
+	for i := range 20 {
+		machine := "4c4c4544-0000-1000-8000-0000000000" + string(rune('a'+i/10)) + string(rune('0'+i%10))
+
+		wg.Go(func() {
+			if i%2 == 0 {
+				req := boot.Request{MachineID: machine, Arch: "amd64"}
+				got := s.Render(t.Context(), req, lifecycle.BootDecision{Boot: lifecycle.BootTalos, Allocation: alloc}, token.Claims{})
+
+				mu.Lock()
+				scripts[machine] = got.Body
+				mu.Unlock()
+
+				return
+			}
+
+			k, err := s.KexecTarget(t.Context(), machine, "amd64", alloc)
+			if !assert.NoError(t, err) {
+				return
+			}
+
+			mu.Lock()
+			targets[machine] = k.GetCmdline()
+			mu.Unlock()
+
+			assert.Equal(t, "http://10.77.0.1:50042/assets/talos/"+id+"/v1.12.0/kernel-amd64", k.GetKernelUrl())
+			assert.Equal(t, "http://10.77.0.1:50042/assets/talos/"+id+"/v1.12.0/initramfs-amd64.xz", k.GetInitramfsUrl())
+			assert.Len(t, k.GetKernelSha256(), 64)
+			assert.Len(t, k.GetInitramfsSha256(), 64)
+		})
+	}
+
+	wg.Wait()
+
+	for _, file := range []string{"kernel-amd64", "initramfs-amd64.xz", "cmdline-metal-amd64"} {
+		assert.Equal(t, 1, factory.Downloads("/image/"+id+"/v1.12.0/"+file), "%s: one download for twenty machines", file)
+	}
+
+	require.Len(t, scripts, 10)
+	require.Len(t, targets, 10)
+
+	for machine, script := range scripts {
+		assert.Contains(t, script, "kernel http://10.77.0.1:50042/assets/talos/"+id+"/v1.12.0/kernel-amd64 initrd=initramfs-amd64.xz talos.platform=metal")
+		assert.Contains(t, script, "set anvil_machine "+machine+"\n")
+		assert.Contains(t, script, "talos.config=http://10.77.0.1:50042/metadata/${anvil_machine}?token=${anvil_token}")
+		assert.Contains(t, script, "initrd http://10.77.0.1:50042/assets/talos/"+id+"/v1.12.0/initramfs-amd64.xz\n")
+	}
+
+	for machine, cmdline := range targets {
+		tok := token.Sign(s.TokenKey, boot.MetadataClaims(machine, "a1"))
+
+		assert.True(t, strings.HasPrefix(cmdline, "talos.platform=metal "), cmdline)
+		assert.Contains(t, cmdline, "talos.config=http://10.77.0.1:50042/metadata/"+machine+"?token="+tok, "the settings iPXE fills in, filled in")
+		assert.NotContains(t, cmdline, "${")
+		assert.Contains(t, cmdline, "talos.events.sink=10.77.0.1:50042")
+	}
+
+	// The factory gone, a new cache over the same files boots the same (air-gapped).
+	srv.Close()
+
+	s.Cache = cache
+	got := s.Render(t.Context(), boot.Request{MachineID: "m", Arch: "amd64"}, lifecycle.BootDecision{Boot: lifecycle.BootTalos, Allocation: alloc}, token.Claims{})
+	assert.Contains(t, got.Body, "/assets/talos/"+id+"/v1.12.0/kernel-amd64")
+
+	// An allocation the cache cannot serve: the script says so and retries.
+	other := &resources.Allocation{ID: "a2", SchematicID: strings.Repeat("0", 64), TalosVersion: "v1.12.0"}
+	got = s.Render(t.Context(), boot.Request{MachineID: "m", Arch: "amd64"}, lifecycle.BootDecision{Boot: lifecycle.BootTalos, Allocation: other}, token.Claims{})
+	assert.Equal(t, http.StatusOK, got.Status)
+	assert.Contains(t, got.Body, "the Talos boot assets are not ready")
+	assert.Contains(t, got.Body, "chain http://10.77.0.1:50042/ipxe/start.ipxe")
+}
