@@ -27,7 +27,6 @@ import (
 	"github.com/anvil-metal/anvil/hack/internal/labtest"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
 	"github.com/anvil-metal/anvil/hack/internal/timeline"
-	"github.com/anvil-metal/anvil/internal/netns"
 )
 
 const (
@@ -346,34 +345,10 @@ func (k *kexecLab) talosUp(allocated time.Time, how string) (time.Time, bool) {
 // block drops what the machine at ip sends the provider's API (its Talos reaching the
 // metadata server), until the returned function is called.
 func (k *kexecLab) block(ip string) func() {
-	t := k.t
-	require.NotEmpty(t, ip, "%s: no address to block", k.m.Name)
+	require.NotEmpty(k.t, ip, "%s: no address to block", k.m.Name)
 
-	table := "anvil-e2e-kexec-" + strings.ReplaceAll(ip, ".", "-")
-	rules := fmt.Sprintf("table inet %s {\n\tchain input { type filter hook input priority 0; ip saddr %s tcp dport 50042 drop; }\n}\n", table, ip)
-
-	nft := func(stdin string, args ...string) error {
-		cmd := netns.Command(t.Context(), k.state.ProviderNS, "nft", args...)
-		cmd.Stdin = strings.NewReader(stdin)
-
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), err, out)
-		}
-
-		return nil
-	}
-
-	require.NoError(t, nft(rules, "-f", "-"))
-
-	var once sync.Once
-
-	return func() {
-		once.Do(func() {
-			if netns.Exists(k.state.ProviderNS) {
-				assert.NoError(t, nft("", "delete", "table", "inet", table))
-			}
-		})
-	}
+	return labtest.NFT(k.t, k.state.ProviderNS, "anvil-e2e-kexec-"+strings.ReplaceAll(ip, ".", "-"),
+		fmt.Sprintf("\tchain input { type filter hook input priority 0; ip saddr %s tcp dport 50042 drop; }", ip))
 }
 
 // hasLine says whether the console has a line match accepts since the moment.

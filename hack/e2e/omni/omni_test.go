@@ -669,37 +669,10 @@ func assertRefused(t testing.TB, ns string, m *machine.Machine, addrs []string) 
 func blockWireGuard(t testing.TB, ns, ip string) func() {
 	t.Helper()
 
-	table := "anvil-e2e-block-" + strings.ReplaceAll(ip, ".", "-")
-	rules := fmt.Sprintf(`table inet %[1]s {
-	chain input { type filter hook input priority 0; ip saddr %[2]s udp dport %[3]d drop; }
-	chain output { type filter hook output priority 0; ip daddr %[2]s udp sport %[3]d drop; }
-}
-`, table, ip, omnilab.WireGuardPort)
-
-	nft := func(stdin string, args ...string) error {
-		cmd := netns.Command(t.Context(), ns, "nft", args...)
-		cmd.Stdin = strings.NewReader(stdin)
-
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), err, out)
-		}
-
-		return nil
-	}
-
-	require.NoError(t, nft(rules, "-f", "-"))
-
-	var once sync.Once
-
-	return func() {
-		once.Do(func() {
-			// The namespace goes with the lab; a table left in it goes with it.
-			if netns.Exists(ns) {
-				assert.NoError(t, nft("", "delete", "table", "inet", table))
-			}
-		})
-	}
+	return labtest.NFT(t, ns, "anvil-e2e-block-"+strings.ReplaceAll(ip, ".", "-"), fmt.Sprintf(
+		"\tchain input { type filter hook input priority 0; ip saddr %[1]s udp dport %[2]d drop; }\n"+
+			"\tchain output { type filter hook output priority 0; ip daddr %[1]s udp sport %[2]d drop; }",
+		ip, omnilab.WireGuardPort))
 }
 
 // tail is the last n lines of b.

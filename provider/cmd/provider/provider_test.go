@@ -85,6 +85,8 @@ func TestAnvilctlAgainstRunningProvider(t *testing.T) {
 	p.WaitMachine(uuid2)
 	p.MustAnvilctl("machine", "bmc", "set", uuid2, "--kind", "none")
 	p.MustAnvilctl("machine", "accept", uuid2, "--skip-wipe")
+	assert.Contains(t, p.MustAnvilctl("machine", "kexec", "never", uuid2), "kexec never")
+	assert.NotContains(t, p.MustAnvilctl("machine", "kexec", "default", uuid2), "kexec")
 	restart(p)
 
 	configFile := filepath.Join(t.TempDir(), "config.yaml")

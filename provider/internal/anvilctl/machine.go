@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -268,41 +269,41 @@ func intentLine(in *controlv1.MachineIntent) string {
 }
 
 func newWipeModeCommand(a *app) *cobra.Command {
-	return &cobra.Command{
-		Use:       "wipe-mode fast|zeroes|secure-erase|default <id>",
-		Short:     "Set how a machine's disks are wiped ('default': the provider's --wipe-mode)",
-		Args:      cobra.ExactArgs(2),
-		ValidArgs: []string{"fast", "zeroes", "secure-erase", "default"},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			mode := args[0]
-			if mode == "default" {
-				mode = ""
-			}
+	cmd := newModeCommand(a, "wipe-mode", []string{"fast", "zeroes", "secure-erase"},
+		func(ctx context.Context, c controlv1.TransitionServiceClient, id, mode string) (*controlv1.MachineIntent, error) {
+			resp, err := c.SetWipeMode(ctx, &controlv1.SetWipeModeRequest{MachineId: id, Mode: mode})
 
-			c, err := a.transitions()
-			if err != nil {
-				return err
-			}
+			return resp.GetIntent(), err
+		})
+	cmd.Short = "Set how a machine's disks are wiped ('default': the provider's --wipe-mode)"
 
-			resp, err := c.SetWipeMode(cmd.Context(), &controlv1.SetWipeModeRequest{MachineId: args[1], Mode: mode})
-			if err != nil {
-				return err
-			}
-
-			return printIntent(cmd.OutOrStdout(), resp.GetIntent())
-		},
-	}
+	return cmd
 }
 
 func newKexecModeCommand(a *app) *cobra.Command {
-	return &cobra.Command{
-		Use:   "kexec auto|always|never|default <id>",
-		Short: "Set how a machine is handed to Talos while its agent runs ('default': the provider's --kexec)",
-		Long: `auto kexecs from the agent straight into Talos unless the machine's hardware is on the
+	cmd := newModeCommand(a, "kexec", []string{"auto", "always", "never"},
+		func(ctx context.Context, c controlv1.TransitionServiceClient, id, mode string) (*controlv1.MachineIntent, error) {
+			resp, err := c.SetKexecMode(ctx, &controlv1.SetKexecModeRequest{MachineId: id, Mode: mode})
+
+			return resp.GetIntent(), err
+		})
+	cmd.Short = "Set how a machine is handed to Talos while its agent runs ('default': the provider's --kexec)"
+	cmd.Long = `auto kexecs from the agent straight into Talos unless the machine's hardware is on the
 kexec deny list; always kexecs whatever the list says; never boots Talos through the
-firmware (the agent reboots, the firmware PXE-boots).`,
+firmware (the agent reboots, the firmware PXE-boots).`
+
+	return cmd
+}
+
+// newModeCommand is "<name> <mode>|default <id>": a machine's own setting of one of the
+// provider's modes, "default" (sent as "") following the provider's flag.
+func newModeCommand(a *app, name string, modes []string,
+	set func(ctx context.Context, c controlv1.TransitionServiceClient, id, mode string) (*controlv1.MachineIntent, error),
+) *cobra.Command {
+	return &cobra.Command{
+		Use:       name + " " + strings.Join(modes, "|") + "|default <id>",
 		Args:      cobra.ExactArgs(2),
-		ValidArgs: []string{"auto", "always", "never", "default"},
+		ValidArgs: append(slices.Clone(modes), "default"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mode := args[0]
 			if mode == "default" {
@@ -314,12 +315,12 @@ firmware (the agent reboots, the firmware PXE-boots).`,
 				return err
 			}
 
-			resp, err := c.SetKexecMode(cmd.Context(), &controlv1.SetKexecModeRequest{MachineId: args[1], Mode: mode})
+			intent, err := set(cmd.Context(), c, args[1], mode)
 			if err != nil {
 				return err
 			}
 
-			return printIntent(cmd.OutOrStdout(), resp.GetIntent())
+			return printIntent(cmd.OutOrStdout(), intent)
 		},
 	}
 }
