@@ -4,16 +4,17 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 )
 
 // wideHeader are the columns -o wide adds to 'get machines': what a person needs to
 // decide whether to accept a pending machine, from its agent's inventory and its BMC.
-var wideHeader = []string{"VENDOR", "MODEL", "SERIAL", "CPU", "MEMORY", "DISKS", "MACS", "BMC"}
+var wideHeader = []string{"VENDOR", "MODEL", "SERIAL", "CPU", "MEMORY", "DISKS", "MACS", "BMC", "EXTENSIONS", "KEXEC"}
 
 func (v machineView) wideRow() []string {
-	row := []string{"-", "-", "-", "-", "-", "-", "-", "-"}
+	row := []string{"-", "-", "-", "-", "-", "-", "-", "-", "-", "-"}
 
 	if inv := v.Inventory; inv != nil {
 		row[0] = orDash(inv.System.Manufacturer)
@@ -47,9 +48,53 @@ func (v machineView) wideRow() []string {
 
 	row[6] = orDash(strings.Join(v.macs(), ","))
 	row[7] = v.bmcAddress()
+	row[8] = orDash(strings.Join(v.extensions(), ","))
+	row[9] = v.kexec()
 
 	return row
 }
+
+// extensions are the official extensions the machine's hardware calls for, from its
+// anvil.dev/ext-* labels (an optional one marked so).
+func (v machineView) extensions() []string {
+	var out []string
+
+	for k, value := range v.Labels {
+		name, ok := strings.CutPrefix(k, labelExtensionPrefix)
+		if !ok {
+			continue
+		}
+
+		if value == "optional" {
+			name += "?"
+		}
+
+		out = append(out, name)
+	}
+
+	slices.Sort(out)
+
+	return out
+}
+
+// kexec is how the machine is handed to Talos: its mode, and "blocked" when auto meets
+// the deny list (or an agent that cannot).
+func (v machineView) kexec() string {
+	mode := v.Intent.Kexec
+	if mode == "" {
+		mode = "default"
+	}
+
+	if v.Status != nil && len(v.Status.KexecBlockers) > 0 {
+		mode += " (blocked)"
+	}
+
+	return mode
+}
+
+// labelExtensionPrefix is the provider's controllers.LabelExtensionPrefix, the derived
+// labels of suggested extensions.
+const labelExtensionPrefix = "anvil.dev/ext-"
 
 // macs are the machine's physical NICs as its agent saw them, else those seen booting.
 func (v machineView) macs() []string {
