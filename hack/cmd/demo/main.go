@@ -59,7 +59,11 @@ type record struct {
 	} `json:"inventory"`
 	Status struct {
 		InstalledAllocation string `json:"installedAllocation"`
-		LastWipe            *struct {
+		Handoff             *struct {
+			LoadedAt string `json:"loadedAt"`
+			Failure  string `json:"failure"`
+		} `json:"handoff"`
+		LastWipe *struct {
 			Disks []struct {
 				Device     string `json:"device"`
 				Method     string `json:"method"`
@@ -174,6 +178,8 @@ func run(ctx context.Context, dir, prefix string, n int) error {
 		FactoryBin: "_out/bin/lab-factory", FactoryAssetsDir: "_out/talos-standin",
 		// The lab's power API powers the machines, so the provider does (POWER: api on/off).
 		BMC: []lab.PowerOwner{lab.OwnerAPI}, PowerBin: "_out/bin/lab-power",
+		// Machines stay up a while after their wipe, their agents ready to kexec into Talos.
+		ProviderArgs: []string{"--kexec-keep-warm", "10m"},
 	}
 
 	if err := prepare(ctx, d, cfg, dir, prefix); err != nil {
@@ -266,7 +272,7 @@ func run(ctx context.Context, dir, prefix string, n int) error {
 	}
 
 	d.say("%s allocated: %s", target.Name, strings.TrimSpace(strings.TrimPrefix(out, "machine "+target.UUID+":")))
-	d.say("%s: the agent reboots it; its next PXE boot goes to the Image Factory stand-in", target.Name)
+	d.say("%s: its agent, kept up after the wipe (--kexec-keep-warm), kexecs straight into the stand-in Talos from the provider's cache", target.Name)
 
 	// Follow the stand-in on the serial console while waiting for the install.
 	follow := newFollower(target.SerialLog())
@@ -288,6 +294,17 @@ func run(ctx context.Context, dir, prefix string, n int) error {
 
 	d.say("%s installed (reported by the stand-in's events), %s after the allocation; it now boots from its disk",
 		target.Name, time.Since(allocated).Round(time.Second))
+
+	if ms, err := d.machines(); err == nil {
+		switch h := ms[target.UUID].Status.Handoff; {
+		case h != nil && h.Failure != "":
+			d.say("%s: the kexec failed (%s): it booted through its firmware instead", target.Name, h.Failure)
+		case h != nil && h.LoadedAt != "":
+			d.say("%s was handed to Talos by kexec: no reboot, no firmware, no PXE", target.Name)
+		default:
+			d.say("%s booted Talos through its firmware (PXE)", target.Name)
+		}
+	}
 
 	sock := d.state.ControlSocket()
 	fmt.Printf(`
