@@ -140,6 +140,10 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 
 		// Talos boots, by iPXE and by kexec, from the provider's cache.
 		env.scripts.Cache = env.imageCache
+	} else {
+		// A kexec needs its target in the cache: without one, every allocation goes
+		// through the firmware, decided here rather than failed machine by machine.
+		env.policy.Kexec = resources.KexecNever
 	}
 
 	var managedBy string
