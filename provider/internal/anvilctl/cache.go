@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
+	"github.com/anvil-metal/anvil/provider/internal/fleet"
 )
 
 // shortDigest is how much of a digest's hex the table shows, as container tools do.
@@ -174,7 +175,7 @@ func printImages(p *printer, images []*controlv1.CachedImage, now time.Time) err
 
 	for _, img := range images {
 		rows = append(rows, []string{
-			img.GetSchematic(), img.GetVersion(), img.GetFile(), size(uint64(max(img.GetSize(), 0))),
+			img.GetSchematic(), img.GetVersion(), img.GetFile(), fleet.DiskSize(uint64(max(img.GetSize(), 0))),
 			short(img.GetDigest()), ago(img.GetFetchedAt(), now), ago(img.GetUsedAt(), now),
 		})
 	}
@@ -193,7 +194,7 @@ func printPruned(w io.Writer, removed []*controlv1.CachedImage) error {
 		}
 	}
 
-	_, err := fmt.Fprintf(w, "pruned %d cached assets, %s\n", len(removed), size(uint64(max(total, 0))))
+	_, err := fmt.Fprintf(w, "pruned %d cached assets, %s\n", len(removed), fleet.DiskSize(uint64(max(total, 0))))
 
 	return err
 }

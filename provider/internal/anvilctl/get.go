@@ -12,6 +12,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/spf13/cobra"
 
+	"github.com/anvil-metal/anvil/provider/internal/fleet"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
@@ -163,7 +164,7 @@ func redact(r resource.Resource, showConfig bool) resource.Resource {
 		}
 
 		out := r.DeepCopy().(*resources.MachineIntent) //nolint:forcetypeassert // DeepCopy keeps the type
-		out.TypedSpec().Allocation.Config = redactedConfig(len(r.TypedSpec().Allocation.Config))
+		out.TypedSpec().Allocation.Config = fleet.RedactedConfig(len(r.TypedSpec().Allocation.Config))
 
 		return out
 	case *resources.OmniMachine:
@@ -172,7 +173,7 @@ func redact(r resource.Resource, showConfig bool) resource.Resource {
 		}
 
 		out := r.DeepCopy().(*resources.OmniMachine) //nolint:forcetypeassert // DeepCopy keeps the type
-		out.TypedSpec().NodeUniqueToken = redactedToken
+		out.TypedSpec().NodeUniqueToken = fleet.RedactedToken
 
 		return out
 	case *resources.OmniMachineStatus:
@@ -181,17 +182,10 @@ func redact(r resource.Resource, showConfig bool) resource.Resource {
 		}
 
 		out := r.DeepCopy().(*resources.OmniMachineStatus) //nolint:forcetypeassert // DeepCopy keeps the type
-		out.TypedSpec().WipedNodeUniqueToken = redactedToken
+		out.TypedSpec().WipedNodeUniqueToken = fleet.RedactedToken
 
 		return out
 	default:
 		return r
 	}
-}
-
-// redactedToken stands for a node unique token in anvilctl's output.
-const redactedToken = "<redacted>"
-
-func redactedConfig(n int) string {
-	return fmt.Sprintf("(redacted: %d bytes, --show-config prints it)", n)
 }
