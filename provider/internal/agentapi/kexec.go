@@ -10,8 +10,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
+	"github.com/anvil-metal/anvil/provider/internal/boottrace"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // kexecOrderPrefix starts the IDs of kexec orders (the lifecycle's "kexec-<allocation>").
@@ -19,6 +21,16 @@ const kexecOrderPrefix = "kexec-"
 
 // prepTimeout bounds the making ready of one kexec target (a download from the factory).
 const prepTimeout = 15 * time.Minute
+
+// Right after an allocation its schematic may not be registered with the factory yet
+// (the schematic controller does that in the background), which the factory answers
+// with a 404; the iPXE path's script asks again every 10 s. A kexec target that cannot be
+// made ready is tried again likewise, for DefaultKexecRetryFor, before the handoff is
+// given up for the firmware path.
+const (
+	DefaultKexecRetryFor = 2 * time.Minute
+	kexecRetryEvery      = 5 * time.Second
+)
 
 // kexecPrep is a session's kexec target being made ready, in the background, so that the
 // session goes on reading its agent meanwhile.
@@ -64,7 +76,7 @@ func (s *Server) kexecOrder(ctx context.Context, m lifecycle.Machine, next *agen
 		go func(p *kexecPrep) {
 			defer close(p.done)
 
-			p.target, p.err = s.opts.Kexec.KexecTarget(pctx, m.ID, arch, alloc)
+			p.target, p.err = s.kexecTarget(pctx, m.ID, arch, alloc)
 		}(prep)
 
 		logger.Info("making the kexec target ready", zap.String("allocation", alloc.ID))
@@ -88,6 +100,8 @@ func (s *Server) kexecOrder(ctx context.Context, m lifecycle.Machine, next *agen
 		return nil, status.Errorf(codes.Unavailable, "error recording the kexec handoff: %v", err)
 	}
 
+	s.opts.Trace.Note(m.ID, "kexec into Talos ordered (allocation "+alloc.ID+")")
+
 	out := proto.Clone(next).(*agentv1.Order) //nolint:forcetypeassert // a clone has its original's type
 	out.Action = &agentv1.Order_Kexec{Kexec: prep.target}
 
@@ -98,8 +112,32 @@ func (s *Server) kexecOrder(ctx context.Context, m lifecycle.Machine, next *agen
 	return out, nil
 }
 
+// kexecTarget makes the target ready, trying again for a while (see DefaultKexecRetryFor).
+func (s *Server) kexecTarget(ctx context.Context, id, arch string, alloc *resources.Allocation) (*agentv1.Kexec, error) {
+	retryFor := s.opts.KexecRetryFor
+	if retryFor == 0 {
+		retryFor = DefaultKexecRetryFor
+	}
+
+	deadline := time.Now().Add(retryFor)
+
+	for {
+		target, err := s.opts.Kexec.KexecTarget(ctx, id, arch, alloc)
+		if err == nil || !time.Now().Add(kexecRetryEvery).Before(deadline) {
+			return target, err
+		}
+
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(kexecRetryEvery):
+		}
+	}
+}
+
 func (s *Server) kexecFailed(ctx context.Context, id, allocationID, why string, logger *zap.Logger) error {
 	logger.Warn("kexec handoff failed: booting through the firmware instead", zap.String("allocation", allocationID), zap.String("reason", why))
+	s.opts.Trace.Note(id, "kexec handoff failed, booting through the firmware: "+why)
 
 	if err := s.opts.Recorder.RecordKexecFailed(ctx, id, allocationID, why); err != nil {
 		return status.Errorf(codes.Unavailable, "error recording the kexec handoff: %v", err)
@@ -117,6 +155,7 @@ func (s *Server) kexecResult(ctx context.Context, id, allocationID string, r *ag
 	switch r.GetStatus() {
 	case agentv1.OrderResult_STATUS_DONE:
 		s.observeTalos(ctx, id)
+		s.opts.Trace.Mark(id, boottrace.PhaseHandoff, "", "kexec")
 		err = s.opts.Recorder.RecordKexecLoaded(ctx, id, allocationID)
 	case agentv1.OrderResult_STATUS_FAILED:
 		why := r.GetMessage()
@@ -124,6 +163,7 @@ func (s *Server) kexecResult(ctx context.Context, id, allocationID string, r *ag
 			why = "failed"
 		}
 
+		s.opts.Trace.Note(id, "kexec failed in the agent, booting through the firmware: "+why)
 		err = s.opts.Recorder.RecordKexecFailed(ctx, id, allocationID, why)
 	default:
 		return nil

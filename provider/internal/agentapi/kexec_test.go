@@ -3,6 +3,7 @@ package agentapi_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,9 +17,11 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
-// targets are kexec targets made ready after a moment, or failing.
+// targets are kexec targets made ready after a moment, or failing (the first failures
+// times only, when failures is set).
 type targets struct {
-	err error
+	err      error
+	failures *atomic.Int32
 }
 
 func (tg targets) KexecTarget(ctx context.Context, machineID, arch string, alloc *resources.Allocation) (*agentv1.Kexec, error) {
@@ -28,7 +31,7 @@ func (tg targets) KexecTarget(ctx context.Context, machineID, arch string, alloc
 		return nil, ctx.Err()
 	}
 
-	if tg.err != nil {
+	if tg.err != nil && (tg.failures == nil || tg.failures.Add(-1) >= 0) {
 		return nil, tg.err
 	}
 
@@ -123,7 +126,10 @@ func TestSessionKexec(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 
-			f := newFixtureWith(t, kexecPolicy(targets{err: errors.New("factory unreachable")}))
+			f := newFixtureWith(t, func(o *agentapi.Options) {
+				kexecPolicy(targets{err: errors.New("factory unreachable")})(o)
+				o.KexecRetryFor = -1 // given up at once
+			})
 			f.allocatedMachine(t, tc.bmc)
 
 			o := nextOrder(t, hello(t, f))
@@ -132,6 +138,22 @@ func TestSessionKexec(t *testing.T) {
 			assert.Equal(t, []string{"failed a1: the Talos boot assets could not be made ready: factory unreachable"}, f.rec.events())
 		})
 	}
+
+	t.Run("assets fail once, then are ready: kexec", func(t *testing.T) {
+		t.Parallel()
+
+		// The schematic not registered with the factory yet, say.
+		failures := &atomic.Int32{}
+		failures.Store(1)
+
+		f := newFixtureWith(t, kexecPolicy(targets{err: errors.New("unknown schematic"), failures: failures}))
+		f.allocatedMachine(t, true)
+
+		o := nextOrder(t, hello(t, f))
+
+		assert.Equal(t, "kexec-a1", o.GetId())
+		assert.Equal(t, []string{"ordered a1"}, f.rec.events(), "ordered, no failure recorded")
+	})
 
 	t.Run("agent reports the kexec failed", func(t *testing.T) {
 		t.Parallel()

@@ -21,6 +21,7 @@ import (
 	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
 	"github.com/anvil-metal/anvil/internal/resourcewire"
 	"github.com/anvil-metal/anvil/internal/token"
+	"github.com/anvil-metal/anvil/provider/internal/boottrace"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/inventory"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
@@ -82,7 +83,13 @@ type Options struct {
 	Observations chan<- controllers.PXEObservation
 	// Kexec gives kexec orders their targets; nil when the provider has none (the
 	// policy then never asks for a kexec).
-	Kexec    KexecTargets
+	Kexec KexecTargets
+	// KexecRetryFor is how long a kexec target that cannot be made ready is tried again
+	// (DefaultKexecRetryFor when zero; negative: not at all).
+	KexecRetryFor time.Duration
+	// Trace, when set, marks agents registering and kexec handoffs on the machines'
+	// boot timelines, with the kexec orders' fate among their events.
+	Trace    *boottrace.Recorder
 	Registry prometheus.Registerer
 	Logger   *zap.Logger
 }
@@ -91,32 +98,13 @@ type Options struct {
 type Server struct {
 	agentv1.UnimplementedAgentServiceServer
 
-	opts     Options
-	sessions prometheus.Gauge
-	orders   *prometheus.CounterVec
-	refused  *prometheus.CounterVec
+	opts    Options
+	metrics *metrics
 }
 
 // New returns the server.
 func New(opts Options) *Server {
-	s := &Server{
-		opts: opts,
-		sessions: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "anvil_agent_sessions", Help: "Agents connected.",
-		}),
-		orders: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "anvil_agent_orders_total", Help: "Orders sent to agents, by kind.",
-		}, []string{"kind"}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "anvil_agent_sessions_refused_total", Help: "Agent sessions refused, by reason.",
-		}, []string{"reason"}),
-	}
-
-	if opts.Registry != nil {
-		opts.Registry.MustRegister(s.sessions, s.orders, s.refused)
-	}
-
-	return s
+	return &Server{opts: opts, metrics: newMetrics(opts.Registry)}
 }
 
 // GRPCServer returns a gRPC server with the agent service, with the limits agents get.
@@ -140,13 +128,15 @@ func (s *Server) Session(stream agentv1.AgentService_SessionServer) error {
 	logger := s.opts.Logger.With(zap.String("machine", id), zap.String("boot", hello.GetBootId()))
 
 	s.register(ctx, hello)
+	s.metrics.sessionsTotal.Inc()
+	s.markRegistered(id)
 
 	if err = stream.Send(&agentv1.ProviderMessage{Message: &agentv1.ProviderMessage_Welcome{Welcome: &agentv1.Welcome{MachineId: id}}}); err != nil {
 		return err
 	}
 
-	s.sessions.Inc()
-	defer s.sessions.Dec()
+	s.metrics.sessions.Inc()
+	defer s.metrics.sessions.Dec()
 
 	logger.Info("agent connected", zap.String("version", hello.GetAgentVersion()), zap.Strings("macs", hello.GetMacs()))
 
@@ -206,7 +196,7 @@ func (s *Server) Session(stream agentv1.AgentService_SessionServer) error {
 			}
 
 			sentID = next.GetId()
-			s.orders.WithLabelValues(orderKind(next)).Inc()
+			s.metrics.orders.WithLabelValues(orderKind(next)).Inc()
 			logger.Info("order sent", zap.String("order", sentID))
 		}
 
@@ -253,7 +243,7 @@ func (s *Server) hello(stream agentv1.AgentService_SessionServer) (*agentv1.Hell
 	select {
 	case r = <-ch:
 	case <-time.After(helloTimeout):
-		s.refused.WithLabelValues("timeout").Inc()
+		s.metrics.refused.WithLabelValues("timeout").Inc()
 
 		return nil, status.Error(codes.DeadlineExceeded, "no hello")
 	}
@@ -264,21 +254,21 @@ func (s *Server) hello(stream agentv1.AgentService_SessionServer) (*agentv1.Hell
 
 	hello := r.msg.GetHello()
 	if hello == nil {
-		s.refused.WithLabelValues("protocol").Inc()
+		s.metrics.refused.WithLabelValues("protocol").Inc()
 
 		return nil, status.Error(codes.InvalidArgument, "the first message must be a hello")
 	}
 
 	claims, err := token.Verify(s.opts.TokenKey, hello.GetToken())
 	if err != nil || claims.Kind != token.KindAgent || claims.MachineID != hello.GetMachineId() {
-		s.refused.WithLabelValues("token").Inc()
+		s.metrics.refused.WithLabelValues("token").Inc()
 		s.opts.Logger.Warn("agent refused: invalid token", zap.String("machine", hello.GetMachineId()), zap.String("remote", remote(stream.Context())))
 
 		return nil, status.Error(codes.Unauthenticated, "invalid token")
 	}
 
 	if s.opts.View.AgentBootIssued(claims.MachineID).After(claims.Issued) {
-		s.refused.WithLabelValues("superseded").Inc()
+		s.metrics.refused.WithLabelValues("superseded").Inc()
 		s.opts.Logger.Warn("agent refused: token superseded by a newer boot", zap.String("machine", claims.MachineID))
 
 		return nil, status.Error(codes.Unauthenticated, "token superseded by a newer boot of this machine")
@@ -368,8 +358,15 @@ func (s *Server) result(ctx context.Context, id string, r *agentv1.OrderResult, 
 			})
 		}
 
+		// Read before the record changes what is owed.
+		mode, owed := s.wipeOwed(id, record.ID)
+
 		if err := s.opts.Recorder.RecordWiped(ctx, id, record); err != nil {
 			return status.Errorf(codes.Unavailable, "error recording the wipe: %v", err)
+		}
+
+		if owed {
+			s.metrics.observeWipe(mode, record)
 		}
 	}
 

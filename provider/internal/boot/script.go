@@ -81,6 +81,9 @@ type Script struct {
 	// AgentToken holds the claims of the agent token the script carries, when it boots
 	// the agent; the provider records its issue time so that older tokens are superseded.
 	AgentToken token.Claims
+	// Handoff says the script hands the machine to Talos (rather than one that waits
+	// for Talos' boot assets and asks again).
+	Handoff bool
 }
 
 // StartScript is the script the ProxyDHCP hands to iPXE: it asks iPXE for what
@@ -173,7 +176,7 @@ func (s *Scripts) agent(req Request, claims token.Claims) Script {
 func (s *Scripts) talos(req Request, alloc *resources.Allocation) Script {
 	tok := token.Sign(s.TokenKey, MetadataClaims(req.MachineID, alloc.ID))
 
-	return Script{Status: http.StatusOK, Body: "#!ipxe\n" +
+	return Script{Status: http.StatusOK, Handoff: true, Body: "#!ipxe\n" +
 		"set " + ipxeMachineSetting + " " + req.MachineID + "\n" +
 		"set " + ipxeTokenSetting + " " + tok + "\n" +
 		"chain --replace " + s.FactoryPXEBaseURL + "/pxe/" + alloc.SchematicID + "/" + alloc.TalosVersion + "/" + s.Platform + "-" + req.Arch + " ||\n" +

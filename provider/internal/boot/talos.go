@@ -144,7 +144,7 @@ func (s *Scripts) cachedTalos(ctx context.Context, req Request, alloc *resources
 
 	tok := token.Sign(s.TokenKey, MetadataClaims(req.MachineID, alloc.ID))
 
-	return Script{Status: http.StatusOK, Body: "#!ipxe\n" +
+	return Script{Status: http.StatusOK, Handoff: true, Body: "#!ipxe\n" +
 		"set " + ipxeMachineSetting + " " + req.MachineID + "\n" +
 		"set " + ipxeTokenSetting + " " + tok + "\n" +
 		"imgfree\n" +

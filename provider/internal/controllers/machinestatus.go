@@ -9,6 +9,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/safe"
 	"go.uber.org/zap"
 
+	"github.com/anvil-metal/anvil/provider/internal/boottrace"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
@@ -21,6 +22,10 @@ type statusReport struct {
 
 // MachineStatusController produces MachineStatus from what machines report.
 type MachineStatusController struct {
+	// Trace, when set before Run, marks installs on the machines' boot timelines: every
+	// source of "installed" (Talos' event sink, Omni, a person) comes through here.
+	Trace *boottrace.Recorder
+
 	reports *inbox[statusReport]
 }
 
@@ -35,7 +40,7 @@ func NewMachineStatusController() *MachineStatusController {
 func (ctrl *MachineStatusController) RecordInstalled(ctx context.Context, machineID, allocationID, source string) error {
 	now := time.Now()
 
-	return ctrl.record(ctx, statusReport{
+	if err := ctrl.record(ctx, statusReport{
 		machineID: machineID,
 		apply: func(s *resources.MachineStatusSpec) {
 			s.InstalledAllocation = allocationID
@@ -43,7 +48,13 @@ func (ctrl *MachineStatusController) RecordInstalled(ctx context.Context, machin
 			s.InstalledBy = source
 		},
 		logged: []zap.Field{zap.String("installed", allocationID), zap.String("source", source)},
-	})
+	}); err != nil {
+		return err
+	}
+
+	ctrl.Trace.Mark(machineID, boottrace.PhaseInstalled, "", source)
+
+	return nil
 }
 
 // RecordWiped records that the machine's wipe of that generation is done, with its report.

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"reflect"
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/resource"
@@ -34,6 +35,8 @@ type OmniIntentController struct {
 	Applier OmniApplier
 	// Recorder records the install Omni counted (MachineStatusController).
 	Recorder transitions.InstallRecorder
+	// Sync, when set, hears each OmniMachine applied (the sync-lag metric).
+	Sync OmniSync
 }
 
 // Name implements controller.QController.
@@ -72,6 +75,15 @@ func (ctrl *OmniIntentController) Reconcile(ctx context.Context, logger *zap.Log
 		return fmt.Errorf("error reading Omni's view of machine %s: %w", id, err)
 	}
 
+	var before *resources.MachineIntentSpec
+
+	if ctrl.Sync != nil {
+		// To tell whether the intent changed (the status then follows it).
+		if before, err = optionalSpec[resources.MachineIntentSpec, *resources.MachineIntent](ctx, r, id); err != nil {
+			return err
+		}
+	}
+
 	intent, err := ctrl.Applier.ApplyOmni(ctx, id, *om.TypedSpec())
 
 	switch transitions.CodeOf(err) {
@@ -95,6 +107,10 @@ func (ctrl *OmniIntentController) Reconcile(ctx context.Context, logger *zap.Log
 	}
 
 	logger.Debug("Omni's decisions applied", zap.String("machine", id), zap.String("acceptance", string(intent.Acceptance)))
+
+	if ctrl.Sync != nil {
+		ctrl.Sync.Applied(id, before == nil || !reflect.DeepEqual(*before, *intent))
+	}
 
 	return ctrl.recordInstall(ctx, r, id, om.TypedSpec(), intent)
 }

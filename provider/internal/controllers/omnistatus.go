@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"time"
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/resource"
@@ -25,6 +26,8 @@ import (
 // changes.
 type OmniMachineStatusController struct {
 	Policy lifecycle.Policy
+	// Sync, when set, hears each status stored (the sync-lag metric).
+	Sync OmniSync
 }
 
 // Name implements controller.QController.
@@ -55,6 +58,7 @@ func (ctrl *OmniMachineStatusController) MapInput(_ context.Context, _ *zap.Logg
 // Reconcile implements controller.QController.
 func (ctrl *OmniMachineStatusController) Reconcile(ctx context.Context, _ *zap.Logger, r controller.QRuntime, ptr resource.Pointer) error {
 	id := ptr.ID()
+	started := time.Now()
 
 	om, err := safe.ReaderGetByID[*resources.OmniMachine](ctx, r, id)
 
@@ -106,6 +110,10 @@ func (ctrl *OmniMachineStatusController) Reconcile(ctx context.Context, _ *zap.L
 		return nil
 	}); err != nil {
 		return fmt.Errorf("error writing the Omni status of machine %s: %w", id, err)
+	}
+
+	if ctrl.Sync != nil {
+		ctrl.Sync.Reported(id, started)
 	}
 
 	return nil

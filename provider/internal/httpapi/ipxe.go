@@ -10,6 +10,7 @@ import (
 
 	"github.com/anvil-metal/anvil/internal/token"
 	"github.com/anvil-metal/anvil/provider/internal/boot"
+	"github.com/anvil-metal/anvil/provider/internal/boottrace"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 )
@@ -43,6 +44,7 @@ func (s *Server) handleBoot(w http.ResponseWriter, r *http.Request) {
 	}
 
 	now := time.Now()
+	addr := remoteIP(r)
 	decision := m.Boot(s.opts.Policy)
 	script := s.opts.Scripts.Render(r.Context(), req, decision, token.Claims{Issued: now})
 
@@ -52,9 +54,15 @@ func (s *Server) handleBoot(w http.ResponseWriter, r *http.Request) {
 		s.opts.View.NoteAgentBoot(req.MachineID, script.AgentToken.Issued)
 	}
 
+	s.opts.Trace.MarkScript(req.MachineID, req.MAC, addr, req.Firmware, string(decision.Boot))
+
+	if script.Handoff {
+		s.opts.Trace.Mark(req.MachineID, boottrace.PhaseHandoff, req.Firmware, "ipxe")
+	}
+
 	obs := controllers.PXEObservation{
 		MachineID: req.MachineID, UUID: req.UUID, MAC: req.MAC, Arch: req.Arch, Firmware: req.Firmware,
-		Address: remoteIP(r), Decision: string(decision.Boot), At: now, AgentIssued: script.AgentToken.Issued,
+		Address: addr, Decision: string(decision.Boot), At: now, AgentIssued: script.AgentToken.Issued,
 	}
 
 	// Most boots repeat what is recorded already: only news goes to the controller.
@@ -88,6 +96,22 @@ func (s *Server) handleAgentAsset(w http.ResponseWriter, r *http.Request) {
 	}
 
 	http.ServeFile(w, r, filepath.Join(s.opts.Scripts.Assets.Dir, name)) //nolint:gosec // name is one of the assets' own file names, checked above
+
+	// iPXE fetches the initramfs last: served whole, the agent's assets are in.
+	if s.opts.Trace != nil && r.Context().Err() == nil && s.agentInitramfs(name) {
+		s.opts.Trace.MarkFrom(remoteIP(r), boottrace.PhaseAgentAssets, "")
+	}
+}
+
+// agentInitramfs says whether name is the initramfs of one of the agent's asset sets.
+func (s *Server) agentInitramfs(name string) bool {
+	for _, arch := range []string{"amd64", "arm64"} {
+		if set, ok := s.opts.Scripts.Assets.For(arch); ok && set.Initramfs == name {
+			return true
+		}
+	}
+
+	return false
 }
 
 func writeScript(w http.ResponseWriter, status int, body string) {

@@ -41,6 +41,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.scriptsByKind[k] = m.scripts.WithLabelValues(string(k))
 	}
 
+	// Children with known labels exist from the start, at 0, for dashboards to find.
+	for _, result := range []string{"served", "forbidden", "superseded", "empty"} {
+		m.metadata.WithLabelValues(result)
+	}
+
+	for _, result := range []string{"installed", "ignored", "malformed", "refused"} {
+		m.events.WithLabelValues(result)
+	}
+
 	reg.MustRegister(m.scripts, m.badRequests, m.observationsLost, m.metadata, m.events)
 
 	return m

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/anvil-metal/anvil/provider/internal/boot"
+	"github.com/anvil-metal/anvil/provider/internal/boottrace"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/imagecache"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
@@ -53,8 +54,11 @@ type Options struct {
 	// ImageCache serves the Talos boot assets (/assets/talos/...); without it they
 	// answer 503.
 	ImageCache *imagecache.Cache
-	Registry   *prometheus.Registry
-	Logger     *zap.Logger
+	// Trace, when set, marks the boot phases served here on the machines' timelines:
+	// boot script, agent assets, the handoff of an iPXE chain to Talos.
+	Trace    *boottrace.Recorder
+	Registry *prometheus.Registry
+	Logger   *zap.Logger
 }
 
 // Server is the provider's HTTP server.

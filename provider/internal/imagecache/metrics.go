@@ -17,7 +17,7 @@ type metrics struct {
 
 // newMetrics builds the cache's metrics; size reads the blobs' total when scraped.
 func newMetrics(size func() int64) *metrics {
-	return &metrics{
+	m := &metrics{
 		hits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "anvil_image_cache_hits_total", Help: "Boot-asset requests served from the image cache.",
 		}),
@@ -40,6 +40,13 @@ func newMetrics(size func() int64) *metrics {
 			Name: "anvil_image_cache_size_bytes", Help: "Size of the blobs in the image cache.",
 		}, func() float64 { return float64(size()) }),
 	}
+
+	// Both results exist from the start, at 0, for dashboards to find.
+	for _, result := range []string{"ok", "error"} {
+		m.downloads.WithLabelValues(result)
+	}
+
+	return m
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {

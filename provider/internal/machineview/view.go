@@ -78,6 +78,19 @@ func (v *View) Get(id resource.ID) *Entry {
 	return v.byID[id]
 }
 
+// All returns every machine's entry, in no order (metrics count them at scrape time).
+func (v *View) All() []*Entry {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+
+	entries := make([]*Entry, 0, len(v.byID))
+	for _, e := range v.byID {
+		entries = append(entries, e)
+	}
+
+	return entries
+}
+
 // ByAddress returns the machines whose last boot came from the IP address.
 func (v *View) ByAddress(addr string) []*Entry {
 	v.mu.RLock()

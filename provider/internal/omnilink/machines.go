@@ -44,6 +44,11 @@ func (l *Link) ApplyMachine(ctx context.Context, req *omniadapterv1.ApplyMachine
 		changed = !reflect.DeepEqual(*om.TypedSpec(), spec)
 		*om.TypedSpec() = spec
 
+		// Before it is stored, so that no controller carries it out unseen.
+		if changed {
+			l.lag.Arrived(m.GetId())
+		}
+
 		return nil
 	}); err != nil {
 		return nil, status.Error(codes.Internal, fmt.Sprintf("error storing Omni's view of machine %s: %v", m.GetId(), err))

@@ -47,6 +47,7 @@ type Link struct {
 	// writer.
 	st     state.State
 	bmcs   BMCSetter
+	lag    *SyncLag
 	logger *zap.Logger
 
 	mu         sync.RWMutex
@@ -67,7 +68,10 @@ type Options struct {
 	// machines' calls are refused).
 	State state.State
 	// BMCs takes the BMCs admins give in Omni; nil refuses them.
-	BMCs   BMCSetter
+	BMCs BMCSetter
+	// Lag, when set, hears of each change of Omni's view of a machine stored, to time
+	// how long it takes to be carried out.
+	Lag    *SyncLag
 	Logger *zap.Logger
 }
 
@@ -78,7 +82,7 @@ func New(opts Options) *Link {
 		logger = zap.NewNop()
 	}
 
-	return &Link{socket: opts.Socket, st: opts.State, bmcs: opts.BMCs, logger: logger}
+	return &Link{socket: opts.Socket, st: opts.State, bmcs: opts.BMCs, lag: opts.Lag, logger: logger}
 }
 
 // Socket is where the adapter API is served.

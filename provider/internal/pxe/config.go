@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/netip"
 	"time"
+
+	"github.com/anvil-metal/anvil/provider/internal/boottrace"
 )
 
 // Defaults of Config and TFTPConfig.
@@ -45,6 +47,8 @@ type Config struct {
 	PXEPort  int
 	// Pool turns on full DHCP mode (NewDHCPServer). Nil for the proxy.
 	Pool *Pool
+	// Trace, when set, marks the offers made to PXE clients on their boot timelines.
+	Trace *boottrace.Recorder
 
 	serverIP   net.IP
 	serverName string

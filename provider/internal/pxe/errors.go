@@ -29,6 +29,11 @@ var (
 	errNoAddress      = &ignoreError{"pool_exhausted"}
 )
 
+// ignoreErrors lists the reasons, so that their counters exist from the start.
+var ignoreErrors = []*ignoreError{
+	errNotBootRequest, errNotPXE, errNoArch, errUnknownArch, errNoARM64, errHTTPBoot, errNotForUs, errMessageType, errNoAddress,
+}
+
 // ignoreReason returns the metric label of an ignore error.
 func ignoreReason(err error) string {
 	var ie *ignoreError

@@ -56,6 +56,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"reason"}),
 	}
 
+	// Children with known labels exist from the start, at 0, for dashboards to find.
+	for _, result := range []string{"success", "failure"} {
+		m.tftpTransfers.WithLabelValues(result)
+	}
+
+	for _, reason := range []string{"refused", "not_found", "open"} {
+		m.tftpErrors.WithLabelValues(reason)
+	}
+
 	if reg != nil {
 		reg.MustRegister(m.received, m.answered, m.ignored, m.malformed, m.sendErrs,
 			m.tftpTransfers, m.tftpBytes, m.tftpErrors)
@@ -80,6 +89,14 @@ type dhcpCounters struct {
 func (m *Metrics) dhcp(server string) *dhcpCounters {
 	if m == nil {
 		m = NewMetrics(nil)
+	}
+
+	for _, e := range ignoreErrors {
+		m.ignored.WithLabelValues(server, e.reason)
+	}
+
+	for _, reason := range []string{"other", "error"} {
+		m.ignored.WithLabelValues(server, reason)
 	}
 
 	return &dhcpCounters{

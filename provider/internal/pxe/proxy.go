@@ -139,6 +139,10 @@ func (p *ProxyDHCP) handle(pkt []byte, src netip.AddrPort, bootPort bool) ([]byt
 
 	c.answered(resp.MessageType())
 
+	if resp.MessageType() == dhcpv4.MessageTypeOffer {
+		traceOffer(p.cfg.Trace, c.server, req)
+	}
+
 	if ce := p.logger.Check(zap.DebugLevel, "answering PXE client"); ce != nil {
 		ce.Write(zap.Stringer("mac", req.ClientHWAddr), zap.Stringer("type", resp.MessageType()),
 			zap.String("boot_file", resp.BootFileNameOption()))

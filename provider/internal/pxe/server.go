@@ -145,6 +145,13 @@ func (s *DHCPServer) handle(ctx context.Context, pkt []byte, src netip.AddrPort)
 	}
 
 	s.c.answered(resp.MessageType())
+
+	// Only offers with boot options are a boot's start: everyone else (Talos itself
+	// among them) just gets an address.
+	if resp.MessageType() == dhcpv4.MessageTypeOffer && resp.Options.Has(dhcpv4.OptionBootfileName) {
+		traceOffer(s.cfg.Trace, s.c.server, req)
+	}
+
 	s.logger.Debug("answering DHCP client", zap.Stringer("mac", req.ClientHWAddr),
 		zap.Stringer("type", resp.MessageType()), zap.Stringer("address", resp.YourIPAddr))
 

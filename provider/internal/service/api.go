@@ -37,6 +37,7 @@ func (env *environment) apiServices() ([]runner, error) {
 		Installs:     env.status,
 		Policy:       env.policy,
 		ImageCache:   env.imageCache,
+		Trace:        env.trace,
 		Registry:     env.registry,
 		Logger:       env.logger.Named("http"),
 	}
@@ -64,6 +65,7 @@ func (env *environment) apiServices() ([]runner, error) {
 		BMCPassword:  env.bmcPassword,
 		Recorder:     env.agentRecorder(),
 		Observations: env.observations,
+		Trace:        env.trace,
 		Registry:     env.registry,
 		Logger:       env.logger.Named("agents"),
 	}

@@ -65,6 +65,7 @@ func (env *environment) dhcp(metrics *pxe.Metrics) (*runner, error) {
 		UEFIBootFile: opts.IPXEUEFIFile,
 		DHCPPort:     opts.DHCPProxyPort,
 		PXEPort:      opts.DHCPBootServerPort,
+		Trace:        env.trace,
 	}
 
 	if opts.IPXEARM64File != "" {

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
+	"github.com/anvil-metal/anvil/provider/internal/power"
 )
 
 // Restart backoff of the controller runtime.
@@ -28,7 +29,7 @@ const (
 // controllers builds the provider's controllers: controller.Controller or
 // controller.QController values.
 func (env *environment) controllers(factory *factoryclient.Client, labels map[string]string, autoAccept bool, selector resource.LabelQuery) ([]any, error) {
-	powerCtrl, err := newPowerController(env.opts, env.policy)
+	powerCtrl, err := newPowerController(env.opts, env.policy, power.NewMetrics(env.registry))
 	if err != nil {
 		return nil, err
 	}
@@ -52,8 +53,8 @@ func (env *environment) controllers(factory *factoryclient.Client, labels map[st
 		// Omni mode: Omni's decisions, as the adapter reports them, become the machines'
 		// intents through the owner's view of the transitions (the local view refuses them).
 		ctrls = append(ctrls,
-			&controllers.OmniIntentController{Applier: env.transitions.Owner(), Recorder: env.status},
-			&controllers.OmniMachineStatusController{Policy: env.policy},
+			&controllers.OmniIntentController{Applier: env.transitions.Owner(), Recorder: env.status, Sync: env.omniLag},
+			&controllers.OmniMachineStatusController{Policy: env.policy, Sync: env.omniLag},
 		)
 	}
 

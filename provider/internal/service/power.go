@@ -13,17 +13,21 @@ import (
 
 // powerDialers are the backends a BMC config may name; with --redfish-use-always or
 // --redfish-use-when-available, IPMI BMCs are driven over Redfish (same address and
-// credentials) where they speak it.
-func powerDialers(opts Options) power.Dialers {
+// credentials) where they speak it. Each backend's calls are timed under its own name
+// (metrics may be nil), whichever config named it.
+func powerDialers(opts Options, metrics *power.Metrics) power.Dialers {
+	ipmiDial := metrics.Instrument(power.BackendIPMI, ipmi.Dial)
+	redfishDial := metrics.Instrument(power.BackendRedfish, redfish.Dial)
+
 	d := power.Dialers{
-		power.BackendIPMI:    ipmi.Dial,
-		power.BackendRedfish: redfish.Dial,
-		power.BackendAPI:     api.Dial,
+		power.BackendIPMI:    ipmiDial,
+		power.BackendRedfish: redfishDial,
+		power.BackendAPI:     metrics.Instrument(power.BackendAPI, api.Dial),
 	}
 
 	if opts.RedfishUseAlways || opts.RedfishUseWhenAvailable {
 		prefer := &power.RedfishFirst{
-			Redfish: redfish.Dial, IPMI: ipmi.Dial, Always: opts.RedfishUseAlways,
+			Redfish: redfishDial, IPMI: ipmiDial, Always: opts.RedfishUseAlways,
 			Port: opts.RedfishPort, HTTPS: opts.RedfishUseHTTPS, Insecure: opts.RedfishInsecureSkipTLSVerify,
 		}
 		d[power.BackendIPMI] = prefer.Dial
@@ -32,8 +36,9 @@ func powerDialers(opts Options) power.Dialers {
 	return d
 }
 
-// newPowerController checks the power flags and returns the controller they configure.
-func newPowerController(opts Options, policy lifecycle.Policy) (*controllers.PowerController, error) {
+// newPowerController checks the power flags and returns the controller they configure;
+// metrics (nil: none) time its BMC calls.
+func newPowerController(opts Options, policy lifecycle.Policy, metrics *power.Metrics) (*controllers.PowerController, error) {
 	mode, ok := map[string]power.BootMode{"auto": power.BootModeAuto, "bios": power.BootModeLegacy, "uefi": power.BootModeUEFI}[opts.IPMIPXEBootMode]
 	if !ok {
 		return nil, fmt.Errorf("unknown --ipmi-pxe-boot-mode %q (want auto, bios or uefi)", opts.IPMIPXEBootMode)
@@ -48,7 +53,7 @@ func newPowerController(opts Options, policy lifecycle.Policy) (*controllers.Pow
 	}
 
 	return &controllers.PowerController{
-		Dialers:           powerDialers(opts),
+		Dialers:           powerDialers(opts, metrics),
 		Policy:            policy,
 		PollInterval:      opts.PowerPollInterval,
 		MinActionInterval: opts.MinRebootInterval,

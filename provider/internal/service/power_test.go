@@ -18,7 +18,7 @@ func TestNewPowerController(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, resources.PowerOff, policy.IdlePower)
 
-	ctrl, err := newPowerController(DefaultOptions, policy)
+	ctrl, err := newPowerController(DefaultOptions, policy, nil)
 	require.NoError(t, err)
 	assert.Equal(t, policy, ctrl.Policy)
 	assert.Equal(t, power.BootModeAuto, ctrl.BootMode)
@@ -51,7 +51,7 @@ func TestNewPowerController(t *testing.T) {
 
 			policy, err := parsePolicy(opts)
 			if err == nil {
-				_, err = newPowerController(opts, policy)
+				_, err = newPowerController(opts, policy, nil)
 			}
 
 			if tc.want == "" {

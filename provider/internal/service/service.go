@@ -16,9 +16,11 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/anvil-metal/anvil/provider/internal/boot"
+	"github.com/anvil-metal/anvil/provider/internal/boottrace"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/imagecache"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
+	"github.com/anvil-metal/anvil/provider/internal/machinemetrics"
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
 	"github.com/anvil-metal/anvil/provider/internal/omnilink"
 	"github.com/anvil-metal/anvil/provider/internal/pki"
@@ -126,6 +128,12 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 
 	env.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	// The boot timelines, and the Omni sync lag (registered standalone too, at 0, so
+	// that one dashboard serves both modes).
+	env.trace = boottrace.New(env.registry)
+	env.status.Trace = env.trace
+	env.omniLag = omnilink.NewSyncLag(env.registry)
+
 	env.imageCache, err = openImageCache(opts, env.registry, logger.Named("imagecache"))
 	if err != nil {
 		return err
@@ -145,6 +153,8 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		// through the firmware, decided here rather than failed machine by machine.
 		env.policy.Kexec = resources.KexecNever
 	}
+
+	env.registry.MustRegister(machinemetrics.New(env.view, store, env.policy))
 
 	var managedBy string
 
@@ -167,7 +177,7 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 	if omniMode {
 		adapter.Logger = logger.Named("omni")
 		env.omni = omnilink.New(omnilink.Options{
-			Socket: filepath.Join(opts.StateDir, "omni-adapter.sock"), State: store, BMCs: env.transitions, Logger: logger.Named("omni"),
+			Socket: filepath.Join(opts.StateDir, "omni-adapter.sock"), State: store, BMCs: env.transitions, Lag: env.omniLag, Logger: logger.Named("omni"),
 		})
 		env.adapter = &adapter
 
@@ -253,6 +263,10 @@ type environment struct {
 	status       *controllers.MachineStatusController
 	inventory    *controllers.MachineInventoryController
 	registry     *prometheus.Registry
+	// trace keeps the machines' boot timelines and recent events.
+	trace *boottrace.Recorder
+	// omniLag times Omni's changes through the provider (Omni mode).
+	omniLag *omnilink.SyncLag
 	// imageCache holds the Talos boot assets served in the factory's stead.
 	imageCache *imagecache.Cache
 	logger     *zap.Logger
