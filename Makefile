@@ -21,7 +21,7 @@ ARGS      ?=
 PKGS_BUILD := protobuf-compiler
 PKGS_AGENT := linux-image-amd64
 PKGS_TEST  := iproute2 ipxe dnsmasq-base util-linux qemu-system-x86 qemu-utils ipxe-qemu ovmf \
-	syslinux syslinux-common mtools dosfstools systemd-boot-efi fdisk openipmi ipmitool nftables
+	syslinux syslinux-common mtools dosfstools systemd-boot-efi fdisk openipmi ipmitool nftables chromium fonts-liberation
 PKGS_BENCH := kea-admin dnsmasq-base nginx-light wrk iproute2
 
 # Code generation plugins, at the versions of deps.md.

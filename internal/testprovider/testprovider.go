@@ -152,6 +152,7 @@ func NewWith(t *testing.T, opts Options, extra ...string) *Provider {
 		"--tftp-root", t.TempDir(),
 		"--agent-assets-dir", p.AssetsDir,
 		"--image-factory-base-url", factorySrv.URL,
+		"--ui-listen-address", fmt.Sprintf("127.0.0.1:%d", FreePort(t, "tcp")),
 	}
 
 	if opts.FactoryPXE {

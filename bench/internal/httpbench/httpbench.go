@@ -320,6 +320,8 @@ func startProvider(ctx context.Context, cfg Config, port int, factoryURL, pprofA
 		"--api-advertise-address", "127.0.0.1",
 		"--api-port", strconv.Itoa(port),
 		"--disable-dhcp-proxy", "--disable-tftp",
+		// The benchmark measures the boot services: no console beside them.
+		"--ui-listen-address", "",
 		// The seeded machines have no BMC: nothing for an agent to provision, so an
 		// allocated machine boots Talos (the mix's talos scripts), not the agent first.
 		"--provision-bmc-credentials=false",

@@ -243,6 +243,8 @@ func scrapeProvider(t *testing.T) map[string]bool {
 	opts.AgentAssetsDir = t.TempDir()
 	// Never reached: no machine is allocated.
 	opts.ImageFactoryBaseURL = "http://127.0.0.1:1"
+	// The console has a port of its own by default, which parallel tests would share.
+	opts.UIListenAddress = ""
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -141,6 +141,10 @@ func newRootCmd() *cobra.Command {
 	f.StringVar(&opts.ControlSocket, "control-socket", opts.ControlSocket, "Unix socket of the control API (<state-dir>/control.sock when empty)")
 	f.StringVar(&opts.ControlListenAddress, "control-listen-address", opts.ControlListenAddress,
 		"host:port to serve the control API on over TCP with mutual TLS as well (clients use <state-dir>/ca.crt, admin.crt, admin.key)")
+	f.StringVar(&opts.UIListenAddress, "ui-listen-address", opts.UIListenAddress,
+		"host:port of the web console over HTTPS (login with the token in <state-dir>/ui-token, or the admin client certificate); off when empty")
+	f.StringVar(&opts.UITLSCertFile, "ui-tls-cert-file", opts.UITLSCertFile, "PEM certificate (chain) the console serves instead of one from the provider's CA")
+	f.StringVar(&opts.UITLSKeyFile, "ui-tls-key-file", opts.UITLSKeyFile, "PEM key of --ui-tls-cert-file")
 
 	f.StringVar(&opts.OmniAPIEndpoint, "omni-api-endpoint", opts.OmniAPIEndpoint,
 		"Omni's API, https://host:port: the provider runs as Omni's static infra provider (also $OMNI_ENDPOINT; the key from $OMNI_SERVICE_ACCOUNT_KEY)")

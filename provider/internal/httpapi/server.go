@@ -56,9 +56,12 @@ type Options struct {
 	ImageCache *imagecache.Cache
 	// Trace, when set, marks the boot phases served here on the machines' timelines:
 	// boot script, agent assets, the handoff of an iPXE chain to Talos.
-	Trace    *boottrace.Recorder
-	Registry *prometheus.Registry
-	Logger   *zap.Logger
+	Trace *boottrace.Recorder
+	// ConsoleURL is the web console's (https://host:port/ui/): /ui/ here redirects to it,
+	// at the host the browser used. Empty: no console.
+	ConsoleURL string
+	Registry   *prometheus.Registry
+	Logger     *zap.Logger
 }
 
 // Server is the provider's HTTP server.
@@ -86,6 +89,7 @@ func New(opts Options) *Server {
 	mux.HandleFunc("GET /assets/talos/{schematic}/{version}/{file}", s.handleTalosAsset)
 	mux.HandleFunc("GET /metadata/{machine}", s.handleMetadata)
 	mux.HandleFunc("GET /healthz", s.handleHealth)
+	mux.HandleFunc("GET /ui/", s.handleConsoleRedirect)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{}))
 
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -86,6 +86,11 @@ type Options struct {
 	ControlSocket string
 	// ControlListenAddress serves the control API over TCP with mutual TLS as well.
 	ControlListenAddress string
+	// UIListenAddress serves the web console over HTTPS ("" turns it off); its
+	// certificate is the provider CA's unless UITLSCertFile and UITLSKeyFile give one.
+	UIListenAddress string
+	UITLSCertFile   string
+	UITLSKeyFile    string
 
 	// PowerIdleDefault is the power of an accepted machine with nothing to do: off or on.
 	PowerIdleDefault string
@@ -145,6 +150,7 @@ var DefaultOptions = Options{
 	StateDir:                "/var/lib/anvil",
 	StateHistory:            resources.DefaultHistory,
 	APIPort:                 50042,
+	UIListenAddress:         ":50043",
 	DHCPLeaseTime:           time.Hour,
 	TFTPListenAddress:       ":69",
 	TFTPRoot:                pxe.DefaultTFTPRoot,

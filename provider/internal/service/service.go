@@ -205,7 +205,8 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 			runner{name: "omni adapter", run: func(ctx context.Context) error { return env.adapter.Run(ctx, env.omni) }})
 	}
 
-	for _, build := range []func() ([]runner, error){env.apiServices, env.bootServices, env.controlAPI} {
+	// The console first: the API port sends /ui/ to it.
+	for _, build := range []func() ([]runner, error){env.consoleService, env.apiServices, env.bootServices, env.controlAPI} {
 		built, err := build()
 		if err != nil {
 			return err
@@ -267,6 +268,8 @@ type environment struct {
 	trace *boottrace.Recorder
 	// omniLag times Omni's changes through the provider (Omni mode).
 	omniLag *omnilink.SyncLag
+	// consoleURL is where the web console is served, "" when it is off.
+	consoleURL string
 	// imageCache holds the Talos boot assets served in the factory's stead.
 	imageCache *imagecache.Cache
 	logger     *zap.Logger
