@@ -23,6 +23,7 @@ PKGS_AGENT := linux-image-amd64
 PKGS_TEST  := iproute2 ipxe dnsmasq-base util-linux qemu-system-x86 qemu-utils ipxe-qemu ovmf \
 	syslinux syslinux-common mtools dosfstools systemd-boot-efi fdisk openipmi ipmitool nftables chromium fonts-liberation
 PKGS_BENCH := kea-admin dnsmasq-base nginx-light wrk iproute2
+PKGS_IMAGE := ipxe ca-certificates
 
 # Code generation plugins, at the versions of deps.md.
 PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.11
@@ -37,7 +38,7 @@ GOLANGCI_LINT_MOD     := hack/tools/golangci-lint
 
 COMMANDS := provider anvilctl
 
-.PHONY: all setup setup-bench tools build generate lint test unit lab bench run demo demo-omni e2e figures agent-initramfs agent-extension omni talosctl clean
+.PHONY: all setup setup-bench tools build generate lint test unit lab bench run demo demo-omni e2e figures agent-initramfs agent-extension image omni talosctl clean
 
 all: build
 
@@ -75,6 +76,24 @@ agent-extension:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(BIN)/metal-agent ./agent/cmd/metal-agent
 	$(GO) run ./imager/cmd/imager extension --agent $(BIN)/metal-agent --extension-out $(OUT)/agent-extension \
 		--extension-version $$(git describe --tags --always 2>/dev/null || echo dev) $(if $(PUSH),--extension-push $(PUSH))
+
+# The provider as an OCI image, built with go-containerregistry (no Docker): the provider
+# and its Omni adapter, static, the iPXE binaries of Debian's ipxe package, the agent's
+# boot assets and Debian's CA bundle, run as uid 10000 (deploy/README.md). An OCI image
+# layout in _out/image, its digest printed, the same on every rebuild of the same tree:
+# every time in it is the last commit's ($SOURCE_DATE_EPOCH wins). PUSH=<registry/repo:tag>
+# pushes it too (ANVIL_IMAGE_INSECURE=true for plain HTTP).
+IMAGE_VERSION = $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+image: agent-initramfs
+	@hack/setup.sh $(PKGS_IMAGE)
+	@mkdir -p $(BIN)/image
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w -X github.com/anvil-metal/anvil/provider/internal/service.Version=$(IMAGE_VERSION)" \
+		-o $(BIN)/image/anvil-provider ./provider/cmd/provider
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w -X main.version=$(IMAGE_VERSION)" -o $(BIN)/image/omni-adapter ./provider/cmd/omni-adapter
+	$(GO) run ./imager/cmd/imager image --provider-bin $(BIN)/image/anvil-provider --omni-adapter-bin $(BIN)/image/omni-adapter \
+		--agent-assets $(OUT)/agent --image-out $(OUT)/image --image-version=$(IMAGE_VERSION) \
+		--image-revision=$$(git rev-parse HEAD 2>/dev/null) --mtime=$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct 2>/dev/null || echo 0)}$(if $(PUSH), --image-push $(PUSH))
 
 # Protobuf Go code from api/, and the go:generate code (the resources' deep copies).
 generate: tools $(TOOLS)/deep-copy

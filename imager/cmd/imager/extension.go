@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/anvil-metal/anvil/imager/internal/ociimage"
+
 	"github.com/spf13/cobra"
 
 	"github.com/anvil-metal/anvil/imager/internal/extension"
@@ -52,14 +54,14 @@ func newExtensionCommand() *cobra.Command {
 				return fmt.Errorf("error computing the image digest: %w", err)
 			}
 
-			if err = extension.WriteLayout(cmd.Context(), out, img, opts.Version); err != nil {
+			if err = ociimage.WriteLayout(cmd.Context(), out, img, opts.Version); err != nil {
 				return err
 			}
 
 			fmt.Fprintf(cmd.ErrOrStderr(), "imager: %s %s written to %s (OCI layout)\n", extension.Name, opts.Version, out)
 
 			if push != "" {
-				pushed, err := extension.Push(cmd.Context(), img, push, insecure)
+				pushed, err := ociimage.Push(cmd.Context(), img, push, insecure)
 				if err != nil {
 					return err
 				}

@@ -85,7 +85,7 @@ func newCommand() *cobra.Command {
 	flags.BoolVar(&opts.Force, "force", false, "recompress even when the archive is unchanged since the last build")
 	flagenv.Annotate(flags)
 
-	cmd.AddCommand(newExtensionCommand())
+	cmd.AddCommand(newExtensionCommand(), newImageCommand())
 
 	return cmd
 }

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvil-metal/anvil/imager/internal/ociimage"
+
 	"github.com/blang/semver/v4"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -304,7 +306,7 @@ func TestRebuildIsByteIdentical(t *testing.T) {
 	// The layout on disk too: written twice, the same files.
 	dir := filepath.Join(t.TempDir(), "agent-extension")
 	read := func() map[string][]byte {
-		require.NoError(t, extension.WriteLayout(t.Context(), dir, build(t, opts), "v0.1.0"))
+		require.NoError(t, ociimage.WriteLayout(t.Context(), dir, build(t, opts), "v0.1.0"))
 
 		files := map[string][]byte{}
 		require.NoError(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -342,7 +344,7 @@ func TestRegistryRoundTrip(t *testing.T) {
 	img := build(t, options(t))
 	ref := strings.TrimPrefix(srv.URL, "http://") + "/anvil/metal-agent:v0.1.0"
 
-	pushed, err := extension.Push(t.Context(), img, ref, true)
+	pushed, err := ociimage.Push(t.Context(), img, ref, true)
 	require.NoError(t, err)
 
 	want, err := img.Digest()

@@ -1,4 +1,6 @@
-package extension
+// Package ociimage writes the images the imager builds (the agent's extension, the
+// provider's image) as OCI image layouts and pushes them to registries, whatever they hold.
+package ociimage
 
 import (
 	"context"
@@ -103,12 +105,12 @@ func Push(ctx context.Context, img v1.Image, ref string, insecure bool) (name.Di
 	}
 
 	if err = remote.Write(r, img, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
-		return name.Digest{}, fmt.Errorf("error pushing the extension to %s: %w", r, err)
+		return name.Digest{}, fmt.Errorf("error pushing the image to %s: %w", r, err)
 	}
 
 	digest, err := img.Digest()
 	if err != nil {
-		return name.Digest{}, err
+		return name.Digest{}, fmt.Errorf("error computing the image digest: %w", err)
 	}
 
 	return r.Context().Digest(digest.String()), nil
