@@ -313,6 +313,7 @@ The lab keeps running. Look around:
   _out/bin/anvilctl --endpoint unix://%s get machine %s -o yaml
   _out/bin/anvilctl --endpoint unix://%s get schematics
   go run ./hack/cmd/lab status
+  go run ./hack/cmd/lab console                  # the web console at https://127.0.0.1:50043/ui/, while it runs
   less -R %s
   less %s   (provider)    %s   (factory)    %s   (dnsmasq)
 Tear it down:

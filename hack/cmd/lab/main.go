@@ -6,14 +6,18 @@ package main
 import (
 	"context"
 	"fmt"
+	"log"
+	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/anvil-metal/anvil/hack/internal/lab"
+	"github.com/anvil-metal/anvil/hack/internal/labnet"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
 	"github.com/anvil-metal/anvil/internal/flagenv"
 )
@@ -49,7 +53,7 @@ func newRootCmd() *cobra.Command {
 		return flagenv.Apply(cmd.Flags(), nil)
 	}
 
-	root.AddCommand(newUpCmd(&dir, &prefix), newDownCmd(&dir, &prefix), newStatusCmd(&dir), newMachineCmd(&dir), newOmnictlCmd(&dir))
+	root.AddCommand(newUpCmd(&dir, &prefix), newDownCmd(&dir, &prefix), newStatusCmd(&dir), newMachineCmd(&dir), newOmnictlCmd(&dir), newConsoleCmd(&dir))
 	annotate(root)
 
 	return root
@@ -201,6 +205,40 @@ func newStatusCmd(dir *string) *cobra.Command {
 			return s.WriteStatus(cmd.OutOrStdout())
 		},
 	}
+}
+
+func newConsoleCmd(dir *string) *cobra.Command {
+	listen := "127.0.0.1:50043"
+
+	cmd := &cobra.Command{
+		Use:   "console",
+		Short: "Reach the provider's web console from this host (a forwarder into the lab's namespace) until interrupted",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := lab.Load(*dir)
+			if err != nil {
+				return fmt.Errorf("no lab in %s: %w", *dir, err)
+			}
+
+			lis, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("error listening on %s: %w", listen, err)
+			}
+
+			fmt.Fprintf(cmd.OutOrStdout(), "The console: https://%s/ui/ (its certificate is the lab provider's CA's: %s)\n"+
+				"Log in with the token in %s\nCtrl-C stops the forwarder; the lab keeps running.\n",
+				lis.Addr(), filepath.Join(s.ProviderStateDir(), "ca.crt"), filepath.Join(s.ProviderStateDir(), "ui-token"))
+
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+
+			return labnet.Forward(ctx, lis, s.ProviderNS, net.JoinHostPort(labnet.ProviderAddr, "50043"), log.Printf)
+		},
+	}
+
+	cmd.Flags().StringVar(&listen, "listen", listen, "host:port on this host the console is reached at")
+
+	return cmd
 }
 
 func newOmnictlCmd(dir *string) *cobra.Command {

@@ -17,13 +17,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,7 +33,6 @@ import (
 	"github.com/anvil-metal/anvil/hack/internal/labnet"
 	"github.com/anvil-metal/anvil/hack/internal/labtest"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
-	"github.com/anvil-metal/anvil/internal/netns"
 )
 
 const (
@@ -284,62 +281,15 @@ func forward(t testing.TB, ns, target string) string {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 
-	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	done := make(chan error, 1)
+
+	go func() { done <- labnet.Forward(ctx, lis, ns, target, t.Logf) }()
 
 	t.Cleanup(func() {
-		lis.Close()
-		wg.Wait()
+		cancel()
+		assert.NoError(t, <-done)
 	})
-
-	wg.Add(1)
-
-	go func() {
-		defer wg.Done()
-
-		var conns sync.WaitGroup
-		defer conns.Wait()
-
-		for {
-			client, err := lis.Accept()
-			if err != nil {
-				return
-			}
-
-			conns.Add(1)
-
-			go func() {
-				defer conns.Done()
-				defer client.Close()
-
-				var server net.Conn
-
-				if err := netns.Do(ns, func() error {
-					var err error
-
-					server, err = net.DialTimeout("tcp", target, 10*time.Second)
-
-					return err
-				}); err != nil {
-					t.Logf("forwarder: dialing %s in %s: %v", target, ns, err)
-
-					return
-				}
-
-				defer server.Close()
-
-				// Either side closing ends both: closing unblocks the other copy.
-				done := make(chan struct{}, 2)
-
-				go func() { io.Copy(server, client); done <- struct{}{} }() //nolint:errcheck // a closed connection ends the copy
-				go func() { io.Copy(client, server); done <- struct{}{} }() //nolint:errcheck // likewise
-
-				<-done
-				client.Close()
-				server.Close()
-				<-done
-			}()
-		}
-	}()
 
 	return lis.Addr().String()
 }
