@@ -13,7 +13,6 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/boottrace"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
-	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // kexecOrderPrefix starts the IDs of kexec orders (the lifecycle's "kexec-<allocation>").
@@ -21,16 +20,6 @@ const kexecOrderPrefix = "kexec-"
 
 // prepTimeout bounds the making ready of one kexec target (a download from the factory).
 const prepTimeout = 15 * time.Minute
-
-// Right after an allocation its schematic may not be registered with the factory yet
-// (the schematic controller does that in the background), which the factory answers
-// with a 404; the iPXE path's script asks again every 10 s. A kexec target that cannot be
-// made ready is tried again likewise, for DefaultKexecRetryFor, before the handoff is
-// given up for the firmware path.
-const (
-	DefaultKexecRetryFor = 2 * time.Minute
-	kexecRetryEvery      = 5 * time.Second
-)
 
 // kexecPrep is a session's kexec target being made ready, in the background, so that the
 // session goes on reading its agent meanwhile.
@@ -76,7 +65,7 @@ func (s *Server) kexecOrder(ctx context.Context, m lifecycle.Machine, next *agen
 		go func(p *kexecPrep) {
 			defer close(p.done)
 
-			p.target, p.err = s.kexecTarget(pctx, m.ID, arch, alloc)
+			p.target, p.err = s.opts.Kexec.KexecTarget(pctx, m.ID, arch, alloc)
 		}(prep)
 
 		logger.Info("making the kexec target ready", zap.String("allocation", alloc.ID))
@@ -110,29 +99,6 @@ func (s *Server) kexecOrder(ctx context.Context, m lifecycle.Machine, next *agen
 	*prep = kexecPrep{}
 
 	return out, nil
-}
-
-// kexecTarget makes the target ready, trying again for a while (see DefaultKexecRetryFor).
-func (s *Server) kexecTarget(ctx context.Context, id, arch string, alloc *resources.Allocation) (*agentv1.Kexec, error) {
-	retryFor := s.opts.KexecRetryFor
-	if retryFor == 0 {
-		retryFor = DefaultKexecRetryFor
-	}
-
-	deadline := time.Now().Add(retryFor)
-
-	for {
-		target, err := s.opts.Kexec.KexecTarget(ctx, id, arch, alloc)
-		if err == nil || !time.Now().Add(kexecRetryEvery).Before(deadline) {
-			return target, err
-		}
-
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(kexecRetryEvery):
-		}
-	}
 }
 
 func (s *Server) kexecFailed(ctx context.Context, id, allocationID, why string, logger *zap.Logger) error {

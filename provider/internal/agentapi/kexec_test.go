@@ -3,7 +3,6 @@ package agentapi_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,11 +16,9 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
-// targets are kexec targets made ready after a moment, or failing (the first failures
-// times only, when failures is set).
+// targets are kexec targets made ready after a moment, or failing.
 type targets struct {
-	err      error
-	failures *atomic.Int32
+	err error
 }
 
 func (tg targets) KexecTarget(ctx context.Context, machineID, arch string, alloc *resources.Allocation) (*agentv1.Kexec, error) {
@@ -31,7 +28,7 @@ func (tg targets) KexecTarget(ctx context.Context, machineID, arch string, alloc
 		return nil, ctx.Err()
 	}
 
-	if tg.err != nil && (tg.failures == nil || tg.failures.Add(-1) >= 0) {
+	if tg.err != nil {
 		return nil, tg.err
 	}
 
@@ -126,10 +123,7 @@ func TestSessionKexec(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 
-			f := newFixtureWith(t, func(o *agentapi.Options) {
-				kexecPolicy(targets{err: errors.New("factory unreachable")})(o)
-				o.KexecRetryFor = -1 // given up at once
-			})
+			f := newFixtureWith(t, kexecPolicy(targets{err: errors.New("factory unreachable")}))
 			f.allocatedMachine(t, tc.bmc)
 
 			o := nextOrder(t, hello(t, f))
@@ -138,22 +132,6 @@ func TestSessionKexec(t *testing.T) {
 			assert.Equal(t, []string{"failed a1: the Talos boot assets could not be made ready: factory unreachable"}, f.rec.events())
 		})
 	}
-
-	t.Run("assets fail once, then are ready: kexec", func(t *testing.T) {
-		t.Parallel()
-
-		// The schematic not registered with the factory yet, say.
-		failures := &atomic.Int32{}
-		failures.Store(1)
-
-		f := newFixtureWith(t, kexecPolicy(targets{err: errors.New("unknown schematic"), failures: failures}))
-		f.allocatedMachine(t, true)
-
-		o := nextOrder(t, hello(t, f))
-
-		assert.Equal(t, "kexec-a1", o.GetId())
-		assert.Equal(t, []string{"ordered a1"}, f.rec.events(), "ordered, no failure recorded")
-	})
 
 	t.Run("agent reports the kexec failed", func(t *testing.T) {
 		t.Parallel()

@@ -84,9 +84,6 @@ type Options struct {
 	// Kexec gives kexec orders their targets; nil when the provider has none (the
 	// policy then never asks for a kexec).
 	Kexec KexecTargets
-	// KexecRetryFor is how long a kexec target that cannot be made ready is tried again
-	// (DefaultKexecRetryFor when zero; negative: not at all).
-	KexecRetryFor time.Duration
 	// Trace, when set, marks agents registering and kexec handoffs on the machines'
 	// boot timelines, with the kexec orders' fate among their events.
 	Trace    *boottrace.Recorder

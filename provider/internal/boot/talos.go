@@ -2,6 +2,7 @@ package boot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -57,6 +58,14 @@ func (s *Scripts) TalosBoot(ctx context.Context, alloc *resources.Allocation, ar
 
 	for _, file := range files.All() {
 		b, err := s.Cache.Get(ctx, key(file))
+		if err != nil && s.RegisterSchematic != nil && unknownToFactory(err) {
+			// Right after the allocation, the schematic controller may not have
+			// registered the schematic yet: register it here and ask again.
+			if regErr := s.RegisterSchematic(ctx, alloc); regErr == nil {
+				b, err = s.Cache.Get(ctx, key(file))
+			}
+		}
+
 		if err != nil {
 			return TalosBoot{}, fmt.Errorf("error fetching %s: %w", key(file), err)
 		}
@@ -77,6 +86,14 @@ func (s *Scripts) TalosBoot(ctx context.Context, alloc *resources.Allocation, ar
 		InitramfsSHA256: strings.TrimPrefix(blobs[files.Initramfs].Digest, "sha256:"),
 		Cmdline:         cmdline,
 	}, nil
+}
+
+// unknownToFactory says whether the factory answered a fetch with a 404: the asset's
+// schematic is not registered with it (or the version does not exist).
+func unknownToFactory(err error) bool {
+	var fe *imagecache.FactoryStatusError
+
+	return errors.As(err, &fe) && fe.Status == http.StatusNotFound
 }
 
 // KexecTarget is what the machine's agent kexecs into to boot the allocation's Talos.

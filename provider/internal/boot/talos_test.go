@@ -1,6 +1,7 @@
 package boot_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -131,4 +132,57 @@ func TestTalosFromCache(t *testing.T) {
 	assert.Equal(t, http.StatusOK, got.Status)
 	assert.Contains(t, got.Body, "the Talos boot assets are not ready")
 	assert.Contains(t, got.Body, "chain http://10.77.0.1:50042/ipxe/start.ipxe")
+}
+
+// TestTalosBootRegistersTheSchematic: right after an allocation the factory may not know
+// its schematic yet (the schematic controller registers it in the background); the boot
+// registers it itself and fetches again, rather than failing the kexec or making iPXE
+// wait for the next try.
+func TestTalosBootRegistersTheSchematic(t *testing.T) {
+	t.Parallel()
+
+	assets := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(assets, "kernel-amd64"), []byte("KERNEL"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(assets, "initramfs-amd64.xz"), []byte("INITRAMFS"), 0o644))
+
+	srv := httptest.NewServer(labfactory.New(labfactory.WithAssets(assets)))
+	t.Cleanup(srv.Close)
+
+	c, err := client.New(srv.URL)
+	require.NoError(t, err)
+
+	cache, err := imagecache.New(imagecache.Options{Dir: t.TempDir(), FactoryBaseURL: srv.URL, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, cache.Close()) })
+
+	s := testScripts(t, true)
+	s.Cache = cache
+
+	sc, err := s.Schematic(nil, nil)
+	require.NoError(t, err)
+
+	id, err := sc.ID()
+	require.NoError(t, err)
+
+	alloc := &resources.Allocation{ID: "a1", SchematicID: id, TalosVersion: "v1.12.0"}
+
+	// Without a way to register, the factory's 404 is the answer.
+	_, err = s.KexecTarget(t.Context(), "m1", "amd64", alloc)
+	require.ErrorContains(t, err, "404")
+
+	var registered int
+
+	s.RegisterSchematic = func(ctx context.Context, a *resources.Allocation) error {
+		registered++
+
+		got, _, err := c.SchematicCreate(ctx, sc)
+		assert.Equal(t, a.SchematicID, got)
+
+		return err
+	}
+
+	k, err := s.KexecTarget(t.Context(), "m1", "amd64", alloc)
+	require.NoError(t, err)
+	assert.Equal(t, 1, registered)
+	assert.Equal(t, "http://10.77.0.1:50042/assets/talos/"+id+"/v1.12.0/kernel-amd64", k.GetKernelUrl())
 }

@@ -125,7 +125,7 @@ func (ctrl *SchematicController) reconcile(ctx context.Context, r controller.Run
 		case current != nil && current.TypedSpec().Registered:
 			spec = current.TypedSpec().DeepCopy()
 		default:
-			if regErr := ctrl.register(ctx, id, sc); regErr != nil {
+			if regErr := RegisterSchematic(ctx, ctrl.Factory, id, sc); regErr != nil {
 				failed = true
 				spec.LastError = regErr.Error()
 				logger.Warn("error registering schematic with the Image Factory", zap.String("schematic", id), zap.Error(regErr))
@@ -153,11 +153,15 @@ func (ctrl *SchematicController) reconcile(ctx context.Context, r controller.Run
 	return failed, nil
 }
 
-func (ctrl *SchematicController) register(ctx context.Context, id resource.ID, sc schematic.Schematic) error {
+// RegisterSchematic registers sc with the factory (registering again is harmless) and
+// checks that the factory knows it as id, the ID its allocation computed. The controller
+// registers each allocation's in the background; a boot that finds the factory does not
+// know it yet registers it in the foreground with this.
+func RegisterSchematic(ctx context.Context, factory SchematicRegistrar, id resource.ID, sc schematic.Schematic) error {
 	ctx, cancel := context.WithTimeout(ctx, registerTimeout)
 	defer cancel()
 
-	got, _, err := ctrl.Factory.SchematicCreate(ctx, sc)
+	got, _, err := factory.SchematicCreate(ctx, sc)
 	if err != nil {
 		return err
 	}

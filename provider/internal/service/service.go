@@ -148,6 +148,14 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 
 		// Talos boots, by iPXE and by kexec, from the provider's cache.
 		env.scripts.Cache = env.imageCache
+		env.scripts.RegisterSchematic = func(ctx context.Context, alloc *resources.Allocation) error {
+			sc, err := env.scripts.Schematic(alloc.Extensions, alloc.KernelArgs)
+			if err != nil {
+				return err
+			}
+
+			return controllers.RegisterSchematic(ctx, factory, alloc.SchematicID, sc)
+		}
 	} else {
 		// A kexec needs its target in the cache: without one, every allocation goes
 		// through the firmware, decided here rather than failed machine by machine.
