@@ -60,6 +60,14 @@ func (f *fixture) allocatedMachine(t *testing.T, bmc bool) {
 		cfg.TypedSpec().Kind, cfg.TypedSpec().Address, cfg.TypedSpec().Username = "ipmi", "10.0.0.5", "admin"
 		require.NoError(t, f.store.Create(ctx, cfg))
 	}
+
+	// The session decides from the view, which follows the state a moment later: a
+	// session opened before it caught up would be told to wipe.
+	require.Eventually(t, func() bool {
+		e := f.view.Get(machineID)
+
+		return e != nil && e.Status != nil && e.Status.WipedID == "w1" && e.Allocation() != nil && (!bmc || e.BMC != nil)
+	}, 10*time.Second, time.Millisecond, "the view did not follow the state")
 }
 
 func TestSessionKexec(t *testing.T) {
