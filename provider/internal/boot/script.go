@@ -68,9 +68,10 @@ type Scripts struct {
 	// Cache, when set, keeps the Talos boot assets: Talos boots from the provider's
 	// URLs (and kexecs from them) rather than from the Image Factory's.
 	Cache AssetCache
-	// RegisterSchematic, when set, registers an allocation's schematic with the Image
-	// Factory: a boot asset the factory answers 404 for is fetched again once it is.
-	RegisterSchematic func(ctx context.Context, alloc *resources.Allocation) error
+	// RegisterSchematic, when set, registers the schematic of a machine's allocation with
+	// the Image Factory: a boot asset the factory answers 404 for is fetched again once it
+	// is. (alloc may be the boot services' view of it, without its extensions.)
+	RegisterSchematic func(ctx context.Context, machineID string, alloc *resources.Allocation) error
 	// JoinArgs, in Omni mode, gives the kernel args that make the agent join Omni over
 	// SideroLink (Omni's join config), false until they are known: the agent is not
 	// booted without them, or it would never appear in Omni.

@@ -40,7 +40,7 @@ type TalosBoot struct {
 // TalosBoot makes the allocation's Talos boot assets ready in the cache (fetched from
 // the factory at most once, however many machines ask at the same time) and says how
 // they boot.
-func (s *Scripts) TalosBoot(ctx context.Context, alloc *resources.Allocation, arch string) (TalosBoot, error) {
+func (s *Scripts) TalosBoot(ctx context.Context, machineID string, alloc *resources.Allocation, arch string) (TalosBoot, error) {
 	if s.Cache == nil {
 		return TalosBoot{}, fmt.Errorf("the provider keeps no boot-asset cache")
 	}
@@ -61,7 +61,7 @@ func (s *Scripts) TalosBoot(ctx context.Context, alloc *resources.Allocation, ar
 		if err != nil && s.RegisterSchematic != nil && unknownToFactory(err) {
 			// Right after the allocation, the schematic controller may not have
 			// registered the schematic yet: register it here and ask again.
-			if regErr := s.RegisterSchematic(ctx, alloc); regErr == nil {
+			if regErr := s.RegisterSchematic(ctx, machineID, alloc); regErr == nil {
 				b, err = s.Cache.Get(ctx, key(file))
 			}
 		}
@@ -98,7 +98,7 @@ func unknownToFactory(err error) bool {
 
 // KexecTarget is what the machine's agent kexecs into to boot the allocation's Talos.
 func (s *Scripts) KexecTarget(ctx context.Context, machineID, arch string, alloc *resources.Allocation) (*agentv1.Kexec, error) {
-	tb, err := s.TalosBoot(ctx, alloc, arch)
+	tb, err := s.TalosBoot(ctx, machineID, alloc, arch)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func (s *Scripts) cachedTalos(ctx context.Context, req Request, alloc *resources
 	ctx, cancel := context.WithTimeout(ctx, scriptWait)
 	defer cancel()
 
-	tb, err := s.TalosBoot(ctx, alloc, req.Arch)
+	tb, err := s.TalosBoot(ctx, req.MachineID, alloc, req.Arch)
 	if err != nil {
 		return Script{Status: http.StatusOK, Body: "#!ipxe\n" +
 			"echo Anvil: the Talos boot assets are not ready (" + scriptSafe(err.Error()) + "); retrying in 10 s\n" +

@@ -172,7 +172,7 @@ func TestTalosBootRegistersTheSchematic(t *testing.T) {
 
 	var registered int
 
-	s.RegisterSchematic = func(ctx context.Context, a *resources.Allocation) error {
+	s.RegisterSchematic = func(ctx context.Context, _ string, a *resources.Allocation) error {
 		registered++
 
 		got, _, err := c.SchematicCreate(ctx, sc)

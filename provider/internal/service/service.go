@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	factoryclient "github.com/siderolabs/image-factory/pkg/client"
@@ -148,13 +149,24 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 
 		// Talos boots, by iPXE and by kexec, from the provider's cache.
 		env.scripts.Cache = env.imageCache
-		env.scripts.RegisterSchematic = func(ctx context.Context, alloc *resources.Allocation) error {
-			sc, err := env.scripts.Schematic(alloc.Extensions, alloc.KernelArgs)
+		env.scripts.RegisterSchematic = func(ctx context.Context, machineID string, alloc *resources.Allocation) error {
+			// The allocation as stored: the boot services' view of it has no extensions.
+			in, err := safe.StateGetByID[*resources.MachineIntent](ctx, store, machineID)
+			if err != nil {
+				return fmt.Errorf("error reading machine %s's allocation: %w", machineID, err)
+			}
+
+			full := in.TypedSpec().Allocation
+			if full == nil || full.ID != alloc.ID {
+				return fmt.Errorf("machine %s is no longer in allocation %s", machineID, alloc.ID)
+			}
+
+			sc, err := env.scripts.Schematic(full.Extensions, full.KernelArgs)
 			if err != nil {
 				return err
 			}
 
-			return controllers.RegisterSchematic(ctx, factory, alloc.SchematicID, sc)
+			return controllers.RegisterSchematic(ctx, factory, full.SchematicID, sc)
 		}
 	} else {
 		// A kexec needs its target in the cache: without one, every allocation goes
