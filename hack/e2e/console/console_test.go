@@ -103,14 +103,14 @@ func TestConsoleE2E(tt *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#token")),
 		chromedp.SendKeys(chromedp.CSS("#token"), strings.TrimSpace(string(token))),
 		chromedp.Click(chromedp.CSS("#login")),
-		chromedp.WaitVisible(chromedp.CSS("table.machines")),
+		present("table.machines"),
 	), "log in")
 
 	row := fmt.Sprintf(`tr[data-id="%s"]`, m.UUID)
 
 	// The machine appears, then its agent's inventory (the vendor column) arrives: live,
 	// the page is not reloaded.
-	require.NoError(t, chromedp.Do(step(t, browser), chromedp.WaitVisible(chromedp.CSS(row))), "the machine in the table")
+	require.NoError(t, chromedp.Do(step(t, browser), present(row)), "the machine in the table")
 
 	vendor, err := chromedp.Run(step(t, browser), chromedp.Poll[string](fmt.Sprintf(
 		`(() => { const r = document.querySelector('%s'); return r && document.body.dataset.updated && r.textContent.includes(%q) ? r.textContent : null })()`,
@@ -120,9 +120,8 @@ func TestConsoleE2E(tt *testing.T) {
 
 	// The machine's page: accept, confirmed.
 	require.NoError(t, chromedp.Do(step(t, browser),
-		chromedp.Click(chromedp.CSS(row+" a")),
-		chromedp.WaitVisible(chromedp.CSS("#accept")),
-		chromedp.Click(chromedp.CSS("#accept")),
+		clickLive(row+" a"),
+		clickLive("#accept"),
 		chromedp.WaitVisible(chromedp.CSS("#confirm")),
 	), "accept")
 
@@ -137,7 +136,7 @@ func TestConsoleE2E(tt *testing.T) {
 
 	// Its wipe finishes: the erase report and the phase change on the open page.
 	require.NoError(t, chromedp.Do(step(t, browser),
-		chromedp.WaitVisible(chromedp.CSS("#wipe-id")),
+		present("#wipe-id"),
 		poll(`document.querySelector('#phase').textContent === 'ready'`),
 	), "the wipe reported and the machine ready")
 
@@ -165,7 +164,7 @@ func TestConsoleE2E(tt *testing.T) {
 
 	require.NoError(t, chromedp.Do(step(t, browser),
 		chromedp.Click(chromedp.CSS("#confirm")),
-		chromedp.WaitVisible(chromedp.CSS("#talos-version")),
+		present("#talos-version"),
 	), "allocate confirmed")
 
 	out, err = ctl("get", "machine", m.UUID, "-o", "yaml")
@@ -177,17 +176,17 @@ func TestConsoleE2E(tt *testing.T) {
 	// timeline reaches the handoff and the install.
 	require.NoError(t, chromedp.Do(step(t, browser),
 		poll(`document.querySelector('#installed').textContent.startsWith('yes')`),
-		chromedp.WaitVisible(chromedp.CSS(`#timeline li[data-phase="installed"]`)),
+		present(`#timeline li[data-phase="installed"]`),
 	), "Talos installed, on the page")
 
-	timeline, err := chromedp.Run(step(t, browser), chromedp.Text(chromedp.CSS("#timeline")))
+	timeline, err := chromedp.Run(step(t, browser), textLive("#timeline"))
 	require.NoError(t, err)
 
 	for _, phase := range []string{"script", "handoff", "installed"} {
 		assert.Contains(t, timeline, phase, "the boot timeline")
 	}
 
-	events, err := chromedp.Run(step(t, browser), chromedp.Text(chromedp.CSS("#events")))
+	events, err := chromedp.Run(step(t, browser), textLive("#events"))
 	require.NoError(t, err)
 	assert.Contains(t, events, "accepted from the console")
 	assert.Contains(t, events, "allocated from the console")
@@ -198,19 +197,74 @@ func TestConsoleE2E(tt *testing.T) {
 	// The table again, the machine installed.
 	require.NoError(t, chromedp.Do(step(t, browser),
 		chromedp.Navigate(base+"/ui/"),
-		chromedp.WaitVisible(chromedp.CSS(row+` .phase.installed`)),
+		present(row+` .phase.installed`),
 	), "the table, the machine installed")
 
 	saveShot(t, browser, filepath.Join(shots, "machines.png"))
 }
 
+// The live regions (#live) are drawn again whenever the state changes, so a node chromedp
+// resolved there may be gone by the time it acts on it (and a wait on it never ends).
+// Inside them the test finds and acts in one JavaScript evaluation.
+
+// present waits until an element matches sel.
+func present(sel string) chromedp.Action[chromedp.Void] {
+	return poll(fmt.Sprintf("document.querySelector(%q) !== null", sel))
+}
+
+// clickLive clicks the element sel matches once there is one, found and clicked in one
+// evaluation, and waits for the page it leads to; a click lost to a redraw is tried again.
+func clickLive(sel string) chromedp.Action[chromedp.Void] {
+	expr := fmt.Sprintf("(() => { const e = document.querySelector(%q); if (!e) return false; e.click(); return true })()", sel)
+
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		before, err := chromedp.Location()(ctx, t)
+		if err != nil {
+			return err
+		}
+
+		for {
+			// The evaluation may end with the navigation it started: its error then says
+			// nothing; the location does.
+			chromedp.Evaluate[bool](expr)(ctx, t) //nolint:errcheck // see above
+
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+				if loc, err := chromedp.Location()(ctx, t); err == nil && loc != before {
+					return nil
+				}
+
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("clicking %s: %w", sel, ctx.Err())
+				case <-time.After(250 * time.Millisecond):
+				}
+			}
+		}
+	})
+}
+
+// textLive is the text of the element sel matches ("" for none).
+func textLive(sel string) chromedp.Action[string] {
+	return chromedp.Evaluate[string](fmt.Sprintf("(document.querySelector(%q) || {}).textContent || ''", sel))
+}
+
 // poll waits until the expression is true on the page.
 func poll(expr string) chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-		// The step's context bounds it, not Poll's own 30 s.
-		_, err := chromedp.Poll[bool](expr, chromedp.WithPollingInterval(500*time.Millisecond), chromedp.WithPollingTimeout(0))(ctx, t)
+		for {
+			// The step's context bounds it, not Poll's own 30 s. A poll does not survive
+			// a navigation (a form's answer arriving): it is started again on the new page.
+			_, err := chromedp.Poll[bool](expr, chromedp.WithPollingInterval(500*time.Millisecond), chromedp.WithPollingTimeout(0))(ctx, t)
+			if err == nil || ctx.Err() != nil {
+				return err
+			}
 
-		return err
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("waiting for %s: %w (last: %w)", expr, ctx.Err(), err)
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
 	})
 }
 
