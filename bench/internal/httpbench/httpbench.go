@@ -322,6 +322,9 @@ func startProvider(ctx context.Context, cfg Config, port int, factoryURL, pprofA
 		"--disable-dhcp-proxy", "--disable-tftp",
 		// The benchmark measures the boot services: no console beside them.
 		"--ui-listen-address", "",
+		// The mix's Talos scripts are chains to the factory's PXE endpoint, as nginx's copy
+		// is: no boot-asset cache (which would download Talos, and serve it from disk).
+		"--image-cache-size", "0",
 		// The seeded machines have no BMC: nothing for an agent to provision, so an
 		// allocated machine boots Talos (the mix's talos scripts), not the agent first.
 		"--provision-bmc-credentials=false",
