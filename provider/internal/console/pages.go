@@ -46,9 +46,7 @@ type row struct {
 	Serial    string
 	UserLabel []string
 	// Derived are the provider's own labels (anvil.dev/…), shown apart.
-	Derived  []string
-	LastBoot string
-	LastPXE  time.Time
+	Derived []string
 }
 
 // pageData is what every page's layout reads.
@@ -64,15 +62,14 @@ type pageData struct {
 type machinesData struct {
 	pageData
 
-	Filter   filter
-	Rows     []row
-	Total    int
-	LiveURL  string
-	Selected int
+	Filter  filter
+	Rows    []row
+	Total   int
+	LiveURL string
 }
 
 func (s *Server) newRow(r fleet.Record) row {
-	out := row{Record: r, Phase: r.Lifecycle().Phase(s.opts.Policy), LastPXE: r.Machine.LastPXE}
+	out := row{Record: r, Phase: r.Lifecycle().Phase(s.opts.Policy)}
 
 	if inv := r.Inventory; inv != nil {
 		out.Vendor, out.Model, out.Serial = inv.System.Manufacturer, inv.System.Product, inv.System.Serial
@@ -94,10 +91,6 @@ func (s *Server) newRow(r fleet.Record) row {
 	slices.Sort(out.UserLabel)
 	slices.Sort(out.Derived)
 
-	if r.Machine.LastDecision != "" {
-		out.LastBoot = r.Machine.LastDecision
-	}
-
 	return out
 }
 
@@ -109,7 +102,7 @@ func (r row) matches(text string) bool {
 	}
 
 	hay := strings.ToLower(strings.Join(append([]string{
-		r.ID, r.Vendor, r.Model, r.Serial, string(r.Phase), r.PowerSummary(), r.Machine.LastAddress, r.LastBoot,
+		r.ID, r.Vendor, r.Model, r.Serial, string(r.Phase), r.PowerSummary(), r.Machine.LastAddress, r.Machine.LastDecision,
 		strings.Join(r.UserLabel, " "), strings.Join(r.Derived, " "),
 	}, r.MACs()...), " "))
 
@@ -363,5 +356,3 @@ func safeNext(next string) string {
 
 	return next
 }
-
-func urlQueryEscape(s string) string { return url.QueryEscape(s) }
