@@ -65,6 +65,10 @@ func (e ErrNotFound) Error() string { return fmt.Sprintf("machine %q is not know
 // List returns the records, in the order of their IDs. It reads each resource type
 // once, whatever the number of machines.
 func List(ctx context.Context, st state.State, opts Options) ([]Record, error) {
+	if opts.ID != "" && len(opts.Query.Terms) > 0 {
+		return nil, fmt.Errorf("a label selector picks among machines: give no machine ID with it")
+	}
+
 	var machines []*resources.Machine
 
 	if opts.ID != "" {
@@ -88,7 +92,7 @@ func List(ctx context.Context, st state.State, opts Options) ([]Record, error) {
 	}
 
 	// The effective labels; with a selector, the provider's state picks the machines.
-	labelsByID, err := byID[*resources.MachineLabels](ctx, st, "machine labels", state.WithLabelQuery(resource.RawLabelQuery(opts.Query)))
+	labelsByID, err := byID[*resources.MachineLabels](ctx, st, opts.ID, "machine labels", state.WithLabelQuery(resource.RawLabelQuery(opts.Query)))
 	if err != nil {
 		return nil, err
 	}
@@ -97,32 +101,32 @@ func List(ctx context.Context, st state.State, opts Options) ([]Record, error) {
 		machines = slices.DeleteFunc(machines, func(m *resources.Machine) bool { return labelsByID[m.Metadata().ID()] == nil })
 	}
 
-	intents, err := byID[*resources.MachineIntent](ctx, st, "machine intents")
+	intents, err := byID[*resources.MachineIntent](ctx, st, opts.ID, "machine intents")
 	if err != nil {
 		return nil, err
 	}
 
-	statuses, err := byID[*resources.MachineStatus](ctx, st, "machine statuses")
+	statuses, err := byID[*resources.MachineStatus](ctx, st, opts.ID, "machine statuses")
 	if err != nil {
 		return nil, err
 	}
 
-	inventories, err := byID[*resources.MachineInventory](ctx, st, "machine inventories")
+	inventories, err := byID[*resources.MachineInventory](ctx, st, opts.ID, "machine inventories")
 	if err != nil {
 		return nil, err
 	}
 
-	bmcs, err := byID[*resources.BMCConfig](ctx, st, "BMC configs")
+	bmcs, err := byID[*resources.BMCConfig](ctx, st, opts.ID, "BMC configs")
 	if err != nil {
 		return nil, err
 	}
 
-	powers, err := byID[*resources.PowerStatus](ctx, st, "power statuses")
+	powers, err := byID[*resources.PowerStatus](ctx, st, opts.ID, "power statuses")
 	if err != nil {
 		return nil, err
 	}
 
-	omnis, err := byID[*resources.OmniMachine](ctx, st, "Omni's view of the machines")
+	omnis, err := byID[*resources.OmniMachine](ctx, st, opts.ID, "Omni's view of the machines")
 	if err != nil {
 		return nil, err
 	}
@@ -168,8 +172,22 @@ func List(ctx context.Context, st state.State, opts Options) ([]Record, error) {
 	return records, nil
 }
 
-// byID lists one type into a map by ID.
-func byID[R generic.ResourceWithRD](ctx context.Context, st state.State, what string, opts ...state.ListOption) (map[string]R, error) {
+// byID reads one type into a map by ID: the machine id's resource alone (a Get: a
+// machine's page need not list the fleet), or every one when id is empty.
+func byID[R generic.ResourceWithRD](ctx context.Context, st state.State, id, what string, opts ...state.ListOption) (map[string]R, error) {
+	if id != "" {
+		r, err := safe.StateGetByID[R](ctx, st, id)
+
+		switch {
+		case err == nil:
+			return map[string]R{id: r}, nil
+		case state.IsNotFoundError(err):
+			return map[string]R{}, nil
+		default:
+			return nil, fmt.Errorf("error getting %s of machine %q: %w", what, id, err)
+		}
+	}
+
 	list, err := safe.StateListAll[R](ctx, st, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("error listing %s: %w", what, err)
