@@ -133,7 +133,7 @@ func (s *Server) authenticated(h handlerWithSession) http.HandlerFunc {
 		sess := s.session(w, r)
 		if sess == nil {
 			if r.Method == http.MethodGet && r.URL.Path != "/ui/live" {
-				http.Redirect(w, r, "/ui/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther) //nolint:gosec // a fixed path; the next page is checked at login
+				http.Redirect(w, r, "/ui/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 
 				return
 			}
