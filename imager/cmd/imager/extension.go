@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/anvil-metal/anvil/imager/internal/ociimage"
 
 	"github.com/spf13/cobra"
@@ -49,29 +51,7 @@ func newExtensionCommand() *cobra.Command {
 				return err
 			}
 
-			digest, err := img.Digest()
-			if err != nil {
-				return fmt.Errorf("error computing the image digest: %w", err)
-			}
-
-			if err = ociimage.WriteLayout(cmd.Context(), out, img, opts.Version); err != nil {
-				return err
-			}
-
-			fmt.Fprintf(cmd.ErrOrStderr(), "imager: %s %s written to %s (OCI layout)\n", extension.Name, opts.Version, out)
-
-			if push != "" {
-				pushed, err := ociimage.Push(cmd.Context(), img, push, insecure)
-				if err != nil {
-					return err
-				}
-
-				fmt.Fprintf(cmd.ErrOrStderr(), "imager: pushed %s\n", pushed)
-			}
-
-			fmt.Fprintln(cmd.OutOrStdout(), digest)
-
-			return nil
+			return publish(cmd, img, extension.Name+" "+opts.Version, opts.Version, out, push, insecure, nil)
 		},
 	}
 
@@ -86,4 +66,39 @@ func newExtensionCommand() *cobra.Command {
 	flagenv.Annotate(flags)
 
 	return cmd
+}
+
+// publish writes img as an OCI layout in out (tagged version), then what more writes,
+// pushes it when push names a reference, and prints its digest on stdout: the end of
+// every image the imager builds. what names it in the messages.
+func publish(cmd *cobra.Command, img v1.Image, what, version, out, push string, insecure bool, more func() error) error {
+	digest, err := img.Digest()
+	if err != nil {
+		return fmt.Errorf("error computing the image digest: %w", err)
+	}
+
+	if err = ociimage.WriteLayout(cmd.Context(), out, img, version); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(cmd.ErrOrStderr(), "imager: %s written to %s (OCI layout)\n", what, out)
+
+	if more != nil {
+		if err = more(); err != nil {
+			return err
+		}
+	}
+
+	if push != "" {
+		pushed, err := ociimage.Push(cmd.Context(), img, push, insecure)
+		if err != nil {
+			return err
+		}
+
+		fmt.Fprintf(cmd.ErrOrStderr(), "imager: pushed %s\n", pushed)
+	}
+
+	fmt.Fprintln(cmd.OutOrStdout(), digest)
+
+	return nil
 }

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/anvil-metal/anvil/imager/internal/ociimage"
-
 	"github.com/spf13/cobra"
 
 	"github.com/anvil-metal/anvil/imager/internal/providerimage"
@@ -47,37 +45,19 @@ func newImageCommand() *cobra.Command {
 				return err
 			}
 
-			digest, err := img.Digest()
-			if err != nil {
-				return fmt.Errorf("error computing the image digest: %w", err)
-			}
+			return publish(cmd, img, "the provider image "+opts.Version, opts.Version, out, push, insecure, func() error {
+				if tarball == "" {
+					return nil
+				}
 
-			if err = ociimage.WriteLayout(cmd.Context(), out, img, opts.Version); err != nil {
-				return err
-			}
-
-			fmt.Fprintf(cmd.ErrOrStderr(), "imager: the provider image %s written to %s (OCI layout)\n", opts.Version, out)
-
-			if tarball != "" {
-				if err = providerimage.WriteTarball(tarball, img, opts.Version); err != nil {
+				if err := providerimage.WriteTarball(tarball, img, opts.Version); err != nil {
 					return err
 				}
 
 				fmt.Fprintf(cmd.ErrOrStderr(), "imager: and to %s (docker load: %s:%s)\n", tarball, providerimage.TarballRepository, opts.Version)
-			}
 
-			if push != "" {
-				pushed, err := ociimage.Push(cmd.Context(), img, push, insecure)
-				if err != nil {
-					return err
-				}
-
-				fmt.Fprintf(cmd.ErrOrStderr(), "imager: pushed %s\n", pushed)
-			}
-
-			fmt.Fprintln(cmd.OutOrStdout(), digest)
-
-			return nil
+				return nil
+			})
 		},
 	}
 
