@@ -130,8 +130,12 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		Handler:           s.handler,
 		Protocols:         protocols,
 		ReadHeaderTimeout: 10 * time.Second,
-		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          zap.NewStdLog(s.opts.Logger.Named("http")),
+		// Without it an idle keep-alive connection is held forever: a client could pin
+		// goroutines and file descriptors by the thousand. iPXE's requests of one boot
+		// follow each other within seconds.
+		IdleTimeout:    30 * time.Second,
+		MaxHeaderBytes: 16 << 10,
+		ErrorLog:       zap.NewStdLog(s.opts.Logger.Named("http")),
 	}
 
 	errCh := make(chan error, 1)
