@@ -7,14 +7,16 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/netip"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/pin/tftp/v3"
 	"go.uber.org/zap"
+
+	"github.com/anvil-metal/anvil/internal/tftp"
 )
 
 // TFTPConfig configures the read-only TFTP server.
@@ -33,6 +35,8 @@ type TFTPConfig struct {
 	Timeout time.Duration
 	// BlockSize is the largest blksize accepted from clients. Default 1468 (Ethernet MTU).
 	BlockSize int
+	// WindowSize is the largest windowsize (RFC 7440) accepted from clients. Default 64.
+	WindowSize int
 }
 
 // TFTP is a read-only TFTP server for boot files.
@@ -41,6 +45,7 @@ type TFTP struct {
 	root    string // absolute, symlinks resolved
 	logger  *zap.Logger
 	metrics *Metrics
+	srv     *tftp.Server
 }
 
 var (
@@ -93,7 +98,20 @@ func NewTFTP(cfg TFTPConfig, logger *zap.Logger, metrics *Metrics) (*TFTP, error
 		metrics = NewMetrics(nil)
 	}
 
-	return &TFTP{cfg: cfg, root: root, logger: logger.With(zap.String("component", "tftp")), metrics: metrics}, nil
+	t := &TFTP{cfg: cfg, root: root, logger: logger.With(zap.String("component", "tftp")), metrics: metrics}
+
+	if t.srv, err = tftp.NewServer(tftp.Config{
+		Open:          t.open,
+		Done:          t.done,
+		Timeout:       cfg.Timeout,
+		Retries:       5,
+		MaxBlockSize:  cfg.BlockSize,
+		MaxWindowSize: cfg.WindowSize,
+	}); err != nil {
+		return nil, fmt.Errorf("error configuring TFTP: %w", err)
+	}
+
+	return t, nil
 }
 
 // CleanTFTPPath turns a requested file name into a clean relative path, or refuses it:
@@ -173,58 +191,33 @@ func (t *TFTP) Run(ctx context.Context) error {
 	return t.Serve(ctx, conn)
 }
 
-// Serve serves on an open socket until ctx is done, and closes it.
+// Serve serves on an open socket until ctx is done, and closes it. Transfers in progress
+// are stopped.
 func (t *TFTP) Serve(ctx context.Context, conn *net.UDPConn) error {
-	// A nil write handler makes pin/tftp refuse write requests.
-	srv := tftp.NewServer(t.read, nil)
-	srv.SetTimeout(t.cfg.Timeout)
-	srv.SetBlockSize(t.cfg.BlockSize)
-	srv.SetRetries(5)
-	srv.SetHook(tftpHook{t})
-
 	t.logger.Info("serving TFTP", zap.Stringer("address", conn.LocalAddr()), zap.String("root", t.root))
 
-	done := make(chan error, 1)
-
-	go func() { done <- srv.Serve(conn) }()
-
-	select {
-	case err := <-done:
-		conn.Close()
-
-		if err != nil {
-			return fmt.Errorf("error serving TFTP: %w", err)
-		}
-
-		return nil
-	case <-ctx.Done():
-		// Shutdown closes the socket and waits for running transfers (each bounded by
-		// timeout × retries).
-		srv.Shutdown()
-		<-done //nolint:errcheck // what Serve says after Shutdown is not news
-
-		return nil
+	if err := t.srv.Serve(ctx, conn); err != nil {
+		return fmt.Errorf("error serving TFTP: %w", err)
 	}
+
+	return nil
 }
 
-func (t *TFTP) read(name string, rf io.ReaderFrom) error {
-	var remote string
-	if ot, ok := rf.(tftp.OutgoingTransfer); ok {
-		ra := ot.RemoteAddr()
-		remote = ra.String()
-	}
+// open resolves and opens a requested file for the server.
+func (t *TFTP) open(_ context.Context, req *tftp.Request, remote netip.AddrPort) (io.ReaderAt, int64, error) {
+	name := req.Filename
 
 	p, err := t.resolve(name)
 	if err != nil {
-		reason := "refused"
+		reason, sentinel := "refused", tftp.ErrAccess
 		if errors.Is(err, errNotFound) {
-			reason = "not_found"
+			reason, sentinel = "not_found", tftp.ErrNotFound
 		}
 
 		t.metrics.tftpErrors.WithLabelValues(reason).Inc()
-		t.logger.Debug("TFTP request refused", zap.String("file", name), zap.String("remote", remote), zap.Error(err))
+		t.logger.Debug("TFTP request refused", zap.String("file", name), zap.Stringer("remote", remote), zap.Error(err))
 
-		return fmt.Errorf("%s: %w", name, err)
+		return nil, 0, fmt.Errorf("%s: %w: %w", name, err, sentinel)
 	}
 
 	f, err := os.Open(p)
@@ -232,36 +225,62 @@ func (t *TFTP) read(name string, rf io.ReaderFrom) error {
 		t.metrics.tftpErrors.WithLabelValues("open").Inc()
 		t.logger.Debug("error opening TFTP file", zap.String("file", name), zap.Error(err))
 
-		return fmt.Errorf("%s: %w", name, errNotFound)
+		return nil, 0, fmt.Errorf("%s: %w", name, tftp.ErrNotFound)
 	}
-	defer f.Close()
 
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		f.Close()
 		t.metrics.tftpErrors.WithLabelValues("refused").Inc()
 
-		return fmt.Errorf("%s: %w", name, errRefused)
+		return nil, 0, fmt.Errorf("%s: %w", name, tftp.ErrAccess)
 	}
 
-	n, err := rf.ReadFrom(f)
-	t.metrics.tftpBytes.Add(float64(n))
+	return f, st.Size(), nil
+}
 
-	if err != nil {
-		return fmt.Errorf("error sending %s to %s: %w", name, remote, err)
+// done counts and logs a finished request. Requests refused before a transfer started
+// (no such file, refused path) were counted by open.
+func (t *TFTP) done(tr tftp.Transfer) {
+	t.metrics.tftpBytes.Add(float64(tr.Stats.Bytes))
+
+	fields := []zap.Field{zap.Stringer("remote", tr.Remote), zap.Duration("took", tr.Took)}
+	if tr.Request != nil {
+		fields = append(fields, zap.String("file", tr.Request.Filename))
 	}
 
-	t.logger.Debug("TFTP transfer done", zap.String("file", name), zap.String("remote", remote), zap.Int64("bytes", n))
-
-	return nil
+	switch {
+	case tr.Err == nil:
+		t.metrics.tftpTransfers.WithLabelValues("success").Inc()
+		t.logger.Debug("TFTP transfer done", append(fields, zap.Int64("bytes", tr.Stats.Bytes),
+			zap.Int("blksize", tr.BlockSize), zap.Int("windowsize", tr.WindowSize),
+			zap.Uint64("retransmits", tr.Stats.Retransmits), zap.Uint64("writes", tr.Stats.Writes))...)
+	case errors.Is(tr.Err, tftp.ErrNotFound), errors.Is(tr.Err, tftp.ErrAccess):
+	case errors.Is(tr.Err, tftp.ErrMalformed):
+		t.metrics.tftpErrors.WithLabelValues("malformed").Inc()
+		t.logger.Debug("malformed TFTP request", append(fields, zap.Error(tr.Err))...)
+	case errors.Is(tr.Err, tftp.ErrBusy):
+		t.metrics.tftpErrors.WithLabelValues("busy").Inc()
+		t.logger.Debug("TFTP request refused: too many transfers", fields...)
+	case !tr.Started:
+		// A write, a refused mode or option value.
+		t.metrics.tftpErrors.WithLabelValues("refused").Inc()
+		t.logger.Debug("TFTP request refused", append(fields, zap.Error(tr.Err))...)
+	case isProbe(tr):
+		// UEFI firmware asks for tsize, reads the OACK and ends the transfer with an
+		// ERROR before taking data: how it learns the size, not a failure.
+		t.metrics.tftpTransfers.WithLabelValues("aborted").Inc()
+		t.logger.Debug("TFTP transfer ended by the client after the OACK", append(fields, zap.Error(tr.Err))...)
+	default:
+		t.metrics.tftpTransfers.WithLabelValues("failure").Inc()
+		t.logger.Debug("TFTP transfer failed", append(fields, zap.Int64("bytes", tr.Stats.Bytes), zap.Error(tr.Err))...)
+	}
 }
 
-// tftpHook counts transfers by result.
-type tftpHook struct{ t *TFTP }
+// isProbe reports whether the client ended the transfer with an ERROR before any data
+// was sent.
+func isProbe(tr tftp.Transfer) bool {
+	var re *tftp.RemoteError
 
-func (h tftpHook) OnSuccess(tftp.TransferStats) {
-	h.t.metrics.tftpTransfers.WithLabelValues("success").Inc()
-}
-
-func (h tftpHook) OnFailure(_ tftp.TransferStats, err error) {
-	h.t.metrics.tftpTransfers.WithLabelValues("failure").Inc()
-	h.t.logger.Debug("TFTP transfer failed", zap.Error(err))
+	return tr.Stats.Blocks == 0 && errors.As(tr.Err, &re)
 }

@@ -10,10 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pin/tftp/v3"
+	pintftp "github.com/pin/tftp/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/anvil-metal/anvil/internal/tftp"
 )
 
 func TestCleanTFTPPath(t *testing.T) {
@@ -125,7 +129,7 @@ func newTFTPFixture(t *testing.T) *tftpFixture {
 func tftpGet(t *testing.T, addr, name string, blksize int) ([]byte, error) {
 	t.Helper()
 
-	c, err := tftp.NewClient(addr)
+	c, err := pintftp.NewClient(addr)
 	require.NoError(t, err)
 	c.SetTimeout(time.Second)
 	c.SetRetries(2)
@@ -203,7 +207,7 @@ func TestTFTPRefused(t *testing.T) {
 	}
 
 	t.Run("write", func(t *testing.T) {
-		c, err := tftp.NewClient(f.addr)
+		c, err := pintftp.NewClient(f.addr)
 		require.NoError(t, err)
 		c.SetTimeout(time.Second)
 		c.SetRetries(1)
@@ -215,4 +219,122 @@ func TestTFTPRefused(t *testing.T) {
 
 		assert.Error(t, err)
 	})
+}
+
+// TestTFTPWindowSize fetches with RFC 7440 windows, as UEFI firmware does, and checks
+// refusals arrive with their TFTP error codes and are counted.
+func TestTFTPWindowSize(t *testing.T) {
+	t.Parallel()
+
+	f := newTFTPFixture(t)
+
+	for _, tc := range []struct {
+		name string
+		opts tftp.ClientOptions
+	}{
+		{"snponly.efi", tftp.ClientOptions{BlockSize: 1468, WindowSize: 16, TransferSize: true}},
+		{"ipxe.efi", tftp.ClientOptions{BlockSize: 1468, WindowSize: 8}},
+		{"undionly.kpxe", tftp.ClientOptions{BlockSize: 1432, WindowSize: 64}},
+		{"empty", tftp.ClientOptions{WindowSize: 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+
+			res, err := tftp.Get(t.Context(), f.addr, tc.name, tc.opts, &buf)
+			require.NoError(t, err)
+			assert.True(t, bytes.Equal(f.files[tc.name], buf.Bytes()), "content of %s differs", tc.name)
+			assert.Equal(t, tc.opts.WindowSize, res.WindowSize)
+		})
+	}
+
+	for name, code := range map[string]uint16{
+		"missing":       tftp.ErrCodeNotFound,
+		"escape":        tftp.ErrCodeAccess,
+		"../etc/passwd": tftp.ErrCodeAccess,
+		"efi":           tftp.ErrCodeAccess,
+	} {
+		_, err := tftp.Get(t.Context(), f.addr, name, tftp.ClientOptions{WindowSize: 8}, &bytes.Buffer{})
+
+		var re *tftp.RemoteError
+		require.ErrorAs(t, err, &re, name)
+		assert.Equal(t, code, re.Code, name)
+	}
+}
+
+func TestTFTPMetrics(t *testing.T) {
+	t.Parallel()
+
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+
+	srv, err := NewTFTP(TFTPConfig{Root: "/nonexistent-is-checked-below", Timeout: time.Second}, zaptest.NewLogger(t), m)
+	require.Error(t, err, "a missing root is refused")
+	require.Nil(t, srv)
+
+	root := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(root, "boot.efi"), make([]byte, 5000), 0o644))
+
+	srv, err = NewTFTP(TFTPConfig{Root: root, Timeout: time.Second}, zaptest.NewLogger(t), m)
+	require.NoError(t, err)
+
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+
+	go func() { done <- srv.Serve(ctx, conn) }()
+
+	addr := conn.LocalAddr().String()
+
+	_, err = tftp.Get(t.Context(), addr, "boot.efi", tftp.ClientOptions{BlockSize: 1468, WindowSize: 4}, &bytes.Buffer{})
+	require.NoError(t, err)
+
+	_, err = tftp.Get(t.Context(), addr, "missing", tftp.ClientOptions{}, &bytes.Buffer{})
+	require.Error(t, err)
+
+	_, err = tftp.Get(t.Context(), addr, "boot.efi", tftp.ClientOptions{BlockSize: 4}, &bytes.Buffer{})
+	require.Error(t, err)
+
+	// A UEFI-style size probe: tsize asked, the OACK answered with an ERROR. The OACK
+	// comes from the transfer's own port, so the socket is not connected.
+	probe, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+
+	defer probe.Close()
+
+	_, err = probe.WriteToUDP([]byte("\x00\x01boot.efi\x00octet\x00tsize\x000\x00"), conn.LocalAddr().(*net.UDPAddr))
+	require.NoError(t, err)
+	require.NoError(t, probe.SetReadDeadline(time.Now().Add(5*time.Second)))
+
+	buf := make([]byte, 512)
+	n, from, err := probe.ReadFromUDP(buf)
+	require.NoError(t, err)
+	require.Equal(t, "\x00\x06tsize\x005000\x00", string(buf[:n]))
+
+	_, err = probe.WriteToUDP([]byte("\x00\x05\x00\x08size known\x00"), from)
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool {
+		return counterValue(t, m.tftpTransfers.WithLabelValues("aborted")) == 1
+	}, 10*time.Second, 5*time.Millisecond)
+
+	cancel()
+	require.NoError(t, <-done)
+
+	assert.InDelta(t, 1, counterValue(t, m.tftpTransfers.WithLabelValues("success")), 0)
+	assert.InDelta(t, 0, counterValue(t, m.tftpTransfers.WithLabelValues("failure")), 0)
+	assert.InDelta(t, 1, counterValue(t, m.tftpTransfers.WithLabelValues("aborted")), 0)
+	assert.InDelta(t, 1, counterValue(t, m.tftpErrors.WithLabelValues("not_found")), 0)
+	assert.InDelta(t, 1, counterValue(t, m.tftpErrors.WithLabelValues("refused")), 0)
+	assert.InDelta(t, 5000, counterValue(t, m.tftpBytes), 0)
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+
+	var m dto.Metric
+	require.NoError(t, c.Write(&m))
+
+	return m.GetCounter().GetValue()
 }
