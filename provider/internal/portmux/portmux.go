@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -97,6 +98,22 @@ type peekedConn struct {
 }
 
 func (c *peekedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+// ReadFrom passes writes from a reader to the connection's own ReadFrom: net/http
+// copies a served *os.File (boot assets) through it, and a TCP connection's ReadFrom is
+// sendfile(2). Without it the embedded net.Conn hides it, and every response body goes
+// through a userspace buffer.
+func (c *peekedConn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+
+	return io.Copy(writerOnly{c.Conn}, r)
+}
+
+// writerOnly hides every method of a writer but Write, so that io.Copy cannot loop back
+// into ReadFrom.
+type writerOnly struct{ io.Writer }
 
 type listener struct {
 	addr   net.Addr
