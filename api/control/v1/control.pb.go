@@ -1705,6 +1705,113 @@ func (x *SetKexecModeResponse) GetIntent() *MachineIntent {
 	return nil
 }
 
+type BackupStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupStateRequest) Reset() {
+	*x = BackupStateRequest{}
+	mi := &file_control_v1_control_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupStateRequest) ProtoMessage() {}
+
+func (x *BackupStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupStateRequest.ProtoReflect.Descriptor instead.
+func (*BackupStateRequest) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{28}
+}
+
+type BackupStateChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In the first message only: the backup's file name in the provider's backups
+	// directory, its size in bytes, and the SHA-256 of its content (hex).
+	Name   string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Size   int64  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Sha256 string `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// A piece of the content, in order.
+	Data          []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupStateChunk) Reset() {
+	*x = BackupStateChunk{}
+	mi := &file_control_v1_control_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupStateChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupStateChunk) ProtoMessage() {}
+
+func (x *BackupStateChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupStateChunk.ProtoReflect.Descriptor instead.
+func (*BackupStateChunk) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *BackupStateChunk) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BackupStateChunk) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *BackupStateChunk) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *BackupStateChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 var File_control_v1_control_proto protoreflect.FileDescriptor
 
 const file_control_v1_control_proto_rawDesc = "" +
@@ -1838,7 +1945,13 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\tR\x04mode\"O\n" +
 	"\x14SetKexecModeResponse\x127\n" +
-	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent*r\n" +
+	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\"\x14\n" +
+	"\x12BackupStateRequest\"f\n" +
+	"\x10BackupStateChunk\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data*r\n" +
 	"\n" +
 	"Acceptance\x12\x1a\n" +
 	"\x16ACCEPTANCE_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -1865,7 +1978,9 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\x06SetBMC\x12\x1f.anvil.control.v1.SetBMCRequest\x1a .anvil.control.v1.SetBMCResponse\x12T\n" +
 	"\tSetLabels\x12\".anvil.control.v1.SetLabelsRequest\x1a#.anvil.control.v1.SetLabelsResponse\x12Z\n" +
 	"\vSetWipeMode\x12$.anvil.control.v1.SetWipeModeRequest\x1a%.anvil.control.v1.SetWipeModeResponse\x12]\n" +
-	"\fSetKexecMode\x12%.anvil.control.v1.SetKexecModeRequest\x1a&.anvil.control.v1.SetKexecModeResponseB7Z5github.com/anvil-metal/anvil/api/control/v1;controlv1b\x06proto3"
+	"\fSetKexecMode\x12%.anvil.control.v1.SetKexecModeRequest\x1a&.anvil.control.v1.SetKexecModeResponse2i\n" +
+	"\fStateService\x12Y\n" +
+	"\vBackupState\x12$.anvil.control.v1.BackupStateRequest\x1a\".anvil.control.v1.BackupStateChunk0\x01B7Z5github.com/anvil-metal/anvil/api/control/v1;controlv1b\x06proto3"
 
 var (
 	file_control_v1_control_proto_rawDescOnce sync.Once
@@ -1880,7 +1995,7 @@ func file_control_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_control_v1_control_proto_goTypes = []any{
 	(Acceptance)(0),               // 0: anvil.control.v1.Acceptance
 	(PowerState)(0),               // 1: anvil.control.v1.PowerState
@@ -1912,14 +2027,16 @@ var file_control_v1_control_proto_goTypes = []any{
 	(*SetWipeModeResponse)(nil),   // 27: anvil.control.v1.SetWipeModeResponse
 	(*SetKexecModeRequest)(nil),   // 28: anvil.control.v1.SetKexecModeRequest
 	(*SetKexecModeResponse)(nil),  // 29: anvil.control.v1.SetKexecModeResponse
-	nil,                           // 30: anvil.control.v1.MachineIntent.LabelsEntry
-	nil,                           // 31: anvil.control.v1.SetLabelsRequest.SetEntry
+	(*BackupStateRequest)(nil),    // 30: anvil.control.v1.BackupStateRequest
+	(*BackupStateChunk)(nil),      // 31: anvil.control.v1.BackupStateChunk
+	nil,                           // 32: anvil.control.v1.MachineIntent.LabelsEntry
+	nil,                           // 33: anvil.control.v1.SetLabelsRequest.SetEntry
 }
 var file_control_v1_control_proto_depIdxs = []int32{
 	0,  // 0: anvil.control.v1.MachineIntent.acceptance:type_name -> anvil.control.v1.Acceptance
 	3,  // 1: anvil.control.v1.MachineIntent.allocation:type_name -> anvil.control.v1.Allocation
 	1,  // 2: anvil.control.v1.MachineIntent.power:type_name -> anvil.control.v1.PowerState
-	30, // 3: anvil.control.v1.MachineIntent.labels:type_name -> anvil.control.v1.MachineIntent.LabelsEntry
+	32, // 3: anvil.control.v1.MachineIntent.labels:type_name -> anvil.control.v1.MachineIntent.LabelsEntry
 	2,  // 4: anvil.control.v1.AcceptResponse.intent:type_name -> anvil.control.v1.MachineIntent
 	2,  // 5: anvil.control.v1.RejectResponse.intent:type_name -> anvil.control.v1.MachineIntent
 	2,  // 6: anvil.control.v1.AllocateResponse.intent:type_name -> anvil.control.v1.MachineIntent
@@ -1929,7 +2046,7 @@ var file_control_v1_control_proto_depIdxs = []int32{
 	1,  // 10: anvil.control.v1.SetPowerRequest.power:type_name -> anvil.control.v1.PowerState
 	2,  // 11: anvil.control.v1.SetPowerResponse.intent:type_name -> anvil.control.v1.MachineIntent
 	2,  // 12: anvil.control.v1.RebootResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	31, // 13: anvil.control.v1.SetLabelsRequest.set:type_name -> anvil.control.v1.SetLabelsRequest.SetEntry
+	33, // 13: anvil.control.v1.SetLabelsRequest.set:type_name -> anvil.control.v1.SetLabelsRequest.SetEntry
 	2,  // 14: anvil.control.v1.SetLabelsResponse.intent:type_name -> anvil.control.v1.MachineIntent
 	2,  // 15: anvil.control.v1.SetWipeModeResponse.intent:type_name -> anvil.control.v1.MachineIntent
 	2,  // 16: anvil.control.v1.SetKexecModeResponse.intent:type_name -> anvil.control.v1.MachineIntent
@@ -1946,21 +2063,23 @@ var file_control_v1_control_proto_depIdxs = []int32{
 	24, // 27: anvil.control.v1.TransitionService.SetLabels:input_type -> anvil.control.v1.SetLabelsRequest
 	26, // 28: anvil.control.v1.TransitionService.SetWipeMode:input_type -> anvil.control.v1.SetWipeModeRequest
 	28, // 29: anvil.control.v1.TransitionService.SetKexecMode:input_type -> anvil.control.v1.SetKexecModeRequest
-	5,  // 30: anvil.control.v1.TransitionService.Accept:output_type -> anvil.control.v1.AcceptResponse
-	7,  // 31: anvil.control.v1.TransitionService.Reject:output_type -> anvil.control.v1.RejectResponse
-	9,  // 32: anvil.control.v1.TransitionService.Allocate:output_type -> anvil.control.v1.AllocateResponse
-	11, // 33: anvil.control.v1.TransitionService.Deallocate:output_type -> anvil.control.v1.DeallocateResponse
-	13, // 34: anvil.control.v1.TransitionService.MarkInstalled:output_type -> anvil.control.v1.MarkInstalledResponse
-	15, // 35: anvil.control.v1.TransitionService.Cordon:output_type -> anvil.control.v1.CordonResponse
-	17, // 36: anvil.control.v1.TransitionService.Uncordon:output_type -> anvil.control.v1.UncordonResponse
-	19, // 37: anvil.control.v1.TransitionService.SetPower:output_type -> anvil.control.v1.SetPowerResponse
-	21, // 38: anvil.control.v1.TransitionService.Reboot:output_type -> anvil.control.v1.RebootResponse
-	23, // 39: anvil.control.v1.TransitionService.SetBMC:output_type -> anvil.control.v1.SetBMCResponse
-	25, // 40: anvil.control.v1.TransitionService.SetLabels:output_type -> anvil.control.v1.SetLabelsResponse
-	27, // 41: anvil.control.v1.TransitionService.SetWipeMode:output_type -> anvil.control.v1.SetWipeModeResponse
-	29, // 42: anvil.control.v1.TransitionService.SetKexecMode:output_type -> anvil.control.v1.SetKexecModeResponse
-	30, // [30:43] is the sub-list for method output_type
-	17, // [17:30] is the sub-list for method input_type
+	30, // 30: anvil.control.v1.StateService.BackupState:input_type -> anvil.control.v1.BackupStateRequest
+	5,  // 31: anvil.control.v1.TransitionService.Accept:output_type -> anvil.control.v1.AcceptResponse
+	7,  // 32: anvil.control.v1.TransitionService.Reject:output_type -> anvil.control.v1.RejectResponse
+	9,  // 33: anvil.control.v1.TransitionService.Allocate:output_type -> anvil.control.v1.AllocateResponse
+	11, // 34: anvil.control.v1.TransitionService.Deallocate:output_type -> anvil.control.v1.DeallocateResponse
+	13, // 35: anvil.control.v1.TransitionService.MarkInstalled:output_type -> anvil.control.v1.MarkInstalledResponse
+	15, // 36: anvil.control.v1.TransitionService.Cordon:output_type -> anvil.control.v1.CordonResponse
+	17, // 37: anvil.control.v1.TransitionService.Uncordon:output_type -> anvil.control.v1.UncordonResponse
+	19, // 38: anvil.control.v1.TransitionService.SetPower:output_type -> anvil.control.v1.SetPowerResponse
+	21, // 39: anvil.control.v1.TransitionService.Reboot:output_type -> anvil.control.v1.RebootResponse
+	23, // 40: anvil.control.v1.TransitionService.SetBMC:output_type -> anvil.control.v1.SetBMCResponse
+	25, // 41: anvil.control.v1.TransitionService.SetLabels:output_type -> anvil.control.v1.SetLabelsResponse
+	27, // 42: anvil.control.v1.TransitionService.SetWipeMode:output_type -> anvil.control.v1.SetWipeModeResponse
+	29, // 43: anvil.control.v1.TransitionService.SetKexecMode:output_type -> anvil.control.v1.SetKexecModeResponse
+	31, // 44: anvil.control.v1.StateService.BackupState:output_type -> anvil.control.v1.BackupStateChunk
+	31, // [31:45] is the sub-list for method output_type
+	17, // [17:31] is the sub-list for method input_type
 	17, // [17:17] is the sub-list for extension type_name
 	17, // [17:17] is the sub-list for extension extendee
 	0,  // [0:17] is the sub-list for field type_name
@@ -1977,9 +2096,9 @@ func file_control_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_v1_control_proto_rawDesc), len(file_control_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_control_v1_control_proto_goTypes,
 		DependencyIndexes: file_control_v1_control_proto_depIdxs,

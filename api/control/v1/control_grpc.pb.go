@@ -645,3 +645,126 @@ var TransitionService_ServiceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "control/v1/control.proto",
 }
+
+const (
+	StateService_BackupState_FullMethodName = "/anvil.control.v1.StateService/BackupState"
+)
+
+// StateServiceClient is the client API for StateService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// StateService copies the provider's state while it runs.
+//
+// Errors: UNAVAILABLE when the backup could not be written (the state directory's disk
+// full, for one).
+type StateServiceClient interface {
+	// BackupState takes a consistent, verified backup of the state database (kept in the
+	// state directory's backups, as the periodic ones are) and streams it: one message
+	// with the backup's name and size, then its content in chunks. The backup holds the
+	// machines' secrets encrypted with provider.key, which it does not contain.
+	BackupState(ctx context.Context, in *BackupStateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupStateChunk], error)
+}
+
+type stateServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewStateServiceClient(cc grpc.ClientConnInterface) StateServiceClient {
+	return &stateServiceClient{cc}
+}
+
+func (c *stateServiceClient) BackupState(ctx context.Context, in *BackupStateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupStateChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &StateService_ServiceDesc.Streams[0], StateService_BackupState_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BackupStateRequest, BackupStateChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type StateService_BackupStateClient = grpc.ServerStreamingClient[BackupStateChunk]
+
+// StateServiceServer is the server API for StateService service.
+// All implementations must embed UnimplementedStateServiceServer
+// for forward compatibility.
+//
+// StateService copies the provider's state while it runs.
+//
+// Errors: UNAVAILABLE when the backup could not be written (the state directory's disk
+// full, for one).
+type StateServiceServer interface {
+	// BackupState takes a consistent, verified backup of the state database (kept in the
+	// state directory's backups, as the periodic ones are) and streams it: one message
+	// with the backup's name and size, then its content in chunks. The backup holds the
+	// machines' secrets encrypted with provider.key, which it does not contain.
+	BackupState(*BackupStateRequest, grpc.ServerStreamingServer[BackupStateChunk]) error
+	mustEmbedUnimplementedStateServiceServer()
+}
+
+// UnimplementedStateServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedStateServiceServer struct{}
+
+func (UnimplementedStateServiceServer) BackupState(*BackupStateRequest, grpc.ServerStreamingServer[BackupStateChunk]) error {
+	return status.Error(codes.Unimplemented, "method BackupState not implemented")
+}
+func (UnimplementedStateServiceServer) mustEmbedUnimplementedStateServiceServer() {}
+func (UnimplementedStateServiceServer) testEmbeddedByValue()                      {}
+
+// UnsafeStateServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to StateServiceServer will
+// result in compilation errors.
+type UnsafeStateServiceServer interface {
+	mustEmbedUnimplementedStateServiceServer()
+}
+
+func RegisterStateServiceServer(s grpc.ServiceRegistrar, srv StateServiceServer) {
+	// If the following call panics, it indicates UnimplementedStateServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&StateService_ServiceDesc, srv)
+}
+
+func _StateService_BackupState_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(BackupStateRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(StateServiceServer).BackupState(m, &grpc.GenericServerStream[BackupStateRequest, BackupStateChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type StateService_BackupStateServer = grpc.ServerStreamingServer[BackupStateChunk]
+
+// StateService_ServiceDesc is the grpc.ServiceDesc for StateService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var StateService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "anvil.control.v1.StateService",
+	HandlerType: (*StateServiceServer)(nil),
+	Methods:     []grpc.MethodDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "BackupState",
+			Handler:       _StateService_BackupState_Handler,
+			ServerStreams: true,
+		},
+	},
+	Metadata: "control/v1/control.proto",
+}

@@ -76,6 +76,9 @@ func newRootCmd() *cobra.Command {
 	f.StringVar(&opts.StateDir, "state-dir", opts.StateDir, "directory of the provider's state (database, keys, control socket)")
 	f.IntVar(&opts.StateHistory, "state-history", opts.StateHistory,
 		"events of each resource type the state keeps for its watchers (more: longer bursts absorbed, more memory)")
+	f.DurationVar(&opts.StateBackupInterval, "state-backup-interval", opts.StateBackupInterval,
+		"how often the state is backed up into <state-dir>/backups (also once at each start)")
+	f.IntVar(&opts.StateBackupKeep, "state-backup-keep", opts.StateBackupKeep, "how many backups of the state <state-dir>/backups keeps")
 	f.StringVar(&opts.APIListenAddress, "api-listen-address", opts.APIListenAddress, "IP address the HTTP/gRPC API listens on (all when empty)")
 	f.StringVar(&opts.APIAdvertiseAddress, "api-advertise-address", opts.APIAdvertiseAddress,
 		"IP address machines reach the provider at (the host's single routable address when empty)")

@@ -70,7 +70,7 @@ func NewRootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&app.cert, "cert", "", "client certificate (PEM) for a tcp:// endpoint: the provider's <state-dir>/admin.crt")
 	root.PersistentFlags().StringVar(&app.key, "key", "", "client key (PEM) for a tcp:// endpoint: the provider's <state-dir>/admin.key")
 
-	root.AddCommand(newGetCommand(app), newMachineCommand(app), newCacheCommand(app))
+	root.AddCommand(newGetCommand(app), newMachineCommand(app), newCacheCommand(app), newStateCommand(app))
 
 	return root
 }

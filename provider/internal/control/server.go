@@ -47,7 +47,10 @@ type Options struct {
 	// ImageCache is the provider's boot-asset cache; without one the image cache calls
 	// answer Unavailable.
 	ImageCache ImageCache
-	Logger     *zap.Logger
+	// StateBackup takes the online backups BackupState streams; without one it answers
+	// Unavailable.
+	StateBackup StateBackup
+	Logger      *zap.Logger
 }
 
 // Server serves the control API.
@@ -89,6 +92,7 @@ func (s *Server) newGRPC(extra ...grpc.ServerOption) *grpc.Server {
 	v1alpha1.RegisterStateServer(srv, server.NewState(s.state))
 	controlv1.RegisterTransitionServiceServer(srv, s.transitions)
 	controlv1.RegisterImageCacheServiceServer(srv, NewImageCacheService(s.opts.ImageCache))
+	controlv1.RegisterStateServiceServer(srv, NewStateService(s.opts.StateBackup, s.logger))
 
 	return srv
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/resource"
@@ -13,9 +13,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/cosi-project/runtime/pkg/state/impl/inmem"
 	"github.com/cosi-project/runtime/pkg/state/impl/namespaced"
-	"github.com/cosi-project/runtime/pkg/state/impl/store"
 	"github.com/cosi-project/runtime/pkg/state/impl/store/bolt"
-	"github.com/cosi-project/runtime/pkg/state/impl/store/encryption"
 	"github.com/cosi-project/runtime/pkg/state/registry"
 	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -33,12 +31,18 @@ const DefaultHistory = 1024
 type Option func(*options)
 
 type options struct {
-	history int
+	history    int
+	backupKeep int
 }
 
 // WithHistory sets how many events of each resource type the state keeps for watchers.
 func WithHistory(events int) Option {
 	return func(o *options) { o.history = events }
+}
+
+// WithBackupKeep sets how many backups the store keeps in its backups directory.
+func WithBackupKeep(n int) Option {
+	return func(o *options) { o.backupKeep = max(n, 1) }
 }
 
 // Store is the provider's resource state: persistent namespaces in BoltDB, the rest in
@@ -47,13 +51,22 @@ type Store struct {
 	state.State
 
 	backing *bolt.BackingStore
+	db      *bbolt.DB
 	keys    *Keys
+	dir     string
+
+	backupKeep int
+	backupMu   sync.Mutex
+	now        func() time.Time
 }
 
 // Open opens (creating if needed) the store in dir. The key that encrypts it at rest is
-// read from dir, or generated there on first start.
+// read from dir, or generated there on first start. A state file that is truncated,
+// damaged or does not decrypt, or one missing while backups of it exist, is refused
+// with an error naming the backup to restore: the provider never starts empty over a
+// state it lost.
 func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
-	o := options{history: DefaultHistory}
+	o := options{history: DefaultHistory, backupKeep: DefaultBackupKeep}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -67,21 +80,31 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 
-	marshaler := encryption.NewMarshaler(
-		store.ProtobufMarshaler{},
-		encryption.NewCipher(encryption.KeyProviderFunc(func() ([]byte, error) { return keys.storage, nil })),
-	)
+	if err := checkState(dir, keys); err != nil {
+		return nil, err
+	}
+
+	marshaler := newMarshaler(keys)
+
+	var db *bbolt.DB
 
 	backing, err := bolt.NewBackingStore(func() (*bbolt.DB, error) {
+		var err error
+
 		// A timeout turns "another provider holds this state" into an error, not a hang.
-		return bbolt.Open(filepath.Join(dir, dbFile), 0o600, &bbolt.Options{Timeout: 5 * time.Second})
+		db, err = openGuarded(DBFile(dir), &bbolt.Options{Timeout: 5 * time.Second})
+
+		return db, err
 	}, marshaler)
 	if err != nil {
-		if errors.Is(err, berrors.ErrTimeout) {
+		switch {
+		case errors.Is(err, berrors.ErrTimeout):
 			return nil, fmt.Errorf("error opening state %s: it is locked by another process", dir)
+		case errors.Is(err, ErrCorrupt):
+			return nil, refusal(dir, keys, err)
+		default:
+			return nil, fmt.Errorf("error opening state %s: %w", dir, err)
 		}
-
-		return nil, fmt.Errorf("error opening state %s: %w", dir, err)
 	}
 
 	core := namespaced.NewState(func(ns resource.Namespace) state.CoreState {
@@ -99,7 +122,7 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 		return inmem.NewStateWithOptions(stateOpts...)(ns)
 	})
 
-	s := &Store{State: state.WrapCore(core), backing: backing, keys: keys}
+	s := &Store{State: state.WrapCore(core), backing: backing, db: db, keys: keys, dir: dir, backupKeep: o.backupKeep, now: time.Now}
 
 	if err := s.registerDefinitions(ctx); err != nil {
 		s.Close()

@@ -13,8 +13,9 @@ import (
 // admin certificate the provider wrote into its state directory).
 func (env *environment) controlAPI() ([]runner, error) {
 	opts := control.Options{
-		SocketPath: env.controlSocket(),
-		Logger:     env.logger.Named("control"),
+		SocketPath:  env.controlSocket(),
+		StateBackup: env.store,
+		Logger:      env.logger.Named("control"),
 	}
 
 	// An interface: a nil cache must stay a nil interface (--image-cache-size 0).

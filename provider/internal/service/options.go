@@ -34,6 +34,11 @@ type Options struct {
 	// StateHistory is how many events of each resource type the state keeps for its
 	// watchers.
 	StateHistory int
+	// StateBackupInterval is how often the provider backs its state up into
+	// <state-dir>/backups (also once at each start); StateBackupKeep is how many backups
+	// are kept there.
+	StateBackupInterval time.Duration
+	StateBackupKeep     int
 
 	APIListenAddress    string
 	APIAdvertiseAddress string
@@ -149,6 +154,8 @@ type Options struct {
 var DefaultOptions = Options{
 	StateDir:                "/var/lib/anvil",
 	StateHistory:            resources.DefaultHistory,
+	StateBackupInterval:     resources.DefaultBackupInterval,
+	StateBackupKeep:         resources.DefaultBackupKeep,
 	APIPort:                 50042,
 	UIListenAddress:         ":50043",
 	DHCPLeaseTime:           time.Hour,

@@ -87,7 +87,11 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		return fmt.Errorf("--state-history must be positive")
 	}
 
-	store, err := resources.Open(ctx, opts.StateDir, resources.WithHistory(opts.StateHistory))
+	if opts.StateBackupInterval <= 0 || opts.StateBackupKeep < 1 {
+		return fmt.Errorf("--state-backup-interval and --state-backup-keep must be positive")
+	}
+
+	store, err := resources.Open(ctx, opts.StateDir, resources.WithHistory(opts.StateHistory), resources.WithBackupKeep(opts.StateBackupKeep))
 	if err != nil {
 		return err
 	}
@@ -217,6 +221,9 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 	runners := []runner{
 		{name: "controllers", run: func(ctx context.Context) error { return runControllers(ctx, store, ctrls, logger.Named("controllers")) }},
 		{name: "machine view", run: func(ctx context.Context) error { return env.view.Run(ctx, store) }},
+		{name: "state backups", run: func(ctx context.Context) error {
+			return store.RunBackups(ctx, opts.StateBackupInterval, logger.Named("state"))
+		}},
 	}
 
 	if env.omni != nil {
