@@ -73,7 +73,7 @@ type fixture struct {
 	view    *machineview.View
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 
 	store, err := resources.Open(t.Context(), t.TempDir())
@@ -121,7 +121,7 @@ func newFixture(t *testing.T) *fixture {
 }
 
 // machine stores a machine as the controllers would have.
-func (f *fixture) machine(t *testing.T, id, address string, decision lifecycle.Boot, intent *resources.MachineIntentSpec, status *resources.MachineStatusSpec) {
+func (f *fixture) machine(t testing.TB, id, address string, decision lifecycle.Boot, intent *resources.MachineIntentSpec, status *resources.MachineStatusSpec) {
 	t.Helper()
 
 	ctx := t.Context()
