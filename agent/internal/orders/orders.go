@@ -49,6 +49,8 @@ type Executor struct {
 	changed  chan struct{}
 	// reported is each order's outcome as last sent to the provider (Reported).
 	reported map[string]*agentv1.OrderResult
+	// onStart, when set, is told of each order as its execution begins.
+	onStart func(o *agentv1.Order)
 }
 
 // New returns an executor; Run carries out what Handle queues.
@@ -62,6 +64,10 @@ func New(actions Actions, logger *zap.Logger) *Executor {
 		changed:  make(chan struct{}),
 	}
 }
+
+// OnStart has start called as each order's execution begins (the fleet simulator's
+// events); call it before Run.
+func (e *Executor) OnStart(start func(o *agentv1.Order)) { e.onStart = start }
 
 // Reported records that an outcome reached the provider's stream.
 func (e *Executor) Reported(r *agentv1.OrderResult) {
@@ -187,6 +193,10 @@ func (e *Executor) touch() {
 func (e *Executor) execute(ctx context.Context, o *agentv1.Order) {
 	id := o.GetId()
 	logger := e.logger.With(zap.String("order", id))
+
+	if e.onStart != nil {
+		e.onStart(o)
+	}
 
 	running := func(msg string) {
 		e.set(&agentv1.OrderResult{OrderId: id, Status: agentv1.OrderResult_STATUS_RUNNING, Message: msg})

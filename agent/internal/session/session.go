@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"time"
@@ -52,6 +53,10 @@ type Options struct {
 	Logger    *zap.Logger
 	// OnRegistered is called after each successful hello (for the boot timeline).
 	OnRegistered func()
+	// OnOrder, when set, is called with each order as it arrives, before the executor
+	// has it; OnClosed with why each session ended (the fleet simulator's events).
+	OnOrder  func(o *agentv1.Order)
+	OnClosed func(err error)
 }
 
 // Run keeps a session up until ctx is done.
@@ -78,6 +83,10 @@ func Run(ctx context.Context, opts Options) error {
 		start := time.Now()
 
 		err := session(ctx, client, opts)
+		if opts.OnClosed != nil {
+			opts.OnClosed(err)
+		}
+
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -91,12 +100,17 @@ func Run(ctx context.Context, opts Options) error {
 			level = zap.ErrorLevel // a stale boot: a newer PXE boot of this machine superseded it
 		}
 
-		opts.Logger.Log(level, "session with the provider ended; reconnecting", zap.Error(err), zap.Duration("in", backoff))
+		// Jittered: a provider restart ends every agent's session at once, and agents
+		// retrying in lockstep made each retry a storm of TLS handshakes that timed out
+		// (bench fleet, 10,000 agents).
+		wait := backoff/2 + rand.N(backoff/2+1) //nolint:gosec // spreading retries needs no secret randomness
+
+		opts.Logger.Log(level, "session with the provider ended; reconnecting", zap.Error(err), zap.Duration("in", wait))
 
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
 
 		backoff = min(2*backoff, backoffMax)
@@ -197,6 +211,10 @@ func session(ctx context.Context, client agentv1.AgentServiceClient, opts Option
 			return err
 		case o := <-incoming:
 			opts.Logger.Info("order received", zap.String("order", o.GetId()))
+
+			if opts.OnOrder != nil {
+				opts.OnOrder(o)
+			}
 
 			if err := opts.Executor.Handle(o); err != nil {
 				opts.Logger.Warn("order refused", zap.String("order", o.GetId()), zap.Error(err))
