@@ -1,6 +1,10 @@
 package boot_test
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -89,4 +93,121 @@ func FuzzParseQuery(f *testing.F) {
 			}
 		}
 	})
+}
+
+// referenceParseQuery is ParseQuery as it was over url.ParseQuery and net.ParseMAC:
+// the fast parser must accept, refuse and normalise exactly as it did.
+func referenceParseQuery(rawQuery string) (boot.Request, error) {
+	if len(rawQuery) > boot.MaxQueryLength {
+		return boot.Request{}, fmt.Errorf("%w: query longer than %d bytes", boot.ErrBadRequest, boot.MaxQueryLength)
+	}
+
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return boot.Request{}, fmt.Errorf("%w: malformed query", boot.ErrBadRequest)
+	}
+
+	var req boot.Request
+
+	s := q.Get("mac")
+	if s == "" {
+		return boot.Request{}, fmt.Errorf("%w: missing mac", boot.ErrBadRequest)
+	}
+
+	hw, err := net.ParseMAC(strings.ReplaceAll(s, "-", ":"))
+	if err != nil || len(hw) != 6 {
+		return boot.Request{}, fmt.Errorf("%w: invalid mac %.32q", boot.ErrBadRequest, s)
+	}
+
+	req.MAC = hw.String()
+
+	// The rest goes through the same code: the query carries only those fields.
+	rest, err := boot.ParseQuery(url.Values{
+		"uuid": {q.Get("uuid")}, "mac": {req.MAC}, "arch": {q.Get("arch")}, "platform": {q.Get("platform")},
+	}.Encode())
+	if err != nil {
+		return boot.Request{}, err
+	}
+
+	rest.MAC = req.MAC
+
+	return rest, nil
+}
+
+func TestParseQueryMatchesURLParseQuery(t *testing.T) {
+	t.Parallel()
+
+	const uuid = "4c4c4544-0000-1000-8000-000000000001"
+
+	queries := []string{
+		"uuid=" + uuid + "&mac=52-54-00-12-34-56&arch=i386&platform=pcbios",
+		"uuid=" + uuid + "&mac=52%2D54-00-12-34-56&arch=i%33%386&platform=pc%62ios",
+		"uuid=" + uuid + "&mac=52:54:00:AB:cd:Ef&arch=x86_64&platform=efi",
+		"uuid=" + uuid + "&mac=52-54:00-12:34-56&arch=x86_64&platform=efi",
+		"uuid=" + uuid + "&mac=5254.0012.3456&arch=x86_64&platform=efi",
+		"uuid=" + uuid + "&mac=52-54-00-12-34-5g&arch=x86_64&platform=efi",
+		"uuid=" + uuid + "&mac=52_54_00_12_34_56&arch=x86_64&platform=efi",
+		"uuid=" + uuid + "&mac=52-54-00-12-34-56&mac=zz&arch=x86_64&arch=arm64&platform=efi",
+		"uuid=" + uuid + "&mac=52-54-00-12-34-56&arch=x86_64&platform=efi;x=1",
+		"uuid=" + uuid + "&mac=52-54-00-12-34-56&arch=x86_64&platform=efi&x=%zz",
+		"uuid=" + uuid + "&mac=52-54-00-12-34-56&arch=x86_64&platform=efi&%zz=1",
+		"uuid=" + uuid + "&mac=52-54-00-12-34-56&arch=x86+64&platform=efi",
+		"uuid=" + uuid + "&&mac=52-54-00-12-34-56&=&arch&arch=x86_64&platform=efi&",
+		"u%75id=" + uuid + "&mac=52-54-00-12-34-56&arch=x86_64&platform=efi",
+		"uuid=" + uuid + "&mac=&arch=x86_64&platform=efi",
+		"uuid=" + uuid + "&mac=52-54-00-12-34-56&arch=&platform=efi",
+		"uuid=" + uuid + "&mac=52-54-00-12-34-56&arch=x86_64&platform=",
+		"uuid=" + uuid + "&mac=52-54-00-12-34-56&arch=x86_64&platform=%00",
+		"uuid=" + strings.ToUpper(uuid) + "&mac=52-54-00-12-34-56&arch=arm64&platform=efi",
+		"uuid=00000000-0000-0000-0000-000000000000&mac=52-54-00-12-34-56&arch=x86_64&platform=efi",
+		"",
+		"&",
+		";",
+		"%",
+		"mac=52-54-00-12-34-56",
+	}
+
+	// And random mixes of those queries' pieces.
+	var pieces []string
+	for _, q := range queries {
+		pieces = append(pieces, strings.Split(q, "&")...)
+	}
+
+	rng := rand.New(rand.NewPCG(1, 2)) // a fixed, reproducible mix
+
+	for range 5000 {
+		parts := make([]string, rng.IntN(7))
+		for i := range parts {
+			parts[i] = pieces[rng.IntN(len(pieces))]
+		}
+
+		queries = append(queries, strings.Join(parts, "&"))
+	}
+
+	for _, q := range queries {
+		got, err := boot.ParseQuery(q)
+		want, wantErr := referenceParseQuery(q)
+
+		if wantErr != nil {
+			require.Error(t, err, q)
+			assert.Equal(t, wantErr.Error(), err.Error(), q)
+
+			continue
+		}
+
+		require.NoError(t, err, q)
+		assert.Equal(t, want, got, q)
+	}
+}
+
+func BenchmarkParseQuery(b *testing.B) {
+	const q = "uuid=4c4c4544-0000-1000-8000-000000000001&mac=52-54-00-12-34-56&arch=x86_64&platform=efi"
+
+	b.ReportAllocs()
+
+	for b.Loop() {
+		if _, err := boot.ParseQuery(q); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

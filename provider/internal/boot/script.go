@@ -44,7 +44,8 @@ const (
 	ipxeTokenSetting   = "anvil_token"
 )
 
-// Scripts renders iPXE scripts. It is built once at start.
+// Scripts renders iPXE scripts. It is built once at start, and not copied once it
+// renders (it keeps the scripts it rendered).
 type Scripts struct {
 	// BaseURL is the provider's HTTP base, e.g. http://10.77.0.1:50042.
 	BaseURL string
@@ -76,6 +77,10 @@ type Scripts struct {
 	// SideroLink (Omni's join config), false until they are known: the agent is not
 	// booted without them, or it would never appear in Omni.
 	JoinArgs func() ([]string, bool)
+
+	// talosCache keeps rendered Talos chain scripts; the fields above must not change
+	// once Scripts renders.
+	talosCache scriptCache
 }
 
 // Script is a rendered answer to a boot-script request.
@@ -151,43 +156,86 @@ func (s *Scripts) agent(req Request, claims token.Claims) Script {
 	claims.Kind = token.KindAgent
 	claims.MachineID = req.MachineID
 
-	var b strings.Builder
+	tok := token.Sign(s.TokenKey, claims)
+	assets := s.BaseURL + "/assets/agent/"
 
-	b.WriteString("#!ipxe\nimgfree\nkernel ")
-	b.WriteString(s.BaseURL + "/assets/agent/" + set.Kernel)
-	// Debian's 2019 iPXE needs initrd=<name> on the kernel line under EFI.
-	b.WriteString(" initrd=" + set.Initramfs)
-
-	if set.Cmdline != "" {
-		b.WriteString(" " + set.Cmdline)
-	}
+	// One allocation for the script: it is rendered on every agent boot.
+	n := len("#!ipxe\nimgfree\nkernel ") + len(assets) + len(set.Kernel) + len(" initrd=") + len(set.Initramfs) +
+		1 + len(set.Cmdline) + 4*len(" =") + len(bootparams.Provider) + len(s.APIEndpoint) + len(bootparams.CA) +
+		len(s.CAFingerprint) + len(bootparams.MachineID) + len(req.MachineID) + len(bootparams.Token) + len(tok) +
+		len("\ninitrd ") + len(assets) + len(set.Initramfs) + len("\nboot\n")
 
 	for _, arg := range s.AgentKernelArgs {
-		b.WriteString(" " + arg)
+		n += 1 + len(arg)
 	}
 
 	for _, arg := range join {
-		b.WriteString(" " + arg)
+		n += 1 + len(arg)
 	}
 
-	fmt.Fprintf(&b, " %s=%s %s=%s %s=%s %s=%s\n", bootparams.Provider, s.APIEndpoint, bootparams.CA, s.CAFingerprint,
-		bootparams.MachineID, req.MachineID, bootparams.Token, token.Sign(s.TokenKey, claims))
-	b.WriteString("initrd " + s.BaseURL + "/assets/agent/" + set.Initramfs + "\nboot\n")
+	var b strings.Builder
+
+	b.Grow(n)
+	b.WriteString("#!ipxe\nimgfree\nkernel ")
+	b.WriteString(assets)
+	b.WriteString(set.Kernel)
+	// Debian's 2019 iPXE needs initrd=<name> on the kernel line under EFI.
+	b.WriteString(" initrd=")
+	b.WriteString(set.Initramfs)
+
+	if set.Cmdline != "" {
+		b.WriteByte(' ')
+		b.WriteString(set.Cmdline)
+	}
+
+	for _, args := range [][]string{s.AgentKernelArgs, join} {
+		for _, arg := range args {
+			b.WriteByte(' ')
+			b.WriteString(arg)
+		}
+	}
+
+	for _, kv := range [...][2]string{
+		{bootparams.Provider, s.APIEndpoint}, {bootparams.CA, s.CAFingerprint},
+		{bootparams.MachineID, req.MachineID}, {bootparams.Token, tok},
+	} {
+		b.WriteByte(' ')
+		b.WriteString(kv[0])
+		b.WriteByte('=')
+		b.WriteString(kv[1])
+	}
+
+	b.WriteString("\ninitrd ")
+	b.WriteString(assets)
+	b.WriteString(set.Initramfs)
+	b.WriteString("\nboot\n")
 
 	return Script{Status: http.StatusOK, Body: b.String(), AgentToken: claims}
 }
 
 func (s *Scripts) talos(req Request, alloc *resources.Allocation) Script {
+	// The script is the same on every boot of the allocation: rendered (and its token
+	// signed) once, then reused.
+	if e := s.talosCache.get(req.MachineID); e != nil && e.matches(req, alloc) {
+		return Script{Status: http.StatusOK, Handoff: true, Body: e.body}
+	}
+
 	tok := token.Sign(s.TokenKey, MetadataClaims(req.MachineID, alloc.ID))
 
-	return Script{Status: http.StatusOK, Handoff: true, Body: "#!ipxe\n" +
+	body := "#!ipxe\n" +
 		"set " + ipxeMachineSetting + " " + req.MachineID + "\n" +
 		"set " + ipxeTokenSetting + " " + tok + "\n" +
 		"chain --replace " + s.FactoryPXEBaseURL + "/pxe/" + alloc.SchematicID + "/" + alloc.TalosVersion + "/" + s.Platform + "-" + req.Arch + " ||\n" +
 		// The factory may not know the schematic yet, or be unreachable: try again later.
 		"echo Anvil: the Image Factory did not serve the Talos boot; retrying in 10 s\n" +
 		"sleep 10\n" +
-		"chain " + s.BaseURL + "/ipxe/start.ipxe\n"}
+		"chain " + s.BaseURL + "/ipxe/start.ipxe\n"
+
+	s.talosCache.put(req.MachineID, &talosScript{
+		allocation: alloc.ID, schematic: alloc.SchematicID, version: alloc.TalosVersion, arch: req.Arch, body: body,
+	})
+
+	return Script{Status: http.StatusOK, Handoff: true, Body: body}
 }
 
 func (s *Scripts) disk() Script {

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"io"
 	"net/http"
 	"path"
 	"path/filepath"
@@ -114,9 +115,17 @@ func (s *Server) agentInitramfs(name string) bool {
 	return false
 }
 
+// Header values of every script, shared by all answers (net/http only reads them):
+// Header().Set would allocate them on each request.
+var (
+	scriptContentType  = []string{"text/plain; charset=utf-8"}
+	scriptCacheControl = []string{"no-store"}
+)
+
 func writeScript(w http.ResponseWriter, status int, body string) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
+	h := w.Header()
+	h["Content-Type"] = scriptContentType
+	h["Cache-Control"] = scriptCacheControl
 	w.WriteHeader(status)
-	_, _ = w.Write([]byte(body)) // the client went away: nothing to do
+	_, _ = io.WriteString(w, body) // the client went away: nothing to do
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/anvil-metal/anvil/provider/internal/boot"
 	"github.com/anvil-metal/anvil/provider/internal/boottrace"
 	"github.com/anvil-metal/anvil/provider/internal/httpapi"
 	"github.com/anvil-metal/anvil/provider/internal/imagecache"
@@ -65,8 +66,12 @@ func TestBootTimeline(t *testing.T) {
 		Acceptance: resources.AcceptanceAccepted, Allocation: &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: "s1"},
 	}, nil)
 
-	waiting := *f.scripts
-	waiting.Cache = notReady{}
+	// A Scripts of its own (one is not copied once it renders: it keeps rendered scripts).
+	waiting := boot.Scripts{
+		BaseURL: f.scripts.BaseURL, APIEndpoint: f.scripts.APIEndpoint, FactoryPXEBaseURL: f.scripts.FactoryPXEBaseURL,
+		Platform: f.scripts.Platform, DiskMethod: f.scripts.DiskMethod, Assets: f.scripts.Assets, TokenKey: f.scripts.TokenKey,
+		Cache: notReady{},
+	}
 	f.server = httpapi.New(httpapi.Options{
 		State: f.store, View: f.view, Scripts: &waiting, Observations: f.obs, Installs: f.rec,
 		Trace: trace, Registry: prometheus.NewRegistry(), Logger: zaptest.NewLogger(t),

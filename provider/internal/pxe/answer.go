@@ -32,11 +32,18 @@ type Boot struct {
 // BootFor decides the boot file for a request. Errors match ErrIgnore (not a PXE client,
 // an architecture Anvil does not boot) or ErrMalformed.
 func BootFor(cfg *Config, req *dhcpv4.DHCPv4) (Boot, error) {
-	if !bytes.HasPrefix(req.Options.Get(dhcpv4.OptionClassIdentifier), vendorPXEClient) {
+	return bootFor(cfg, req.Options.Get(dhcpv4.OptionClassIdentifier),
+		req.Options.Get(dhcpv4.OptionClientSystemArchitectureType), req.Options.Get(dhcpv4.OptionUserClassInformation))
+}
+
+// bootFor is BootFor from the request's vendor class (60), client architecture (93) and
+// user class (77) options, nil when absent.
+func bootFor(cfg *Config, vendorClass, arch, userClass []byte) (Boot, error) {
+	if !bytes.HasPrefix(vendorClass, vendorPXEClient) {
 		return Boot{}, errNotPXE
 	}
 
-	ca, err := RequestArch(req)
+	ca, err := requestArch(arch, vendorClass)
 	if err != nil {
 		return Boot{Arch: ca}, err
 	}
@@ -44,7 +51,7 @@ func BootFor(cfg *Config, req *dhcpv4.DHCPv4) (Boot, error) {
 	b := Boot{Arch: ca}
 
 	// ROM and chainloaded iPXE both say "iPXE"; handing them a TFTP iPXE binary loops.
-	if bytes.Contains(req.Options.Get(dhcpv4.OptionUserClassInformation), userClassIPXE) {
+	if bytes.Contains(userClass, userClassIPXE) {
 		b.IPXE = true
 		b.File = cfg.ScriptURL
 

@@ -64,7 +64,13 @@ func ClientArchFromCode(code iana.Arch) (ClientArch, bool) {
 // (PXE 2.1 puts it in both). A present but malformed option 93 is an error, so that a
 // broken client never gets a guessed boot file.
 func RequestArch(req *dhcpv4.DHCPv4) (ClientArch, error) {
-	if raw := req.Options.Get(dhcpv4.OptionClientSystemArchitectureType); raw != nil {
+	return requestArch(req.Options.Get(dhcpv4.OptionClientSystemArchitectureType), req.Options.Get(dhcpv4.OptionClassIdentifier))
+}
+
+// requestArch is RequestArch from the request's option 93 and vendor class (nil when
+// absent).
+func requestArch(raw, vc []byte) (ClientArch, error) {
+	if raw != nil {
 		if len(raw) < 2 || len(raw)%2 != 0 {
 			return ClientArch{}, fmt.Errorf("%w: option 93 has %d bytes", ErrMalformed, len(raw))
 		}
@@ -78,8 +84,6 @@ func RequestArch(req *dhcpv4.DHCPv4) (ClientArch, error) {
 	}
 
 	// "PXEClient:Arch:00000:UNDI:002001"
-	vc := req.Options.Get(dhcpv4.OptionClassIdentifier)
-
 	const field = ":Arch:"
 
 	i := bytes.Index(vc, []byte(field))

@@ -92,18 +92,81 @@ func (p *ProxyDHCP) Run(ctx context.Context) error {
 
 	return serveConns(ctx, p.logger, []servedConn{
 		{conn: dhcpConn, workers: runtime.GOMAXPROCS(0), onSendError: p.dhcp.sendErrs.Inc,
-			handle: func(buf []byte, src netip.AddrPort) ([]byte, netip.AddrPort) {
-				return p.handle(buf, src, false)
+			handleInto: func(buf, out []byte, src netip.AddrPort) ([]byte, netip.AddrPort) {
+				return p.handleInto(buf, out, src, false)
 			}},
 		{conn: bootConn, workers: 1, onSendError: p.boot.sendErrs.Inc,
-			handle: func(buf []byte, src netip.AddrPort) ([]byte, netip.AddrPort) {
-				return p.handle(buf, src, true)
+			handleInto: func(buf, out []byte, src netip.AddrPort) ([]byte, netip.AddrPort) {
+				return p.handleInto(buf, out, src, true)
 			}},
 	})
 }
 
 // handle returns the reply bytes and destination, or nil.
 func (p *ProxyDHCP) handle(pkt []byte, src netip.AddrPort, bootPort bool) ([]byte, netip.AddrPort) {
+	return p.handleInto(pkt, nil, src, bootPort)
+}
+
+// handleInto is handle with the reply written over out (when it has room).
+func (p *ProxyDHCP) handleInto(pkt, out []byte, src netip.AddrPort, bootPort bool) ([]byte, netip.AddrPort) {
+	var req rawRequest
+	if !req.parse(pkt) {
+		return p.handleDecoded(pkt, src, bootPort)
+	}
+
+	c := p.dhcp
+	if bootPort {
+		c = p.boot
+	}
+
+	c.received.Inc()
+
+	reply, mt, err := answerRaw(&p.cfg, &req, bootPort, out)
+	if err != nil {
+		if errors.Is(err, ErrMalformed) {
+			c.malformed.Inc()
+		} else {
+			c.ignored(ignoreReason(err))
+		}
+
+		if ce := p.logger.Check(zap.DebugLevel, "DHCP packet not answered"); ce != nil {
+			ce.Write(zap.Stringer("from", src), zap.Stringer("mac", net.HardwareAddr(req.hwAddr())), zap.Error(err))
+		}
+
+		return nil, netip.AddrPort{}
+	}
+
+	c.answered(mt)
+
+	if mt == dhcpv4.MessageTypeOffer && p.cfg.Trace != nil {
+		var firmware string
+		if ca, err := requestArch(req.opts[slotArch], req.opts[slotVendorClass]); err == nil {
+			firmware = ca.Firmware
+		}
+
+		p.cfg.Trace.MarkDHCP(macString(req.hwAddr()), machineIDFromOption(req.opts[slotGUID]), firmware, c.server)
+	}
+
+	if ce := p.logger.Check(zap.DebugLevel, "answering PXE client"); ce != nil {
+		ce.Write(zap.Stringer("mac", net.HardwareAddr(req.hwAddr())), zap.Stringer("type", mt), zap.String("boot_file", bootFileOf(reply)))
+	}
+
+	return reply, replyToRaw(&p.cfg, &req, src, bootPort)
+}
+
+// bootFileOf is the boot file option of a reply, for a debug log.
+func bootFileOf(reply []byte) string {
+	resp, err := dhcpv4.FromBytes(reply)
+	if err != nil {
+		return ""
+	}
+
+	return resp.BootFileNameOption()
+}
+
+// handleDecoded answers a request decoded by dhcpv4, which takes what rawRequest does
+// not (repeated options) and refuses what is not DHCP.
+func (p *ProxyDHCP) handleDecoded(pkt []byte, src netip.AddrPort, bootPort bool) ([]byte, netip.AddrPort) {
 	c := p.dhcp
 	if bootPort {
 		c = p.boot
@@ -156,6 +219,9 @@ type servedConn struct {
 	conn    *net.UDPConn
 	workers int
 	handle  func(pkt []byte, src netip.AddrPort) ([]byte, netip.AddrPort)
+	// handleInto, when set instead of handle, may write its reply over out, a buffer of
+	// the reading loop's own, valid until the next packet.
+	handleInto func(pkt, out []byte, src netip.AddrPort) ([]byte, netip.AddrPort)
 	// onSendError counts replies that could not be sent; may be nil.
 	onSendError func()
 }
@@ -197,6 +263,7 @@ func serveConns(ctx context.Context, logger *zap.Logger, conns []servedConn) err
 
 func readLoop(ctx context.Context, logger *zap.Logger, sc servedConn) error {
 	buf := make([]byte, maxPacket)
+	replyBuf := make([]byte, 0, maxPacket)
 
 	for {
 		n, src, err := sc.conn.ReadFromUDPAddrPort(buf)
@@ -208,7 +275,17 @@ func readLoop(ctx context.Context, logger *zap.Logger, sc servedConn) error {
 			return fmt.Errorf("error reading from %s: %w", sc.conn.LocalAddr(), err)
 		}
 
-		out, dst := sc.handle(buf[:n], src)
+		var (
+			out []byte
+			dst netip.AddrPort
+		)
+
+		if sc.handleInto != nil {
+			out, dst = sc.handleInto(buf[:n], replyBuf, src)
+		} else {
+			out, dst = sc.handle(buf[:n], src)
+		}
+
 		if out == nil {
 			continue
 		}

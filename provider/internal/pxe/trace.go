@@ -35,7 +35,11 @@ func traceOffer(trace *boottrace.Recorder, server string, req *dhcpv4.DHCPv4) {
 // that sent them the other way round names a machine that never fetches a script; its
 // offer still joins the right machine by MAC.
 func clientMachineID(req *dhcpv4.DHCPv4) string {
-	raw := req.Options.Get(dhcpv4.OptionClientMachineIdentifier)
+	return machineIDFromOption(req.Options.Get(dhcpv4.OptionClientMachineIdentifier))
+}
+
+// machineIDFromOption is clientMachineID from the option's bytes.
+func machineIDFromOption(raw []byte) string {
 	if len(raw) != 17 || raw[0] != 0 {
 		return ""
 	}
