@@ -5,6 +5,8 @@
 #   make unit   every package's fast tests, with the race detector
 #   make lab    the lab tests alone
 #   make bench  the benchmarks, Anvil beside its peers
+#   make chaos  the provider killed and the power cut at every step of real lab machines' lives
+#   make fuzz   every fuzz target for FUZZTIME (2m) each, a table of executions and coverage
 #
 # Lab tests are the test files under the build tag "lab" (//go:build lab): they need root,
 # QEMU, network namespaces, loop devices or Debian's daemons (make setup installs them).
@@ -21,8 +23,9 @@ ARGS      ?=
 PKGS_BUILD := protobuf-compiler
 PKGS_AGENT := linux-image-amd64
 PKGS_TEST  := iproute2 ipxe dnsmasq-base util-linux qemu-system-x86 qemu-utils ipxe-qemu ovmf \
-	syslinux syslinux-common mtools dosfstools systemd-boot-efi fdisk openipmi ipmitool nftables chromium fonts-liberation
-PKGS_BENCH := kea-admin dnsmasq-base nginx-light wrk iproute2
+	syslinux syslinux-common mtools dosfstools systemd-boot-efi fdisk openipmi ipmitool nftables chromium fonts-liberation \
+	atftp
+PKGS_BENCH := kea-admin dnsmasq-base nginx-light wrk iproute2 util-linux atftpd
 PKGS_IMAGE := ipxe ca-certificates
 
 # Code generation plugins, at the versions of deps.md.
@@ -38,7 +41,7 @@ GOLANGCI_LINT_MOD     := hack/tools/golangci-lint
 
 COMMANDS := provider anvilctl
 
-.PHONY: all setup setup-bench tools build generate lint test unit lab bench run demo demo-omni e2e figures agent-initramfs agent-extension image omni talosctl clean
+.PHONY: all setup setup-bench tools build generate lint test unit lab bench chaos fuzz run demo demo-omni e2e figures agent-initramfs agent-extension image omni talosctl clean
 
 all: build
 
@@ -171,8 +174,24 @@ unit:
 lab: setup omni talosctl
 	$(GO) test -tags lab -count=1 -timeout 45m -run '^($(LAB_TESTS))$$' $(LAB_PKGS)
 
-bench: setup-bench build
-	$(GO) run ./bench/cmd/bench all
+# Every benchmark (bench/README.md), or those named: make bench BENCH="storm tftp".
+BENCH ?= all
+
+bench: setup-bench
+	@for b in $(BENCH); do bench/run.sh $$b || exit 1; done
+
+# The whole chaos grid on lab VMs (~30 min): for SIGKILL of the provider and for a power
+# cut, one machine walks every step of its life with the fault at each (hack/e2e/chaos).
+# make test runs the grid on simulated agents and three of these cases on one VM.
+chaos: setup agent-initramfs
+	ANVIL_CHAOS_FULL=1 $(GO) test -tags lab -count=1 -timeout 90m -run '^TestChaosVMGrid$$' -v ./hack/e2e/chaos
+
+# Every fuzz target for FUZZTIME each, one after another; the seeds (testdata/fuzz) run in
+# make unit as ordinary tests.
+FUZZTIME ?= 2m
+
+fuzz:
+	$(GO) run ./hack/cmd/fuzz -fuzztime $(FUZZTIME)
 
 # The main job until the lab exists: the provider on this host, state under _out/, with
 # the agent's boot assets.

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/anvil-metal/anvil/bench/internal/profile"
 	"github.com/anvil-metal/anvil/internal/netns"
 	"github.com/anvil-metal/anvil/internal/proc"
 )
@@ -47,6 +48,10 @@ type Config struct {
 	// CostRate is the rate of the trial that measures the servers' CPU time per answer
 	// (below perfdhcp's own ceiling, so that the client does not limit it).
 	CostRate int
+	// Profile builds a provider serving pprof (Repo is the module root) and keeps a CPU
+	// profile of its first cost trial.
+	Profile bool
+	Repo    string
 	// Log receives progress lines.
 	Log func(format string, args ...any)
 }
@@ -87,6 +92,8 @@ type ServerResult struct {
 // Result is the outcome of the benchmark.
 type Result struct {
 	Anvil, Dnsmasq ServerResult
+	// Profile is the CPU profile's path and its summary, when profiling.
+	Profile, ProfileTop string
 }
 
 // server is a ProxyDHCP under test.
@@ -115,8 +122,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}()
 
+	var prof *profiler
+
+	if cfg.Profile {
+		if prof, err = newProfiler(ctx, cfg, pair); err != nil {
+			return nil, err
+		}
+
+		cfg.ProviderBin = prof.bin
+	}
+
 	servers := []server{
-		{name: "anvil", start: func(ctx context.Context, pair *nsPair) (*proc.Child, error) { return startAnvil(ctx, cfg, pair) }},
+		{name: "anvil", start: func(ctx context.Context, pair *nsPair) (*proc.Child, error) { return startAnvil(ctx, cfg, pair, prof) }},
 		{name: "dnsmasq", start: func(_ context.Context, pair *nsPair) (*proc.Child, error) { return startDnsmasq(cfg, pair) }},
 	}
 
@@ -125,7 +142,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	// Rounds alternate the servers so that drifts of a noisy host hit both.
 	for round := range cfg.Rounds {
 		for _, s := range servers {
-			best, received, err := searchServer(ctx, cfg, pair, s, round)
+			var roundProf *profiler
+			if round == 0 && s.name == "anvil" {
+				roundProf = prof
+			}
+
+			best, received, err := searchServer(ctx, cfg, pair, s, round, roundProf)
 			if err != nil {
 				return nil, err
 			}
@@ -148,11 +170,21 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		r.CPUPerAnswer = costs[len(costs)/2]
 	}
 
-	return &Result{Anvil: *res["anvil"], Dnsmasq: *res["dnsmasq"]}, nil
+	out := &Result{Anvil: *res["anvil"], Dnsmasq: *res["dnsmasq"]}
+
+	if prof != nil && prof.captured {
+		out.Profile = prof.path
+		if out.ProfileTop, err = profile.Top(ctx, prof.bin, prof.path, 30); err != nil {
+			return nil, err
+		}
+	}
+
+	return out, nil
 }
 
 // searchServer starts the server, finds its highest passing rate, and stops it.
-func searchServer(ctx context.Context, cfg Config, pair *nsPair, s server, round int) (Trial, int64, error) {
+// A non-nil prof profiles the server during the cost trial.
+func searchServer(ctx context.Context, cfg Config, pair *nsPair, s server, round int, prof *profiler) (Trial, int64, error) {
 	srv, err := s.start(ctx, pair)
 	if err != nil {
 		return Trial{}, 0, err
@@ -177,7 +209,22 @@ func searchServer(ctx context.Context, cfg Config, pair *nsPair, s server, round
 		return Trial{}, 0, err
 	}
 
+	var profErr chan error
+
+	if prof != nil {
+		profErr = make(chan error, 1)
+
+		go func() { profErr <- prof.capture(ctx, max(cfg.Trial-time.Second, time.Second)) }()
+	}
+
 	costTrial, err := runTrial(ctx, cfg, pair, cfg.CostRate, cfg.Trial)
+	if profErr != nil {
+		// Waited for even when the trial failed: the capture is bounded by its own deadline.
+		if perr := <-profErr; perr != nil && err == nil {
+			err = perr
+		}
+	}
+
 	if err != nil {
 		return Trial{}, 0, fmt.Errorf("%s: %w", s.name, err)
 	}
@@ -394,7 +441,7 @@ func median(ts []Trial) Trial {
 
 func logPath(cfg Config, name string) string { return filepath.Join(cfg.WorkDir, name+".log") }
 
-func startAnvil(ctx context.Context, cfg Config, pair *nsPair) (*proc.Child, error) {
+func startAnvil(ctx context.Context, cfg Config, pair *nsPair, prof *profiler) (*proc.Child, error) {
 	stateDir := filepath.Join(cfg.WorkDir, "anvil-state")
 	if err := os.RemoveAll(stateDir); err != nil {
 		return nil, fmt.Errorf("error clearing %s: %w", stateDir, err)
@@ -409,7 +456,12 @@ func startAnvil(ctx context.Context, cfg Config, pair *nsPair) (*proc.Child, err
 		"--agent-assets-dir", filepath.Join(cfg.WorkDir, "no-agent"),
 	)...)
 
-	p, err := proc.Start("anvil", exec.Command(argv[0], argv[1:]...), logPath(cfg, "anvil"))
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if prof != nil {
+		cmd.Env = append(os.Environ(), profile.EnvAddr+"="+prof.addr)
+	}
+
+	p, err := proc.Start("anvil", cmd, logPath(cfg, "anvil"))
 	if err != nil {
 		return nil, err
 	}

@@ -60,6 +60,11 @@ type Server struct {
 	Rounds []float64
 	// Latency is the fixed-rate run.
 	Latency *loadgen.Result
+	// CPUPerRequest is the median over rounds of the server's CPU time (user + system)
+	// per request served in a wrk round: unlike req/s, it hardly moves with load from
+	// outside the benchmark. CPURounds holds all of them.
+	CPUPerRequest time.Duration
+	CPURounds     []time.Duration
 }
 
 // Result is the outcome of the benchmark.
@@ -223,9 +228,25 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				}()
 			}
 
-			rps, err := runWrk(ctx, cfg, script, s.url, cfg.Duration)
+			cpuBefore, err := proc.CPUTime(s.p.Pid())
 			if err != nil {
 				return nil, err
+			}
+
+			rps, requests, err := runWrkCount(ctx, cfg, script, s.url, cfg.Duration)
+			if err != nil {
+				return nil, err
+			}
+
+			cpuAfter, err := proc.CPUTime(s.p.Pid())
+			if err != nil {
+				return nil, err
+			}
+
+			var perRequest time.Duration
+			if requests > 0 {
+				perRequest = (cpuAfter - cpuBefore) / time.Duration(requests)
+				s.srv.CPURounds = append(s.srv.CPURounds, perRequest)
 			}
 
 			if profErr != nil {
@@ -243,7 +264,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			}
 
 			s.srv.Rounds = append(s.srv.Rounds, rps)
-			cfg.Log("http round %d %-5s %d connections: %.0f req/s", round+1, s.srv.Name, cfg.Connections, rps)
+			cfg.Log("http round %d %-5s %d connections: %.0f req/s, %.1f µs CPU per request", round+1, s.srv.Name, cfg.Connections, rps,
+				float64(perRequest)/float64(time.Microsecond))
 		}
 	}
 
@@ -264,6 +286,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	res.Anvil.RPS = median(res.Anvil.Rounds)
 	res.Nginx.RPS = median(res.Nginx.Rounds)
+	res.Anvil.CPUPerRequest = medianDuration(res.Anvil.CPURounds)
+	res.Nginx.CPUPerRequest = medianDuration(res.Nginx.CPURounds)
 
 	for _, s := range []struct {
 		srv *Server
@@ -471,38 +495,52 @@ var (
 	reRPS    = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
 	reNon2xx = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`)
 	reSocket = regexp.MustCompile(`Socket errors: (.*)`)
+	// "  123456 requests in 10.00s, 45.67MB read"
+	reRequests = regexp.MustCompile(`(\d+) requests in `)
 )
 
 // runWrk runs wrk against base with random machines' URLs and returns requests/s.
 func runWrk(ctx context.Context, cfg Config, script, base string, d time.Duration) (float64, error) {
+	rps, _, err := runWrkCount(ctx, cfg, script, base, d)
+
+	return rps, err
+}
+
+// runWrkCount is runWrk that also returns how many requests wrk completed.
+func runWrkCount(ctx context.Context, cfg Config, script, base string, d time.Duration) (float64, int64, error) {
 	wctx, cancel := context.WithTimeout(ctx, d+20*time.Second)
 	defer cancel()
 
 	out, err := proc.Run(wctx, proc.Pinned(cfg.ClientCPU, "wrk", "-t1", "-c"+strconv.Itoa(cfg.Connections),
 		"-d"+strconv.Itoa(int(d.Seconds()))+"s", "-s", script, base)...)
 	if err != nil {
-		return 0, fmt.Errorf("wrk: %w", err)
+		return 0, 0, fmt.Errorf("wrk: %w", err)
 	}
 
 	if m := reNon2xx.FindStringSubmatch(out); m != nil {
-		return 0, fmt.Errorf("wrk against %s got %s non-2xx answers:\n%s", base, m[1], out)
+		return 0, 0, fmt.Errorf("wrk against %s got %s non-2xx answers:\n%s", base, m[1], out)
 	}
 
 	if m := reSocket.FindStringSubmatch(out); m != nil {
-		return 0, fmt.Errorf("wrk against %s had socket errors (%s):\n%s", base, m[1], out)
+		return 0, 0, fmt.Errorf("wrk against %s had socket errors (%s):\n%s", base, m[1], out)
 	}
 
 	m := reRPS.FindStringSubmatch(out)
 	if m == nil {
-		return 0, fmt.Errorf("no Requests/sec in wrk's output:\n%s", out)
+		return 0, 0, fmt.Errorf("no Requests/sec in wrk's output:\n%s", out)
 	}
 
 	rps, err := strconv.ParseFloat(m[1], 64)
 	if err != nil {
-		return 0, fmt.Errorf("error parsing wrk's rate %q: %w", m[1], err)
+		return 0, 0, fmt.Errorf("error parsing wrk's rate %q: %w", m[1], err)
 	}
 
-	return rps, nil
+	var requests int64
+	if m := reRequests.FindStringSubmatch(out); m != nil {
+		requests, _ = strconv.ParseInt(m[1], 10, 64)
+	}
+
+	return rps, requests, nil
 }
 
 // runFixedRate runs the loadgen, pinned to the client CPU, against base.
@@ -553,6 +591,17 @@ func providerMetrics(ctx context.Context, base string) (dropped, served string) 
 }
 
 func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+
+	s := slices.Clone(v)
+	slices.Sort(s)
+
+	return s[len(s)/2]
+}
+
+func medianDuration(v []time.Duration) time.Duration {
 	if len(v) == 0 {
 		return 0
 	}

@@ -73,6 +73,12 @@ func BuildProvider(ctx context.Context, repo, dir string) (string, error) {
 
 // Capture fetches a CPU profile of d from the pprof server at addr into path.
 func Capture(ctx context.Context, addr string, d time.Duration, path string) error {
+	return CaptureWith(ctx, http.DefaultClient, addr, d, path)
+}
+
+// CaptureWith is Capture through client (one that dials into another network
+// namespace, say).
+func CaptureWith(ctx context.Context, client *http.Client, addr string, d time.Duration, path string) error {
 	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
 
@@ -83,7 +89,7 @@ func Capture(ctx context.Context, addr string, d time.Duration, path string) err
 		return fmt.Errorf("error building the profile request: %w", err)
 	}
 
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("error fetching the profile: %w", err)
 	}

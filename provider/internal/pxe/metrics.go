@@ -44,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"server"}),
 		tftpTransfers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "anvil_pxe_tftp_transfers_total",
-			Help: "TFTP read transfers, by result (success, failure).",
+			Help: "TFTP read transfers, by result (success, failure, aborted: the client ended after the option acknowledgement, as UEFI firmware does to learn the size).",
 		}, []string{"result"}),
 		tftpBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "anvil_pxe_tftp_bytes_total",
@@ -57,11 +57,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 
 	// Children with known labels exist from the start, at 0, for dashboards to find.
-	for _, result := range []string{"success", "failure"} {
+	for _, result := range []string{"success", "failure", "aborted"} {
 		m.tftpTransfers.WithLabelValues(result)
 	}
 
-	for _, reason := range []string{"refused", "not_found", "open"} {
+	for _, reason := range []string{"refused", "not_found", "open", "malformed", "busy"} {
 		m.tftpErrors.WithLabelValues(reason)
 	}
 

@@ -188,6 +188,15 @@ func (t *TFTP) Run(ctx context.Context) error {
 		return fmt.Errorf("error binding TFTP %s: %w", t.cfg.Listen, err)
 	}
 
+	// A rack powering on sends its read requests within a second: they must queue, not
+	// drop and wait out the firmware's retransmission timer (the storm benchmark's long
+	// tail was that).
+	if err = conn.SetReadBuffer(readBuffer); err != nil {
+		conn.Close()
+
+		return fmt.Errorf("error sizing the receive buffer of TFTP %s: %w", t.cfg.Listen, err)
+	}
+
 	return t.Serve(ctx, conn)
 }
 
