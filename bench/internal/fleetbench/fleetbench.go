@@ -224,7 +224,7 @@ func (r *run) scenario(ctx context.Context, sim *fleetProcess) error {
 
 	initial := r.initialWipes()
 
-	ctl, err := dialControl(filepath.Join(r.stateDir, "control.sock"))
+	ctl, err := httpbench.Dial(filepath.Join(r.stateDir, "control.sock"))
 	if err != nil {
 		return err
 	}
@@ -234,13 +234,13 @@ func (r *run) scenario(ctx context.Context, sim *fleetProcess) error {
 
 	// 2. Allocate: cause (the call) to the order reaching the agent.
 	allocAt, err := r.transition(ctx, chosen, func(ctx context.Context, id string) error {
-		if _, err := ctl.transitions.SetBMC(ctx, &controlv1.SetBMCRequest{MachineId: id, Kind: "api", Address: "http://" + r.simAddr}); err != nil {
+		if _, err := ctl.Transitions().SetBMC(ctx, &controlv1.SetBMCRequest{MachineId: id, Kind: "api", Address: "http://" + r.simAddr}); err != nil {
 			return fmt.Errorf("error giving %s its BMC: %w", id, err)
 		}
 
 		return nil
 	}, func(ctx context.Context, id string) error {
-		_, err := ctl.transitions.Allocate(ctx, &controlv1.AllocateRequest{MachineId: id, TalosVersion: cfg.TalosVersion})
+		_, err := ctl.Transitions().Allocate(ctx, &controlv1.AllocateRequest{MachineId: id, TalosVersion: cfg.TalosVersion})
 
 		return err
 	})
@@ -263,7 +263,7 @@ func (r *run) scenario(ctx context.Context, sim *fleetProcess) error {
 
 	// 3. Installed (as Talos' event sink would say), then deallocated: the reset wipe.
 	if _, err = r.transition(ctx, chosen, nil, func(ctx context.Context, id string) error {
-		_, err := ctl.transitions.MarkInstalled(ctx, &controlv1.MarkInstalledRequest{MachineId: id})
+		_, err := ctl.Transitions().MarkInstalled(ctx, &controlv1.MarkInstalledRequest{MachineId: id})
 
 		return err
 	}); err != nil {
@@ -271,7 +271,7 @@ func (r *run) scenario(ctx context.Context, sim *fleetProcess) error {
 	}
 
 	deallocAt, err := r.transition(ctx, chosen, nil, func(ctx context.Context, id string) error {
-		_, err := ctl.transitions.Deallocate(ctx, &controlv1.DeallocateRequest{MachineId: id})
+		_, err := ctl.Transitions().Deallocate(ctx, &controlv1.DeallocateRequest{MachineId: id})
 
 		return err
 	})
@@ -286,7 +286,7 @@ func (r *run) scenario(ctx context.Context, sim *fleetProcess) error {
 		return err
 	}
 
-	before, err := ctl.records(ctx)
+	before, err := records(ctx, ctl)
 	if err != nil {
 		return err
 	}
@@ -309,7 +309,7 @@ func (r *run) scenario(ctx context.Context, sim *fleetProcess) error {
 
 	ctl.Close()
 
-	if ctl, err = dialControl(filepath.Join(r.stateDir, "control.sock")); err != nil {
+	if ctl, err = httpbench.Dial(filepath.Join(r.stateDir, "control.sock")); err != nil {
 		return err
 	}
 
@@ -366,7 +366,7 @@ func (r *run) scenario(ctx context.Context, sim *fleetProcess) error {
 }
 
 // verify counts what was lost, once the reset wipes are recorded or the phase is over.
-func (r *run) verify(ctx context.Context, ctl *control, before map[string]*machineRecord, initial map[string]string,
+func (r *run) verify(ctx context.Context, ctl *httpbench.Control, before map[string]*machineRecord, initial map[string]string,
 	chosen []string, deallocAt map[string]time.Time,
 ) {
 	res := r.res
@@ -415,7 +415,7 @@ func (r *run) verify(ctx context.Context, ctl *control, before map[string]*machi
 
 	for {
 		var err error
-		if after, err = ctl.records(ctx); err == nil && recorded(after, want) || time.Now().After(deadline) || ctx.Err() != nil {
+		if after, err = records(ctx, ctl); err == nil && recorded(after, want) || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
 

@@ -54,26 +54,47 @@ func Dial(path string) (*Control, error) {
 // Close closes the connection.
 func (c *Control) Close() error { return c.conn.Close() }
 
+// Transitions is the control API's transition service.
+func (c *Control) Transitions() controlv1.TransitionServiceClient { return c.transitions }
+
 // MachineIDs lists the machines in the provider's state.
 func (c *Control) MachineIDs(ctx context.Context) (map[string]struct{}, error) {
-	stream, err := c.state.List(ctx, &v1alpha1.ListRequest{Namespace: stateNamespace, Type: machineType})
+	ids := map[string]struct{}{}
+
+	err := c.List(ctx, machineType, func(id, _ string) error {
+		ids[id] = struct{}{}
+
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("error listing machines: %w", err)
+		return nil, err
 	}
 
-	ids := map[string]struct{}{}
+	return ids, nil
+}
+
+// List calls each with the ID and YAML spec of every resource of the type in the
+// provider's namespace (provider/internal/resources).
+func (c *Control) List(ctx context.Context, typ string, each func(id, spec string) error) error {
+	stream, err := c.state.List(ctx, &v1alpha1.ListRequest{Namespace: stateNamespace, Type: typ})
+	if err != nil {
+		return fmt.Errorf("error listing %s: %w", typ, err)
+	}
 
 	for {
 		msg, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
-			return ids, nil
+			return nil
 		}
 
 		if err != nil {
-			return nil, fmt.Errorf("error listing machines: %w", err)
+			return fmt.Errorf("error listing %s: %w", typ, err)
 		}
 
-		ids[msg.GetResource().GetMetadata().GetId()] = struct{}{}
+		r := msg.GetResource()
+		if err = each(r.GetMetadata().GetId(), r.GetSpec().GetYamlSpec()); err != nil {
+			return fmt.Errorf("error reading %s %s: %w", typ, r.GetMetadata().GetId(), err)
+		}
 	}
 }
 
