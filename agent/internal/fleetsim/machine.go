@@ -331,7 +331,7 @@ func (m *machine) runAgent(ctx context.Context, cfg config.Config) (ending, stri
 
 	exec := orders.New(&actions{m: m, ends: ends}, m.logger.Named("orders"))
 	exec.OnStart(func(o *agentv1.Order) {
-		if kind := orderKind(o); kind != "hold" && kind != "release" {
+		if kind := agentv1.OrderKind(o); kind != agentv1.OrderKindHold && kind != agentv1.OrderKindRelease {
 			m.emit(orderEvent("order-started", boot, o))
 		}
 	})
@@ -362,7 +362,7 @@ func (m *machine) runAgent(ctx context.Context, cfg config.Config) (ending, stri
 			m.emit(Event{Event: "registered", Boot: boot, Session: n})
 		},
 		OnOrder: func(o *agentv1.Order) {
-			kinds.set(o.GetId(), orderKind(o))
+			kinds.set(o.GetId(), agentv1.OrderKind(o))
 			m.emit(orderEvent("order-received", boot, o))
 		},
 		OnClosed: func(err error) {
@@ -502,7 +502,7 @@ func (k *orderKinds) get(id string) string {
 }
 
 func orderEvent(name string, boot int, o *agentv1.Order) Event {
-	ev := Event{Event: name, Boot: boot, Order: o.GetId(), Kind: orderKind(o)}
+	ev := Event{Event: name, Boot: boot, Order: o.GetId(), Kind: agentv1.OrderKind(o)}
 
 	if w := o.GetWipe(); w != nil {
 		ev.Wipe = w.GetGenerationId()
@@ -510,29 +510,6 @@ func orderEvent(name string, boot int, o *agentv1.Order) Event {
 	}
 
 	return ev
-}
-
-func orderKind(o *agentv1.Order) string {
-	switch o.GetAction().(type) {
-	case *agentv1.Order_Hold:
-		return "hold"
-	case *agentv1.Order_Release:
-		return "release"
-	case *agentv1.Order_Wipe:
-		return "wipe"
-	case *agentv1.Order_Reboot:
-		return "reboot"
-	case *agentv1.Order_PowerOff:
-		return "power-off"
-	case *agentv1.Order_Kexec:
-		return "kexec"
-	case *agentv1.Order_GetBmc:
-		return "bmc-get"
-	case *agentv1.Order_SetBmc:
-		return "bmc-set"
-	default:
-		return "unknown"
-	}
 }
 
 // newBootID is a fresh boot ID, as the kernel makes one at every boot.
