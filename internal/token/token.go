@@ -8,13 +8,17 @@
 package token
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -50,15 +54,94 @@ var ErrInvalid = errors.New("invalid token")
 
 var enc = base64.RawURLEncoding.Strict()
 
-// Sign returns the token for the claims.
-func Sign(key []byte, c Claims) string {
-	payload := c.encode()
+// Signer signs and verifies tokens with one key. Keying an HMAC is most of what a token
+// costs, so a Signer keys its hashes once and reuses them: build one at start and share
+// it; it is safe for concurrent use.
+type Signer struct {
+	key  []byte
+	pool sync.Pool // of *keyed
+}
 
-	return version + "." + enc.EncodeToString(payload) + "." + enc.EncodeToString(sum(key, payload))
+// NewSigner returns a Signer for the key (copied: the caller may reuse its slice).
+func NewSigner(key []byte) *Signer {
+	return &Signer{key: bytes.Clone(key)}
+}
+
+// Sign returns the token for the claims.
+func (s *Signer) Sign(c Claims) string {
+	k := s.get()
+	defer s.put(k)
+
+	return k.sign(c)
 }
 
 // Verify checks the token's signature and returns its claims.
+func (s *Signer) Verify(tok string) (Claims, error) {
+	k := s.get()
+	defer s.put(k)
+
+	return k.verify(tok)
+}
+
+func (s *Signer) get() *keyed {
+	if k, ok := s.pool.Get().(*keyed); ok {
+		return k
+	}
+
+	return newKeyed(s.key)
+}
+
+func (s *Signer) put(k *keyed) {
+	// A token made of long claims grew the buffer: let it go rather than keep it.
+	if cap(k.buf) > 2*MaxLength {
+		k.buf = nil
+	}
+
+	s.pool.Put(k)
+}
+
+// Sign returns the token for the claims, keying an HMAC for this one token; a caller
+// that signs more than once uses a Signer.
+func Sign(key []byte, c Claims) string {
+	return newKeyed(key).sign(c)
+}
+
+// Verify checks the token's signature and returns its claims, keying an HMAC for this
+// one token; a caller that verifies more than once uses a Signer.
 func Verify(key []byte, tok string) (Claims, error) {
+	return newKeyed(key).verify(tok)
+}
+
+// keyed is a keyed HMAC with the scratch space of one token, used by one goroutine at a
+// time.
+type keyed struct {
+	mac hash.Hash
+	// buf holds the payload and then the token being built (Sign), or the token's
+	// decoded parts (Verify).
+	buf []byte
+	sum [sha256.Size]byte
+}
+
+func newKeyed(key []byte) *keyed {
+	return &keyed{mac: hmac.New(sha256.New, key)}
+}
+
+func (k *keyed) sign(c Claims) string {
+	payload := c.appendTo(k.buf[:0])
+	mac := k.sumOf(payload)
+
+	// The token after the payload in the same buffer, then one string of it.
+	n := len(payload)
+	b := append(payload, version+"."...)
+	b = enc.AppendEncode(b, payload)
+	b = append(b, '.')
+	b = enc.AppendEncode(b, mac)
+	k.buf = b
+
+	return string(b[n:])
+}
+
+func (k *keyed) verify(tok string) (Claims, error) {
 	if len(tok) > MaxLength {
 		return Claims{}, ErrInvalid
 	}
@@ -73,13 +156,19 @@ func Verify(key []byte, tok string) (Claims, error) {
 		return Claims{}, ErrInvalid
 	}
 
-	payload, err := enc.DecodeString(p)
+	// The token's bytes in the buffer (decoding takes bytes), then the payload and the
+	// MAC decoded after them.
+	b := slices.Grow(k.buf[:0], len(rest)+enc.DecodedLen(len(p))+enc.DecodedLen(len(m)))
+	k.buf = b
+	in := append(b, rest...)
+
+	payload, err := decodeAppend(in[len(in):], in[:len(p)])
 	if err != nil {
 		return Claims{}, ErrInvalid
 	}
 
-	mac, err := enc.DecodeString(m)
-	if err != nil || !hmac.Equal(mac, sum(key, payload)) {
+	mac, err := decodeAppend(payload[len(payload):], in[len(p)+1:])
+	if err != nil || !hmac.Equal(mac, k.sumOf(payload)) {
 		return Claims{}, ErrInvalid
 	}
 
@@ -91,17 +180,24 @@ func Verify(key []byte, tok string) (Claims, error) {
 	return c, nil
 }
 
-func sum(key, payload []byte) []byte {
-	h := hmac.New(sha256.New, key)
-	h.Write(payload)
+// decodeAppend decodes src after dst, whose capacity holds it.
+func decodeAppend(dst, src []byte) ([]byte, error) {
+	n, err := enc.Decode(dst[len(dst):len(dst)+enc.DecodedLen(len(src))], src)
 
-	return h.Sum(nil)[:macSize]
+	return dst[:len(dst)+n], err
 }
 
-// encode: kind, issued (unix nanoseconds, 8 bytes), then length-prefixed machine ID and
-// binding.
-func (c Claims) encode() []byte {
-	b := make([]byte, 0, 1+8+2+len(c.MachineID)+2+len(c.Binding))
+// sumOf returns the payload's MAC, in k's own space (valid until k is used again).
+func (k *keyed) sumOf(payload []byte) []byte {
+	k.mac.Reset()
+	k.mac.Write(payload)
+
+	return k.mac.Sum(k.sum[:0])[:macSize]
+}
+
+// appendTo appends the claims' encoding: kind, issued (unix nanoseconds, 8 bytes), then
+// length-prefixed machine ID and binding.
+func (c Claims) appendTo(b []byte) []byte {
 	b = append(b, byte(c.Kind))
 
 	var issued int64

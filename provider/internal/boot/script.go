@@ -44,8 +44,8 @@ const (
 	ipxeTokenSetting   = "anvil_token"
 )
 
-// Scripts renders iPXE scripts. It is built once at start, and not copied once it
-// renders (it keeps the scripts it rendered).
+// Scripts renders iPXE scripts. It is built once at start; its fields do not change once
+// it renders.
 type Scripts struct {
 	// BaseURL is the provider's HTTP base, e.g. http://10.77.0.1:50042.
 	BaseURL string
@@ -61,7 +61,11 @@ type Scripts struct {
 	DiskMethod DiskMethod
 	// Assets are the agent boot assets.
 	Assets *AgentAssets
-	// TokenKey signs agent and metadata tokens.
+	// Tokens signs agent and metadata tokens (and verifies metadata tokens): one Signer,
+	// made at start, so that no script keys an HMAC of its own.
+	Tokens *token.Signer
+	// TokenKey signs them when Tokens is nil, keying an HMAC for every token (for tests
+	// that build Scripts by hand).
 	TokenKey []byte
 	// AgentKernelArgs follow the agent assets' own cmdline on the agent's kernel line
 	// (a site's console, a quirk of its hardware).
@@ -77,10 +81,6 @@ type Scripts struct {
 	// SideroLink (Omni's join config), false until they are known: the agent is not
 	// booted without them, or it would never appear in Omni.
 	JoinArgs func() ([]string, bool)
-
-	// talosCache keeps rendered Talos chain scripts; the fields above must not change
-	// once Scripts renders.
-	talosCache scriptCache
 }
 
 // Script is a rendered answer to a boot-script request.
@@ -156,7 +156,7 @@ func (s *Scripts) agent(req Request, claims token.Claims) Script {
 	claims.Kind = token.KindAgent
 	claims.MachineID = req.MachineID
 
-	tok := token.Sign(s.TokenKey, claims)
+	tok := s.sign(claims)
 	assets := s.BaseURL + "/assets/agent/"
 
 	// One allocation for the script: it is rendered on every agent boot.
@@ -214,28 +214,16 @@ func (s *Scripts) agent(req Request, claims token.Claims) Script {
 }
 
 func (s *Scripts) talos(req Request, alloc *resources.Allocation) Script {
-	// The script is the same on every boot of the allocation: rendered (and its token
-	// signed) once, then reused.
-	if e := s.talosCache.get(req.MachineID); e != nil && e.matches(req, alloc) {
-		return Script{Status: http.StatusOK, Handoff: true, Body: e.body}
-	}
+	tok := s.sign(MetadataClaims(req.MachineID, alloc.ID))
 
-	tok := token.Sign(s.TokenKey, MetadataClaims(req.MachineID, alloc.ID))
-
-	body := "#!ipxe\n" +
+	return Script{Status: http.StatusOK, Handoff: true, Body: "#!ipxe\n" +
 		"set " + ipxeMachineSetting + " " + req.MachineID + "\n" +
 		"set " + ipxeTokenSetting + " " + tok + "\n" +
 		"chain --replace " + s.FactoryPXEBaseURL + "/pxe/" + alloc.SchematicID + "/" + alloc.TalosVersion + "/" + s.Platform + "-" + req.Arch + " ||\n" +
 		// The factory may not know the schematic yet, or be unreachable: try again later.
 		"echo Anvil: the Image Factory did not serve the Talos boot; retrying in 10 s\n" +
 		"sleep 10\n" +
-		"chain " + s.BaseURL + "/ipxe/start.ipxe\n"
-
-	s.talosCache.put(req.MachineID, &talosScript{
-		allocation: alloc.ID, schematic: alloc.SchematicID, version: alloc.TalosVersion, arch: req.Arch, body: body,
-	})
-
-	return Script{Status: http.StatusOK, Handoff: true, Body: body}
+		"chain " + s.BaseURL + "/ipxe/start.ipxe\n"}
 }
 
 func (s *Scripts) disk() Script {
@@ -249,6 +237,24 @@ func (s *Scripts) disk() Script {
 		// rather than opening its setup UI: see StartScript.
 		return Script{Status: http.StatusOK, Body: "#!ipxe\necho Anvil: booting from disk\nexit 1\n"}
 	}
+}
+
+// sign returns the token for the claims.
+func (s *Scripts) sign(c token.Claims) string {
+	if s.Tokens != nil {
+		return s.Tokens.Sign(c)
+	}
+
+	return token.Sign(s.TokenKey, c)
+}
+
+// VerifyToken checks a token the scripts signed and returns its claims.
+func (s *Scripts) VerifyToken(tok string) (token.Claims, error) {
+	if s.Tokens != nil {
+		return s.Tokens.Verify(tok)
+	}
+
+	return token.Verify(s.TokenKey, tok)
 }
 
 // MetadataClaims are the claims of a machine's metadata token for an allocation.

@@ -17,6 +17,10 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
+// testKey is the tests' token key: tokens are checked with it by token.Sign and
+// token.Verify, apart from the Scripts' Signer.
+var testKey = []byte("0123456789abcdef0123456789abcdef")
+
 func testScripts(t *testing.T, withAssets bool) *boot.Scripts {
 	t.Helper()
 
@@ -43,7 +47,7 @@ func testScripts(t *testing.T, withAssets bool) *boot.Scripts {
 		Platform:          "metal",
 		DiskMethod:        boot.DiskIPXEExit,
 		Assets:            assets,
-		TokenKey:          []byte("0123456789abcdef0123456789abcdef"),
+		Tokens:            token.NewSigner(testKey),
 	}
 }
 
@@ -62,7 +66,7 @@ func TestRenderAgent(t *testing.T) {
 
 	tok := got.Body[strings.Index(got.Body, "anvil.token=")+len("anvil.token="):]
 	tok = tok[:strings.IndexByte(tok, '\n')]
-	claims, err := token.Verify(s.TokenKey, tok)
+	claims, err := token.Verify(testKey, tok)
 	require.NoError(t, err)
 	assert.Equal(t, token.KindAgent, claims.Kind)
 	assert.Equal(t, "m1", claims.MachineID)
@@ -105,10 +109,52 @@ func TestRenderTalos(t *testing.T) {
 	got := s.Render(t.Context(), testReq, lifecycle.BootDecision{Boot: lifecycle.BootTalos, Allocation: alloc}, token.Claims{})
 	require.Equal(t, http.StatusOK, got.Status)
 	assert.Contains(t, got.Body, "set anvil_machine m1\n")
-	assert.Contains(t, got.Body, "set anvil_token "+token.Sign(s.TokenKey, boot.MetadataClaims("m1", "a1"))+"\n")
+	assert.Contains(t, got.Body, "set anvil_token "+token.Sign(testKey, boot.MetadataClaims("m1", "a1"))+"\n")
 	assert.Contains(t, got.Body, "\nchain --replace http://factory.lab:8080/pxe/abc123/v1.9.0/metal-amd64 ||\n")
 	assert.True(t, strings.HasSuffix(got.Body, "\nchain http://10.77.0.1:50042/ipxe/start.ipxe\n"), "a failed chain retries from the start: %s", got.Body)
 	assert.Zero(t, got.AgentToken)
+}
+
+// TestScriptsTokens: Scripts with a Signer and Scripts with only the key sign the same
+// tokens and verify each other's, and neither verifies a token of another key.
+func TestScriptsTokens(t *testing.T) {
+	t.Parallel()
+
+	signer := testScripts(t, true)
+	keyed := testScripts(t, true)
+	keyed.Tokens, keyed.TokenKey = nil, testKey
+	alloc := &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: "abc123"}
+	claims := token.Claims{Issued: time.Unix(1700000000, 5)}
+
+	for _, d := range []lifecycle.BootDecision{{Boot: lifecycle.BootAgent}, {Boot: lifecycle.BootTalos, Allocation: alloc}} {
+		want := keyed.Render(t.Context(), testReq, d, claims)
+
+		for range 2 {
+			assert.Equal(t, want, signer.Render(t.Context(), testReq, d, claims), d.Boot)
+		}
+	}
+
+	for name, tc := range map[string]struct {
+		tok   string
+		valid bool
+	}{
+		"by the signer":  {signer.Tokens.Sign(boot.MetadataClaims("m1", "a1")), true},
+		"by the key":     {token.Sign(testKey, boot.MetadataClaims("m1", "a1")), true},
+		"by another key": {token.Sign([]byte("another key another key another!"), boot.MetadataClaims("m1", "a1")), false},
+		"not a token":    {"v1.x.y", false},
+	} {
+		for _, s := range []*boot.Scripts{signer, keyed} {
+			got, err := s.VerifyToken(tc.tok)
+			if !tc.valid {
+				require.ErrorIs(t, err, token.ErrInvalid, name)
+
+				continue
+			}
+
+			require.NoError(t, err, name)
+			assert.Equal(t, boot.MetadataClaims("m1", "a1"), got, name)
+		}
+	}
 }
 
 func TestRenderDisk(t *testing.T) {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
-	"github.com/anvil-metal/anvil/internal/token"
 	"github.com/anvil-metal/anvil/provider/internal/imagecache"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
@@ -116,7 +115,7 @@ func (s *Scripts) KexecTarget(ctx context.Context, machineID, arch string, alloc
 func (s *Scripts) KexecCmdline(b TalosBoot, machineID string, alloc *resources.Allocation) string {
 	return strings.NewReplacer(
 		"${"+ipxeMachineSetting+"}", machineID,
-		"${"+ipxeTokenSetting+"}", token.Sign(s.TokenKey, MetadataClaims(machineID, alloc.ID)),
+		"${"+ipxeTokenSetting+"}", s.sign(MetadataClaims(machineID, alloc.ID)),
 	).Replace(b.Cmdline)
 }
 
@@ -159,7 +158,7 @@ func (s *Scripts) cachedTalos(ctx context.Context, req Request, alloc *resources
 			"chain " + s.BaseURL + "/ipxe/start.ipxe\n"}
 	}
 
-	tok := token.Sign(s.TokenKey, MetadataClaims(req.MachineID, alloc.ID))
+	tok := s.sign(MetadataClaims(req.MachineID, alloc.ID))
 
 	return Script{Status: http.StatusOK, Handoff: true, Body: "#!ipxe\n" +
 		"set " + ipxeMachineSetting + " " + req.MachineID + "\n" +

@@ -111,7 +111,7 @@ func TestTalosFromCache(t *testing.T) {
 	}
 
 	for machine, cmdline := range targets {
-		tok := token.Sign(s.TokenKey, boot.MetadataClaims(machine, "a1"))
+		tok := token.Sign(testKey, boot.MetadataClaims(machine, "a1"))
 
 		assert.True(t, strings.HasPrefix(cmdline, "talos.platform=metal "), cmdline)
 		assert.Contains(t, cmdline, "talos.config=http://10.77.0.1:50042/metadata/"+machine+"?token="+tok, "the settings iPXE fills in, filled in")

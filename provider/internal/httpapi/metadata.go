@@ -16,7 +16,7 @@ import (
 func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("machine")
 
-	claims, err := token.Verify(s.opts.Scripts.TokenKey, r.URL.Query().Get("token"))
+	claims, err := s.opts.Scripts.VerifyToken(r.URL.Query().Get("token"))
 	if err != nil || claims.Kind != token.KindMetadata || claims.MachineID != id {
 		s.metrics.metadata.WithLabelValues("forbidden").Inc()
 		s.opts.Logger.Warn("metadata request with an invalid token", zap.String("machine", id), zap.String("remote", r.RemoteAddr))

@@ -66,10 +66,10 @@ func TestBootTimeline(t *testing.T) {
 		Acceptance: resources.AcceptanceAccepted, Allocation: &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: "s1"},
 	}, nil)
 
-	// A Scripts of its own (one is not copied once it renders: it keeps rendered scripts).
+	// A Scripts of its own, whose boot assets are never ready.
 	waiting := boot.Scripts{
 		BaseURL: f.scripts.BaseURL, APIEndpoint: f.scripts.APIEndpoint, FactoryPXEBaseURL: f.scripts.FactoryPXEBaseURL,
-		Platform: f.scripts.Platform, DiskMethod: f.scripts.DiskMethod, Assets: f.scripts.Assets, TokenKey: f.scripts.TokenKey,
+		Platform: f.scripts.Platform, DiskMethod: f.scripts.DiskMethod, Assets: f.scripts.Assets, Tokens: f.scripts.Tokens,
 		Cache: notReady{},
 	}
 	f.server = httpapi.New(httpapi.Options{

@@ -61,7 +61,7 @@ func (env *environment) apiServices() ([]runner, error) {
 
 	agentOpts := agentapi.Options{
 		View:         env.view,
-		TokenKey:     env.store.Keys().TokenKey(),
+		Tokens:       env.scripts.Tokens,
 		Policy:       env.policy,
 		BMCPassword:  env.bmcPassword,
 		Recorder:     env.agentRecorder(),
