@@ -99,11 +99,26 @@ type Recorder struct {
 }
 
 type machine struct {
-	boot     []Mark
+	// boot holds the current boot's marks, boot[:marks]: a boot marks each phase at most
+	// once, in order, so they fit in place and a new boot reuses them.
+	boot     [len(phaseNames)]Mark
+	marks    int
 	firmware string // of the current boot, once a mark said
-	events   []Event
+	events   []event
 	next     int // where the next event goes once events is full (a ring)
 	seen     time.Time
+}
+
+// event is an Event as kept: a mark's words are put together when read, not on the
+// boot services' hot path.
+type event struct {
+	at time.Time
+	// text is a note's message, or a mark's detail.
+	text string
+	// phase is the mark's phase index plus one; 0 for a note.
+	phase int8
+	// firmware is the mark's firmwares index.
+	firmware int8
 }
 
 type heldDHCP struct {
@@ -274,7 +289,7 @@ func (r *Recorder) Note(machineID, message string) {
 		return
 	}
 
-	m.note(at, clip(message))
+	m.note(event{at: at, text: clip(message)})
 	r.broadcast()
 }
 
@@ -289,11 +304,11 @@ func (r *Recorder) Timeline(machineID string) []Mark {
 	defer r.mu.Unlock()
 
 	m := r.machines[machineID]
-	if m == nil || len(m.boot) == 0 {
+	if m == nil || m.marks == 0 {
 		return nil
 	}
 
-	return append([]Mark(nil), m.boot...)
+	return append([]Mark(nil), m.boot[:m.marks]...)
 }
 
 // Events returns the machine's recent events, newest first (at most MaxEvents).
@@ -319,7 +334,7 @@ func (r *Recorder) Events(machineID string) []Event {
 	}
 
 	for i := range len(m.events) {
-		out = append(out, m.events[(newest-i+len(m.events))%len(m.events)])
+		out = append(out, m.events[(newest-i+len(m.events))%len(m.events)].words())
 	}
 
 	return out

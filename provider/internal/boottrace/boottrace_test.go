@@ -293,6 +293,116 @@ func TestEvents(t *testing.T) {
 	assert.Nil(t, r.Timeline(m2), "a machine with events and no boot has no timeline")
 }
 
+// TestEventWords: a mark's event tells its phase, detail and firmware as they were given.
+func TestEventWords(t *testing.T) {
+	t.Parallel()
+
+	long := strings.Repeat("x", maxMessage)
+
+	for _, tc := range []struct {
+		name             string
+		phase            Phase
+		firmware, detail string
+		want             string
+	}{
+		{"detail and firmware", PhaseScript, "uefi", "agent", "boot script fetched (agent, uefi)"},
+		{"detail", PhaseHandoff, "", "kexec", "handed to Talos (kexec)"},
+		{"firmware", PhaseAgentRegistered, "bios", "", "agent registered (bios)"},
+		{"neither", PhaseInstalled, "", "", "Talos installed"},
+		{"an unknown firmware is left out", PhaseDHCP, "efi?", "proxy", "DHCP offer (proxy)"},
+		{"a long detail is clipped", PhaseInstalled, "uefi", long, clip("Talos installed (" + long + ", uefi)")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			r := New(nil)
+			c := newClock()
+			r.now = c.now
+
+			r.Mark(m1, tc.phase, tc.firmware, tc.detail)
+			assert.Equal(t, []Event{{At: c.t, Message: tc.want}}, r.Events(m1))
+			assert.LessOrEqual(t, len(r.Events(m1)[0].Message), maxMessage+len("…"))
+		})
+	}
+}
+
+// TestMarksDoNotAllocate: once a machine is known and its events' ring is full, the
+// boot services' marks allocate nothing, repeats or not. Not parallel: AllocsPerRun
+// counts every goroutine's allocations.
+func TestMarksDoNotAllocate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		do   func(r *Recorder)
+	}{
+		{"script again", func(r *Recorder) { r.MarkScript(m1, mac1, addr1, "uefi", "agent") }},
+		{"agent again", func(r *Recorder) { r.Mark(m1, PhaseAgentRegistered, "uefi", "") }},
+		{"DHCP again", func(r *Recorder) { r.MarkDHCP(mac1, m1, "bios", "proxy") }},
+		{"a Talos chain, a new boot each time", func(r *Recorder) {
+			r.MarkScript(m1, mac1, addr1, "uefi", "talos")
+			r.Mark(m1, PhaseHandoff, "uefi", "ipxe")
+		}},
+		{"an agent boot to the install", func(r *Recorder) {
+			r.MarkDHCP(mac1, "", "uefi", "proxy")
+			r.MarkScript(m1, mac1, addr1, "uefi", "agent")
+			r.MarkFrom(addr1, PhaseAgentAssets, "")
+			r.Mark(m1, PhaseAgentRegistered, "uefi", "")
+			r.Mark(m1, PhaseHandoff, "", "kexec")
+			r.Mark(m1, PhaseInstalled, "", "event-sink")
+		}},
+	} {
+		r := New(prometheus.NewRegistry())
+		c := newClock()
+		r.now = c.now
+
+		step := func() {
+			c.advance(time.Second)
+			tc.do(r)
+		}
+
+		for range MaxEvents {
+			step()
+		}
+
+		require.NotNil(t, r.Timeline(m1), tc.name)
+		assert.Zero(t, testing.AllocsPerRun(100, step), tc.name)
+	}
+}
+
+// TestEventsRing: the ring holds MaxEvents, no more room than that, and a new boot's
+// marks go on from where the ring is.
+func TestEventsRing(t *testing.T) {
+	t.Parallel()
+
+	r := New(nil)
+	c := newClock()
+	r.now = c.now
+
+	for i := range MaxEvents + 3 {
+		c.advance(time.Second)
+		r.MarkScript(m1, mac1, addr1, "bios", fmt.Sprint("talos ", i))
+		r.Mark(m1, PhaseHandoff, "", "ipxe")
+	}
+
+	r.mu.Lock()
+	assert.Equal(t, MaxEvents, cap(r.machines[m1].events), "no room beyond MaxEvents")
+	r.mu.Unlock()
+
+	events := r.Events(m1)
+	require.Len(t, events, MaxEvents)
+	assert.Equal(t, Event{At: c.t, Message: "handed to Talos (ipxe)"}, events[0], "a mark tells the firmware it was given")
+	assert.Equal(t, Event{At: c.t, Message: fmt.Sprintf("boot script fetched (talos %d, bios)", MaxEvents+2)}, events[1])
+	assert.Equal(t, fmt.Sprintf("boot script fetched (talos %d, bios)", MaxEvents/2+3), events[MaxEvents-1].Message)
+
+	timeline := r.Timeline(m1)
+	require.Len(t, timeline, 2, "the last boot alone")
+	assert.Equal(t, Mark{Phase: PhaseScript, At: c.t, Detail: fmt.Sprint("talos ", MaxEvents+2), Firmware: "bios"}, timeline[0])
+	assert.Equal(t, Mark{Phase: PhaseHandoff, At: c.t, Detail: "ipxe", Firmware: ""}, timeline[1])
+
+	// A timeline is the caller's: changing it changes nothing kept.
+	timeline[0].Detail = "changed"
+	assert.Equal(t, fmt.Sprint("talos ", MaxEvents+2), r.Timeline(m1)[0].Detail)
+}
+
 func TestChanged(t *testing.T) {
 	t.Parallel()
 
@@ -436,5 +546,90 @@ func TestPhasesAreConsistent(t *testing.T) {
 
 	for i, p := range Phases {
 		assert.Equal(t, i, phaseIndex(p), p)
+	}
+}
+
+// BenchmarkMark is the marks of the boot services' hot paths, as a fleet repeats them:
+// their time and allocations.
+func BenchmarkMark(b *testing.B) {
+	const fleet = 10000
+
+	ids := make([]string, fleet)
+	macs := make([]string, fleet)
+	addrs := make([]string, fleet)
+
+	for i := range fleet {
+		ids[i] = fmt.Sprintf("4c4c4544-0000-1000-8000-%012d", i)
+		macs[i] = fmt.Sprintf("52:54:00:%02x:%02x:%02x", i>>16&0xff, i>>8&0xff, i&0xff)
+		addrs[i] = fmt.Sprint("10.1.", i>>8&0xff, ".", i&0xff)
+	}
+
+	for _, tc := range []struct {
+		name string
+		do   func(r *Recorder, i int)
+	}{
+		// iPXE fetching the agent's script again: a repeat of the boot's last phase.
+		{"script-repeat", func(r *Recorder, _ int) { r.MarkScript(m1, mac1, addr1, "uefi", "agent") }},
+		// The agent's session reconnecting.
+		{"registered-repeat", func(r *Recorder, _ int) { r.Mark(m1, PhaseAgentRegistered, "uefi", "") }},
+		// A machine chained to Talos by iPXE in a loop: every answer a new boot and its handoff.
+		{"talos-boot", func(r *Recorder, _ int) {
+			r.MarkScript(m1, mac1, addr1, "uefi", "talos")
+			r.Mark(m1, PhaseHandoff, "uefi", "ipxe")
+		}},
+		// An agent boot from DHCP to the install.
+		{"agent-boot", func(r *Recorder, _ int) {
+			r.MarkDHCP(mac1, m1, "uefi", "proxy")
+			r.MarkScript(m1, mac1, addr1, "uefi", "agent")
+			r.MarkFrom(addr1, PhaseAgentAssets, "")
+			r.Mark(m1, PhaseAgentRegistered, "uefi", "")
+			r.Mark(m1, PhaseHandoff, "", "kexec")
+			r.Mark(m1, PhaseInstalled, "", "event-sink")
+		}},
+		// A fleet of machines chained to Talos, each in turn.
+		{"talos-fleet", func(r *Recorder, i int) {
+			i %= fleet
+			r.MarkScript(ids[i], macs[i], addrs[i], "uefi", "talos")
+			r.Mark(ids[i], PhaseHandoff, "uefi", "ipxe")
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			r := New(prometheus.NewRegistry())
+
+			// Warm: every machine known and its events' ring full, as in a running provider.
+			for i := range fleet * MaxEvents / 2 {
+				tc.do(r, i)
+			}
+
+			b.ReportAllocs()
+
+			i := 0
+			for b.Loop() {
+				tc.do(r, i)
+				i++
+			}
+		})
+	}
+}
+
+// BenchmarkEvents is the console reading a machine's full ring of events, mostly marks.
+func BenchmarkEvents(b *testing.B) {
+	r := New(nil)
+
+	for i := range MaxEvents {
+		r.MarkScript(m1, mac1, addr1, "uefi", "talos")
+		r.Mark(m1, PhaseHandoff, "uefi", "ipxe")
+
+		if i%5 == 0 {
+			r.Note(m1, "a note")
+		}
+	}
+
+	b.ReportAllocs()
+
+	for b.Loop() {
+		if len(r.Events(m1)) != MaxEvents {
+			b.Fatal("not a full ring")
+		}
 	}
 }

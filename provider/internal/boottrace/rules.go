@@ -1,6 +1,7 @@
 package boottrace
 
 import (
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -24,11 +25,11 @@ func (r *Recorder) mark(id string, phase Phase, firmware, detail string, at time
 
 	firmware = firmwareName(firmware)
 
-	switch {
-	case len(m.boot) == 0:
+	switch m.marks {
+	case 0:
 		m.start()
 	default:
-		last := m.boot[len(m.boot)-1]
+		last := &m.boot[m.marks-1]
 		l := phaseIndex(last.Phase)
 		stale := at.Sub(last.At) > staleAfter
 
@@ -53,8 +54,10 @@ func (r *Recorder) mark(id string, phase Phase, firmware, detail string, at time
 		m.firmware = firmware
 	}
 
-	m.boot = append(m.boot, Mark{Phase: phase, At: at, Detail: detail, Firmware: firmware})
-	m.note(at, message(i, detail, firmware))
+	// Room is certain: a boot's marks are of ever later phases, one each at most.
+	m.boot[m.marks] = Mark{Phase: phase, At: at, Detail: detail, Firmware: firmware}
+	m.marks++
+	m.note(event{at: at, text: detail, phase: int8(i + 1), firmware: int8(firmwareIndex(firmware))}) //nolint:gosec // i and the index are below len(Phases)
 	r.broadcast()
 
 	return true
@@ -73,7 +76,8 @@ func (r *Recorder) machine(id string, at time.Time) *machine {
 		}
 
 		m = &machine{}
-		r.machines[id] = m
+		// The ID may be a slice of a request's text: keeping it must not keep the request.
+		r.machines[strings.Clone(id)] = m
 	}
 
 	if at.After(m.seen) {
@@ -123,14 +127,20 @@ func (r *Recorder) broadcast() {
 
 // start begins a new boot.
 func (m *machine) start() {
-	m.boot = m.boot[:0]
+	m.boot = [len(phaseNames)]Mark{} // not to keep the last boot's details
+	m.marks = 0
 	m.firmware = ""
 }
 
-func (m *machine) note(at time.Time, msg string) {
-	ev := Event{At: at, Message: msg}
-
+func (m *machine) note(ev event) {
 	if len(m.events) < MaxEvents {
+		if len(m.events) == cap(m.events) {
+			// Grown by hand, so that a full ring holds MaxEvents and not append's next size.
+			grown := make([]event, len(m.events), min(max(2*cap(m.events), 8), MaxEvents))
+			copy(grown, m.events)
+			m.events = grown
+		}
+
 		m.events = append(m.events, ev)
 
 		return
@@ -170,9 +180,10 @@ func beginsBoot(p Phase) bool {
 }
 
 // firmwareName keeps the firmware kinds the histogram labels; anything else is unknown.
+// The names returned are the recorder's own, so that a mark keeps none of the caller's text.
 func firmwareName(fw string) string {
-	if fw == firmwares[0] || fw == firmwares[1] {
-		return fw
+	if i := firmwareIndex(fw); i < 2 {
+		return firmwares[i]
 	}
 
 	return ""
@@ -187,6 +198,20 @@ func firmwareIndex(fw string) int {
 	default:
 		return 2
 	}
+}
+
+// words is the event as Events tells it.
+func (e event) words() Event {
+	if e.phase == 0 {
+		return Event{At: e.at, Message: e.text}
+	}
+
+	firmware := "" // unknown: the words leave it out
+	if e.firmware < 2 {
+		firmware = firmwares[e.firmware]
+	}
+
+	return Event{At: e.at, Message: message(int(e.phase-1), e.text, firmware)}
 }
 
 func message(i int, detail, firmware string) string {

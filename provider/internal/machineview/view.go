@@ -10,6 +10,7 @@ package machineview
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,8 +39,11 @@ type View struct {
 
 	// agentBoots holds the newest agent token issued per machine, ahead of the state,
 	// which records it only now and then (a machine in a boot loop must not turn every
-	// boot into a disk write).
-	agentBoots sync.Map // resource.ID → time.Time
+	// boot into a disk write). Its own lock: every agent boot script notes one, and must
+	// not wait for the view taking in a change. Entries are updated in place, so that a
+	// note allocates nothing once the machine has one.
+	agentMu    sync.Mutex
+	agentBoots map[resource.ID]*time.Time
 
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -52,10 +56,11 @@ type View struct {
 // New returns an empty view; Run fills it.
 func New() *View {
 	return &View{
-		byID:      map[resource.ID]*Entry{},
-		byAddress: map[string]map[resource.ID]struct{}{},
-		changed:   make(chan struct{}),
-		ready:     make(chan struct{}),
+		byID:       map[resource.ID]*Entry{},
+		byAddress:  map[string]map[resource.ID]struct{}{},
+		changed:    make(chan struct{}),
+		agentBoots: map[resource.ID]*time.Time{},
+		ready:      make(chan struct{}),
 	}
 }
 
@@ -110,16 +115,22 @@ func (v *View) ByAddress(addr string) []*Entry {
 
 // NoteAgentBoot records that an agent token was issued to the machine.
 func (v *View) NoteAgentBoot(id resource.ID, issued time.Time) {
-	for {
-		prev, loaded := v.agentBoots.LoadOrStore(id, issued)
-		if !loaded || !issued.After(prev.(time.Time)) { //nolint:forcetypeassert // agentBoots holds only time.Time
-			return
+	v.agentMu.Lock()
+	defer v.agentMu.Unlock()
+
+	if prev := v.agentBoots[id]; prev != nil {
+		if issued.After(*prev) {
+			*prev = issued
 		}
 
-		if v.agentBoots.CompareAndSwap(id, prev, issued) {
-			return
-		}
+		return
 	}
+
+	// A new entry keeps its own copy of the ID, which may be a slice of a request's text
+	// (assigning to a map's existing key would keep the caller's, hence the pointer).
+	noted := new(time.Time)
+	*noted = issued
+	v.agentBoots[strings.Clone(id)] = noted
 }
 
 // AgentBootIssued returns when the machine's newest agent token was issued: tokens issued
@@ -131,8 +142,11 @@ func (v *View) AgentBootIssued(id resource.ID) time.Time {
 		newest = e.Machine.AgentBootIssued
 	}
 
-	if noted, ok := v.agentBoots.Load(id); ok && noted.(time.Time).After(newest) { //nolint:forcetypeassert // agentBoots holds only time.Time
-		newest = noted.(time.Time) //nolint:forcetypeassert // agentBoots holds only time.Time
+	v.agentMu.Lock()
+	defer v.agentMu.Unlock()
+
+	if noted := v.agentBoots[id]; noted != nil && noted.After(newest) {
+		newest = *noted
 	}
 
 	return newest

@@ -156,6 +156,94 @@ func TestAgentBootIssued(t *testing.T) {
 	assert.True(t, v.AgentBootIssued("m2").Equal(t0), "known before the state knows the machine")
 }
 
+// TestNoteAgentBoot: the newest note wins, whatever the order the notes come in.
+func TestNoteAgentBoot(t *testing.T) {
+	t.Parallel()
+
+	t0 := time.Unix(1700000000, 0)
+
+	for _, tc := range []struct {
+		name  string
+		notes []time.Duration // after t0, in the order noted
+		want  time.Duration
+	}{
+		{"one", []time.Duration{0}, 0},
+		{"newer", []time.Duration{0, time.Second, 2 * time.Second}, 2 * time.Second},
+		{"older after newer", []time.Duration{time.Second, 0, -time.Hour}, time.Second},
+		{"the same again", []time.Duration{time.Second, time.Second}, time.Second},
+		{"a nanosecond newer", []time.Duration{time.Second, time.Second + 1}, time.Second + 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			v := machineview.New()
+			for _, d := range tc.notes {
+				v.NoteAgentBoot("m1", t0.Add(d))
+			}
+
+			assert.True(t, v.AgentBootIssued("m1").Equal(t0.Add(tc.want)), "got %v", v.AgentBootIssued("m1"))
+			assert.True(t, v.AgentBootIssued("m2").IsZero(), "another machine's notes are its own")
+		})
+	}
+}
+
+// TestNoteAgentBootConcurrently: notes racing each other leave the newest.
+func TestNoteAgentBootConcurrently(t *testing.T) {
+	t.Parallel()
+
+	const writers, notes = 4, 1000
+
+	v := machineview.New()
+	t0 := time.Unix(1700000000, 0)
+	done := make(chan struct{})
+
+	for w := range writers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+
+			for i := range notes {
+				id := fmt.Sprint("m", i%10)
+				v.NoteAgentBoot(id, t0.Add(time.Duration(i*writers+w)))
+				_ = v.AgentBootIssued(id)
+			}
+		}()
+	}
+
+	for range writers {
+		<-done
+	}
+
+	for m := range 10 {
+		// The last i for machine m is the largest i < notes with i%10 == m.
+		last := notes - 10 + m
+		want := t0.Add(time.Duration(last*writers + writers - 1))
+		assert.True(t, v.AgentBootIssued(fmt.Sprint("m", m)).Equal(want), "m%d: %v", m, v.AgentBootIssued(fmt.Sprint("m", m)))
+	}
+}
+
+// TestNoteAgentBootAllocations: once a machine has a note, noting again (every agent boot
+// script does) and checking allocate nothing. Not parallel: AllocsPerRun counts every
+// goroutine's allocations.
+func TestNoteAgentBootAllocations(t *testing.T) {
+	v := machineview.New()
+	t0 := time.Unix(1700000000, 0)
+	v.NoteAgentBoot("m1", t0)
+
+	i := 0
+
+	for _, tc := range []struct {
+		name string
+		do   func()
+	}{
+		{"newer", func() { i++; v.NoteAgentBoot("m1", t0.Add(time.Duration(i))) }},
+		{"the same", func() { v.NoteAgentBoot("m1", t0) }},
+		{"older", func() { v.NoteAgentBoot("m1", t0.Add(-time.Hour)) }},
+		{"issued", func() { _ = v.AgentBootIssued("m1") }},
+	} {
+		assert.Zero(t, testing.AllocsPerRun(100, tc.do), tc.name)
+	}
+}
+
 // TestViewSurvivesOverrun: a burst of writes larger than the state's event history,
 // while the view is held back, overruns its watch; the view follows the state again
 // from a fresh listing and converges — creations and deletions it missed included.
@@ -210,4 +298,50 @@ func TestViewSurvivesOverrun(t *testing.T) {
 	// It goes on following the state.
 	require.NoError(t, st.Destroy(ctx, resources.NewMachine("m000").Metadata()))
 	require.Eventually(t, func() bool { return v.Get("m000") == nil }, 10*time.Second, time.Millisecond)
+}
+
+// BenchmarkNoteAgentBoot is the note every agent boot script makes, and the check every
+// agent session makes against it: their time and allocations.
+func BenchmarkNoteAgentBoot(b *testing.B) {
+	const fleet = 10000
+
+	ids := make([]string, fleet)
+	for i := range fleet {
+		ids[i] = fmt.Sprintf("4c4c4544-0000-1000-8000-%012d", i)
+	}
+
+	t0 := time.Unix(1700000000, 0)
+
+	for _, tc := range []struct {
+		name string
+		do   func(v *machineview.View, i int)
+	}{
+		// A machine in a boot loop: each token newer than the last.
+		{"newer", func(v *machineview.View, i int) { v.NoteAgentBoot(ids[0], t0.Add(time.Duration(i))) }},
+		// iPXE asking twice within a token's second: the same issue time again.
+		{"same", func(v *machineview.View, _ int) { v.NoteAgentBoot(ids[0], t0) }},
+		// A fleet booting its agents, each in turn.
+		{"fleet", func(v *machineview.View, i int) { v.NoteAgentBoot(ids[i%fleet], t0.Add(time.Duration(i))) }},
+		// The agent sessions' check.
+		{"issued", func(v *machineview.View, i int) {
+			if v.AgentBootIssued(ids[i%fleet]).IsZero() {
+				b.Fatal("no agent boot noted")
+			}
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			v := machineview.New()
+			for i := range fleet {
+				v.NoteAgentBoot(ids[i], t0)
+			}
+
+			b.ReportAllocs()
+
+			i := 0
+			for b.Loop() {
+				i++
+				tc.do(v, i)
+			}
+		})
+	}
 }
