@@ -42,6 +42,9 @@ const (
 	backoffBase = 2 * time.Second
 	backoffMax  = 5 * time.Minute
 	settleAfter = 2 * time.Second
+
+	// backoffJitter spreads a retry by up to ±1/backoffJitter of its wait (±20%).
+	backoffJitter = 5
 )
 
 // PowerController produces PowerStatus: for each machine with a BMC config it reads the
@@ -226,7 +229,7 @@ func (ctrl *PowerController) drive(ctx context.Context, logger *zap.Logger, m li
 	fallbackDue := fallback != "" && fallback != status.HandoffRebootID
 	reboot = reboot || fallbackDue
 
-	if retry := retryAt(*status); now.Before(retry) {
+	if retry := retryAt(m.ID, *status); now.Before(retry) {
 		return retry
 	}
 
@@ -238,7 +241,7 @@ func (ctrl *PowerController) drive(ctx context.Context, logger *zap.Logger, m li
 			failed(status, err)
 			logger.Warn("error reading the power state", zap.Stringer("bmc", ep), zap.Error(err))
 
-			return retryAt(*status)
+			return retryAt(m.ID, *status)
 		}
 
 		succeeded(status)
@@ -275,7 +278,7 @@ func (ctrl *PowerController) drive(ctx context.Context, logger *zap.Logger, m li
 		failed(status, err)
 		logger.Warn("power action failed", zap.String("action", action), zap.Stringer("bmc", ep), zap.Error(err))
 
-		return retryAt(*status)
+		return retryAt(m.ID, *status)
 	}
 
 	succeeded(status)

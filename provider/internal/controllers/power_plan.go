@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"errors"
+	"hash/fnv"
+	"math/rand/v2"
 	"time"
 
 	"github.com/anvil-metal/anvil/provider/internal/power"
@@ -50,9 +52,10 @@ func (ctrl *PowerController) nextWake(s resources.PowerStatusSpec, reboot bool, 
 	return wake
 }
 
-// retryAt is when a failing BMC may be tried again: the last attempt, plus a wait that
-// doubles with each failure in a row. Zero when it is not failing.
-func retryAt(s resources.PowerStatusSpec) time.Time {
+// retryAt is when machine id's failing BMC may be tried again: the last attempt, plus a
+// wait that doubles with each failure in a row, jittered by up to ±1/backoffJitter of it
+// and never past backoffMax. Zero when it is not failing.
+func retryAt(id string, s resources.PowerStatusSpec) time.Time {
 	if s.Failures == 0 {
 		return time.Time{}
 	}
@@ -62,7 +65,32 @@ func retryAt(s resources.PowerStatusSpec) time.Time {
 		last = s.LastActionAt
 	}
 
-	return last.Add(min(backoffBase<<min(s.Failures, 10), backoffMax))
+	wait := min(backoffBase<<min(s.Failures, 10), backoffMax)
+	wait += jitter(id, s.Failures, wait/backoffJitter)
+
+	// Reflected below the cap rather than clamped to it: clamping would retry every
+	// capped BMC whose jitter came out positive at the same instant again.
+	if wait > backoffMax {
+		wait = 2*backoffMax - wait
+	}
+
+	return last.Add(wait)
+}
+
+// jitter is a spread in [-span, span] fixed by the machine and the attempt, so BMCs that
+// failed together (a switch or a PDU down) do not retry together, and the same machine
+// and attempt always wait the same (tests, restarts) without a shared random source.
+func jitter(id string, attempt uint32, span time.Duration) time.Duration {
+	if span <= 0 {
+		return 0
+	}
+
+	h := fnv.New64a()
+	h.Write([]byte(id))
+
+	r := rand.New(rand.NewPCG(h.Sum64(), uint64(attempt))) //nolint:gosec // a spread, not a secret
+
+	return time.Duration(r.Int64N(int64(2*span+1))) - span
 }
 
 // failed records a BMC failure on the status.

@@ -52,8 +52,8 @@ func listenUDP(ctx context.Context, ifname string, port int) (*net.UDPConn, erro
 	conn := pc.(*net.UDPConn) //nolint:forcetypeassert // what ListenPacket returns for "udp4"
 
 	// A burst of PXE clients (a rack powering on) must queue, not drop, while the
-	// readers catch up.
-	if err = conn.SetReadBuffer(readBuffer); err != nil {
+	// readers catch up. (What the socket got is not logged: there is no logger here.)
+	if _, err = setReadBuffer(conn, readBuffer); err != nil {
 		conn.Close()
 
 		return nil, fmt.Errorf("error sizing the receive buffer of UDP port %d: %w", port, err)
@@ -61,6 +61,3 @@ func listenUDP(ctx context.Context, ifname string, port int) (*net.UDPConn, erro
 
 	return conn, nil
 }
-
-// readBuffer is the DHCP sockets' receive buffer (the kernel caps it at rmem_max).
-const readBuffer = 4 << 20

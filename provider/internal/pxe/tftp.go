@@ -191,11 +191,15 @@ func (t *TFTP) Run(ctx context.Context) error {
 	// A rack powering on sends its read requests within a second: they must queue, not
 	// drop and wait out the firmware's retransmission timer (the storm benchmark's long
 	// tail was that).
-	if err = conn.SetReadBuffer(readBuffer); err != nil {
+	got, err := setReadBuffer(conn, readBuffer)
+	if err != nil {
 		conn.Close()
 
 		return fmt.Errorf("error sizing the receive buffer of TFTP %s: %w", t.cfg.Listen, err)
 	}
+
+	// Linux reports double what was set: 2*asked means the socket got all it asked for.
+	t.logger.Debug("TFTP receive buffer", zap.Int("asked", readBuffer), zap.Int("so_rcvbuf", got))
 
 	return t.Serve(ctx, conn)
 }
