@@ -123,7 +123,7 @@ func FuzzBootScriptQuery(f *testing.F) {
 
 // FuzzMetadata requests a machine's configuration with any path and token: only the
 // machine's metadata token for its current allocation is served it, every other request
-// is refused without the config and without echoing the token.
+// is refused without the config, and no response, of any status, echoes the token.
 func FuzzMetadata(f *testing.F) {
 	key := token.Sign([]byte("not the key"), boot.MetadataClaims(m1, "a1"))
 
@@ -152,7 +152,9 @@ func FuzzMetadata(f *testing.F) {
 			tok = token.Sign(fx.scripts.TokenKey, token.Claims{Kind: token.KindAgent, MachineID: id, Issued: time.Now()})
 		}
 
-		rec, err := fx.serve("/metadata/" + url.PathEscape(id) + "?token=" + url.QueryEscape(tok))
+		target := "/metadata/" + url.PathEscape(id)
+
+		rec, err := fx.serve(target + "?token=" + url.QueryEscape(tok))
 		if err != nil {
 			return
 		}
@@ -167,14 +169,44 @@ func FuzzMetadata(f *testing.F) {
 			t.Fatalf("served %q to id %q token %q", body, id, tok)
 		case !own && strings.Contains(body, "secret config"):
 			t.Fatalf("config in a refusal: %q", body)
-		case !own && rec.Code/100 != 3 && len(tok) > 8 && strings.Contains(body, tok):
-			// A redirect (the mux cleaning a path such as /metadata/.) names the URL the
-			// client sent, token included, back to that client only: not a refusal.
-			t.Fatalf("token echoed: %q", body)
+		case len(tok) > 8 && echoes(rec, tok) && !fx.saysAnyway(target, tok):
+			// Of any status: a redirect's Location is as much an echo as a refusal's body.
+			t.Fatalf("token echoed: %d %q %v", rec.Code, body, rec.Header())
+		case rec.Code/100 == 3:
+			// The mux's redirect of an unclean path (/metadata/.) is refused before it.
+			t.Fatalf("redirected: %d %v", rec.Code, rec.Header())
 		case rec.Code >= 500:
 			t.Fatalf("status %d: %q", rec.Code, body)
 		}
 	})
+}
+
+// echoes reports whether the response carries tok, as sent or query-escaped, in its
+// body or in any header (a redirect's Location).
+func echoes(rec *httptest.ResponseRecorder, tok string) bool {
+	for _, form := range []string{tok, url.QueryEscape(tok)} {
+		if strings.Contains(rec.Body.String(), form) {
+			return true
+		}
+
+		for _, values := range rec.Header() {
+			for _, v := range values {
+				if strings.Contains(v, form) {
+					return true
+				}
+			}
+		}
+	}
+
+	return false
+}
+
+// saysAnyway reports whether the answer to target without a token carries tok too: a
+// "token" such as "invalid token" is then the server's own words, not an echo.
+func (f *fixture) saysAnyway(target, tok string) bool {
+	rec, err := f.serve(target + "?token=")
+
+	return err == nil && echoes(rec, tok)
 }
 
 // rawCodec sends the fuzzer's bytes as the request message, so the server's own gRPC

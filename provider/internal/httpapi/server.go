@@ -92,6 +92,9 @@ func New(opts Options) *Server {
 	mux.HandleFunc("GET /ui/", s.handleConsoleRedirect)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{}))
 
+	// ServeMux would redirect an unclean path, repeating the query (a token) in Location.
+	routes := refuseUncleanPaths(mux)
+
 	s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Talos dials the event sink with plaintext gRPC (HTTP/2 with prior knowledge).
 		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
@@ -100,7 +103,7 @@ func New(opts Options) *Server {
 			return
 		}
 
-		mux.ServeHTTP(w, r)
+		routes.ServeHTTP(w, r)
 	})
 
 	return s

@@ -92,7 +92,9 @@ func newFixture(t testing.TB) *fixture {
 		store: store,
 		scripts: &boot.Scripts{
 			BaseURL: "http://10.77.0.1:50042", APIEndpoint: "10.77.0.1:50042", FactoryPXEBaseURL: "http://factory",
-			Platform: "metal", DiskMethod: boot.DiskIPXEExit, Assets: assets, TokenKey: store.Keys().TokenKey(),
+			Platform: "metal", DiskMethod: boot.DiskIPXEExit, Assets: assets,
+			// The tests sign and verify with the key, apart from the Signer.
+			Tokens: token.NewSigner(store.Keys().TokenKey()), TokenKey: store.Keys().TokenKey(),
 		},
 		obs: make(chan controllers.PXEObservation, 16),
 		rec: &recorder{},
@@ -212,9 +214,13 @@ func TestAgentAssets(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code)
 	assert.Equal(t, "KERNEL", body)
 
-	for _, target := range []string{"/assets/agent/cmdline-amd64", "/assets/agent/..%2fprovider.key", "/assets/agent/%2e%2e"} {
+	code, _ = f.get(t, "/assets/agent/cmdline-amd64")
+	assert.Equal(t, http.StatusNotFound, code)
+
+	// Traversal is refused before any handler runs: the path is not clean (cleanpath.go).
+	for _, target := range []string{"/assets/agent/..%2fprovider.key", "/assets/agent/%2e%2e"} {
 		code, _ = f.get(t, target)
-		assert.Equal(t, http.StatusNotFound, code, target)
+		assert.Equal(t, http.StatusBadRequest, code, target)
 	}
 }
 
