@@ -8,10 +8,12 @@
 package fleetbench
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,7 +46,16 @@ type Config struct {
 	TalosVersion string
 	// SMBIOSDir is the fleet simulator's -smbios-dir ("" for its default).
 	SMBIOSDir string
-	Log       func(format string, args ...any)
+	// MemoryLimit is the provider's --memory-limit ("" for its default).
+	MemoryLimit string
+	Log         func(format string, args ...any)
+}
+
+// Memory is a reading of the provider's memory: resident, and its Go runtime's figures
+// (its /metrics).
+type Memory struct {
+	RSS, HeapInuse, StackInuse, NextGC int64
+	Goroutines                         int
 }
 
 // Latency is a distribution of delays.
@@ -81,6 +92,9 @@ type Result struct {
 	CPU        time.Duration
 	PeakRSS    int64
 	StateBytes int64
+	// AtPeak is what the provider's Go runtime said about its memory when its resident
+	// memory was largest: where the peak went.
+	AtPeak Memory
 	// SessionsAtKill were up when the provider was killed; RestartBack is from the
 	// restart until each had registered again.
 	SessionsAtKill int
@@ -154,6 +168,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		// power API); the others have none, so nothing polls BMCs that are not there.
 		"--provision-bmc-credentials=false",
 		"--power-idle-default", "on",
+	}
+
+	if cfg.MemoryLimit != "" {
+		r.args = append(r.args, "--memory-limit", cfg.MemoryLimit)
 	}
 
 	if err = r.startProvider(ctx); err != nil {
@@ -735,8 +753,17 @@ func (r *run) sampleProvider(final bool) {
 		r.lifeCPU = cpu
 	}
 
-	if hwm, err := peakRSS(pid); err == nil {
+	if hwm, err := statusBytes(pid, "VmHWM:"); err == nil {
 		r.res.PeakRSS = max(r.res.PeakRSS, hwm)
+	}
+
+	// The runtime's figures are read when resident memory grew past the largest reading
+	// so far by 2% (the metrics page lists every machine: not read on every poll).
+	if rss, err := statusBytes(pid, "VmRSS:"); err == nil && rss > r.res.AtPeak.RSS+r.res.AtPeak.RSS/50 {
+		if m, err := r.runtimeMemory(); err == nil {
+			m.RSS = rss
+			r.res.AtPeak = m
+		}
 	}
 
 	if final {
@@ -754,14 +781,15 @@ func (r *run) kill() {
 	r.provider.Stop(0) // closes its log
 }
 
-func peakRSS(pid int) (int64, error) {
+// statusBytes reads a size field (VmHWM:, VmRSS:) of the process' status.
+func statusBytes(pid int, field string) (int64, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return 0, fmt.Errorf("error reading the status of %d: %w", pid, err)
 	}
 
 	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			f := strings.Fields(v)
 			if len(f) == 0 {
 				break
@@ -769,14 +797,52 @@ func peakRSS(pid int) (int64, error) {
 
 			kb, err := strconv.ParseInt(f[0], 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("error parsing VmHWM %q: %w", v, err)
+				return 0, fmt.Errorf("error parsing %s %q: %w", field, v, err)
 			}
 
 			return kb << 10, nil
 		}
 	}
 
-	return 0, errNoStatus
+	return 0, fmt.Errorf("%w: %s", errNoStatus, field)
+}
+
+// runtimeMemory reads the Go runtime's memory figures from the provider's /metrics.
+func (r *run) runtimeMemory() (Memory, error) {
+	client := http.Client{Timeout: 5 * time.Second}
+
+	resp, err := client.Get("http://127.0.0.1:" + strconv.Itoa(r.port) + "/metrics")
+	if err != nil {
+		return Memory{}, fmt.Errorf("error reading the provider's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+
+	var m Memory
+
+	fields := map[string]func(v float64){
+		"go_memstats_heap_inuse_bytes":  func(v float64) { m.HeapInuse = int64(v) },
+		"go_memstats_stack_inuse_bytes": func(v float64) { m.StackInuse = int64(v) },
+		"go_memstats_next_gc_bytes":     func(v float64) { m.NextGC = int64(v) },
+		"go_goroutines":                 func(v float64) { m.Goroutines = int(v) },
+	}
+
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if set := fields[name]; ok && set != nil {
+			if v, err := strconv.ParseFloat(value, 64); err == nil {
+				set(v)
+			}
+		}
+	}
+
+	if err = sc.Err(); err != nil {
+		return Memory{}, fmt.Errorf("error reading the provider's metrics: %w", err)
+	}
+
+	return m, nil
 }
 
 func dirSize(dir string) int64 {

@@ -18,6 +18,7 @@ type fleetOptions struct {
 	machines, allocate *int
 	wipe, phase        *time.Duration
 	talos, smbios      *string
+	memLimit           *string
 }
 
 func fleetFlags(fs *flag.FlagSet) *fleetOptions {
@@ -29,6 +30,7 @@ func fleetFlags(fs *flag.FlagSet) *fleetOptions {
 		phase:    fs.Duration("fleet-phase", 5*time.Minute, "bound of each phase of the fleet benchmark"),
 		talos:    fs.String("fleet-talos-version", "v1.10.0", "Talos version of the fleet benchmark's allocations"),
 		smbios:   fs.String("fleet-smbios-dir", "", "SMBIOS dumps of the simulated hardware (default: go-smbios' testdata in the module cache)"),
+		memLimit: fs.String("fleet-memory-limit", "", "the provider's --memory-limit in the fleet benchmark (default: its own)"),
 	}
 }
 
@@ -53,7 +55,7 @@ func runFleet(ctx context.Context, rep *report.Report, o *fleetOptions, provider
 	res, err := fleetbench.Run(ctx, fleetbench.Config{
 		ProviderBin: providerBin, FleetsimBin: simBin, WorkDir: filepath.Join(out, "fleet"),
 		Machines: *o.machines, Allocate: min(*o.allocate, *o.machines), WipeFast: *o.wipe, Phase: *o.phase,
-		TalosVersion: *o.talos, SMBIOSDir: *o.smbios, Log: logf,
+		TalosVersion: *o.talos, SMBIOSDir: *o.smbios, MemoryLimit: *o.memLimit, Log: logf,
 	})
 	if res != nil {
 		addFleet(rep, res)
@@ -105,6 +107,16 @@ func addFleet(rep *report.Report, res *fleetbench.Result) {
 		n, res.Allocated)
 	rep.Notef("fleet: all accepted and wiped %.1f s after the start; deallocate -> reset wipe order (power cycle through the power API and a PXE boot between) p50 %.0f ms p99 %.0f ms (%d)",
 		res.AcceptWipeTook.Seconds(), ms(res.DeallocWipe.P50), ms(res.DeallocWipe.P99), res.DeallocWipe.N)
+	if p := res.AtPeak; p.RSS > 0 {
+		perSession := 0.0
+		if res.Machines > 0 {
+			perSession = float64(p.Goroutines) / float64(res.Machines)
+		}
+
+		rep.Notef("fleet: at the provider's largest resident memory seen (%.0f MB): Go heap in use %.0f MB (next collection at %.0f MB), goroutine stacks %.0f MB for %d goroutines (%.1f per machine)",
+			float64(p.RSS)/1e6, float64(p.HeapInuse)/1e6, float64(p.NextGC)/1e6, float64(p.StackInuse)/1e6, p.Goroutines, perSession)
+	}
+
 	rep.Notef("fleet: lost %d machines, %d erase reports, %d owed reset wipes not re-sent, %d wipes carried out twice; %d never accepted and wiped",
 		res.Lost, res.ReportsLost, res.NotResent, res.WipesTwice, res.NotAccepted)
 

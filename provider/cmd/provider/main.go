@@ -79,6 +79,8 @@ func newRootCmd() *cobra.Command {
 	f.DurationVar(&opts.StateBackupInterval, "state-backup-interval", opts.StateBackupInterval,
 		"how often the state is backed up into <state-dir>/backups (also once at each start)")
 	f.IntVar(&opts.StateBackupKeep, "state-backup-keep", opts.StateBackupKeep, "how many backups of the state <state-dir>/backups keeps")
+	f.StringVar(&opts.MemoryLimit, "memory-limit", opts.MemoryLimit,
+		"soft limit of the provider's memory, a size like 1GiB: Go collects harder as its heap nears it (90% of the cgroup's memory limit when empty; $GOMEMLIMIT wins)")
 	f.StringVar(&opts.APIListenAddress, "api-listen-address", opts.APIListenAddress, "IP address the HTTP/gRPC API listens on (all when empty)")
 	f.StringVar(&opts.APIAdvertiseAddress, "api-advertise-address", opts.APIAdvertiseAddress,
 		"IP address machines reach the provider at (the host's single routable address when empty)")

@@ -39,6 +39,9 @@ type Options struct {
 	// are kept there.
 	StateBackupInterval time.Duration
 	StateBackupKeep     int
+	// MemoryLimit is Go's soft memory limit for the provider, a size like 1GiB; when
+	// empty, 90% of its cgroup's memory limit, if any (GOMEMLIMIT, when set, wins).
+	MemoryLimit string
 
 	APIListenAddress    string
 	APIAdvertiseAddress string

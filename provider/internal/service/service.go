@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/anvil-metal/anvil/internal/token"
 	"github.com/anvil-metal/anvil/provider/internal/boot"
 	"github.com/anvil-metal/anvil/provider/internal/boottrace"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
@@ -91,6 +92,11 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		return fmt.Errorf("--state-backup-interval and --state-backup-keep must be positive")
 	}
 
+	memoryLimit, err := applyMemoryLimit(opts.MemoryLimit)
+	if err != nil {
+		return err
+	}
+
 	store, err := resources.Open(ctx, opts.StateDir, resources.WithHistory(opts.StateHistory), resources.WithBackupKeep(opts.StateBackupKeep))
 	if err != nil {
 		return err
@@ -121,7 +127,7 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 			Platform:          opts.TalosPlatform,
 			DiskMethod:        diskMethod,
 			Assets:            assets,
-			TokenKey:          store.Keys().TokenKey(),
+			Tokens:            token.NewSigner(store.Keys().TokenKey()),
 			AgentKernelArgs:   agentKernelArgs,
 		},
 		observations: make(chan controllers.PXEObservation, observationBuffer),
@@ -249,6 +255,7 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		zap.String("ca_fingerprint", ca.Fingerprint()),
 		zap.Int("machine_labels", len(labels)),
 		zap.String("auto_accept", opts.AutoAccept),
+		zap.String("memory_limit", memoryLimit),
 		zap.String("omni", opts.OmniAPIEndpoint), zap.String("provider_id", opts.ProviderID))
 
 	eg, ctx := errgroup.WithContext(ctx)
