@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -64,30 +63,14 @@ func TestWipeE2E(tt *testing.T) {
 		}
 	}
 
-	root := labtest.RepoRoot(t)
 	bin := t.TempDir()
-	provider, anvilctl := filepath.Join(bin, "provider"), filepath.Join(bin, "anvilctl")
-	power, factory := filepath.Join(bin, "lab-power"), filepath.Join(bin, "lab-factory")
-
-	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
-	labtest.GoBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
-	labtest.GoBuild(t, root, power, "./hack/cmd/lab-power")
-	labtest.GoBuild(t, root, factory, "./hack/cmd/lab-factory")
-
-	agent := labtest.AgentAssets(t, root, bin)
-	standinDir := standinAssets(t, root, bin)
-
+	bins := labtest.BuildBinaries(t, labtest.RepoRoot(t), bin)
 	dir, prefix := labtest.NewLab(t, "anvw", nil)
 
-	cfg := lab.Config{
-		Dir: dir, Prefix: prefix, Machines: 2, DiskSize: "2G",
-		Firmware:    []machine.Firmware{machine.BIOS},
-		BMC:         []lab.PowerOwner{lab.OwnerAPI, lab.OwnerIPMI},
-		ProviderBin: provider, AgentAssetsDir: agent, PowerBin: power,
-		FactoryURL: "http://" + lab.FactoryListen, FactoryPXEURL: "http://" + lab.FactoryListen,
-		FactoryBin: factory, FactoryAssetsDir: standinDir,
-		APIPort: 50042,
-	}
+	cfg := bins.Config(dir, prefix)
+	cfg.Machines, cfg.DiskSize = 2, "2G"
+	cfg.Firmware = []machine.Firmware{machine.BIOS}
+	cfg.BMC = []lab.PowerOwner{lab.OwnerAPI, lab.OwnerIPMI}
 
 	// The disks, with data on them, before anything boots; and a copy of each to compare.
 	names := []string{"bios-0", "bios-1"}
@@ -95,15 +78,14 @@ func TestWipeE2E(tt *testing.T) {
 
 	for _, name := range names {
 		disk := filepath.Join(dir, "machines", name, "disk.qcow2")
-		require.NoError(t, os.MkdirAll(filepath.Dir(disk), 0o755))
-		run(t, "qemu-img", "create", "-q", "-f", "qcow2", disk, fmt.Sprint(wipeDisk))
+		labtest.NewDisk(t, disk, wipeDisk)
 
 		for _, m := range marks {
-			run(t, "qemu-io", "-f", "qcow2", "-c", fmt.Sprintf("write -P 0xa5 %d %d", m.off, m.len), disk)
+			labtest.WritePattern(t, disk, "0xa5", m.off, m.len)
 		}
 
 		before[name] = filepath.Join(bin, name+"-before.qcow2")
-		run(t, "cp", "--sparse=always", disk, before[name])
+		labtest.Exec(t, "cp", "--sparse=always", disk, before[name])
 	}
 
 	start := time.Now()
@@ -124,7 +106,7 @@ func TestWipeE2E(tt *testing.T) {
 	simLog := state.BMCLog(b)
 	labSessions := strings.Count(readFile(simLog), ipmisim.SessionLine)
 
-	ctl := labtest.Anvilctl(anvilctl, state.ControlSocket())
+	ctl := labtest.Anvilctl(bins.Anvilctl, state.ControlSocket())
 
 	yamlOf := func(m *machine.Machine) string {
 		out, _ := ctl("get", "machine", m.UUID, "-o", "yaml")
@@ -174,7 +156,7 @@ func TestWipeE2E(tt *testing.T) {
 			want = "0xa5" // a fast wipe promises the identifying regions, not the middle
 		}
 
-		assertPattern(t, a.Disk(), m.off, m.len, want, "after the fast wipe: "+m.name)
+		labtest.AssertPattern(t, a.Disk(), m.off, m.len, want, "after the fast wipe: "+m.name)
 	}
 
 	// 4. Allocated, it boots the stand-in Talos, which reports the install.
@@ -201,18 +183,7 @@ func TestWipeE2E(tt *testing.T) {
 	out, err = ctl("machine", "deallocate", a.UUID)
 	require.NoError(t, err, out)
 
-	wipeID := regexp.MustCompile(`wipeID: (\S+)`)
-
-	intentWipe := func() string {
-		out, _ := ctl("get", "intent", a.UUID, "-o", "yaml")
-		if m := wipeID.FindStringSubmatch(out); m != nil {
-			return m[1]
-		}
-
-		return ""
-	}
-
-	owed := intentWipe()
+	owed := labtest.OwedWipe(ctl, a.UUID)
 	require.NotEmpty(t, owed)
 
 	boots = waitNewBoot(t, state.ProviderLog(), a.UUID, boots, "deallocate (the provider power-cycles the machine through the power API)")
@@ -247,7 +218,7 @@ func TestWipeE2E(tt *testing.T) {
 	assert.NotContains(t, y, "allocation:", "available: accepted and not allocated")
 	assert.Len(t, agentBoots(t, state.ProviderLog(), a.UUID), len(boots)+1, "one more agent boot: the one after the restart")
 
-	assertPattern(t, a.Disk(), 0, wipeDisk, "0", "the whole disk after the zero wipe")
+	labtest.AssertPattern(t, a.Disk(), 0, wipeDisk, "0", "the whole disk after the zero wipe")
 
 	// 6. bios-1, rejected all along: no BMC session from the provider, no wipe, disk as
 	// it was.
@@ -260,34 +231,10 @@ func TestWipeE2E(tt *testing.T) {
 	assertSameDisk(t, before[b.Name], b.Disk(), "the rejected machine's disk")
 }
 
-func run(t testing.TB, name string, args ...string) {
-	t.Helper()
-
-	out, err := exec.Command(name, args...).CombinedOutput()
-	require.NoError(t, err, "%s %v: %s", name, args, out)
-}
-
 // assertSameDisk compares two images' contents; -U reads a disk that a running QEMU holds.
 func assertSameDisk(t testing.TB, want, got string, msg string, args ...any) {
 	t.Helper()
 
 	out, err := exec.Command("qemu-img", "compare", "-U", "-f", "qcow2", "-F", "qcow2", want, got).CombinedOutput()
 	assert.NoError(t, err, "%s: %s", fmt.Sprintf(msg, args...), out)
-}
-
-// assertPattern checks that every byte of [off, off+n) of the image is pattern ("0",
-// "0xa5", …).
-func assertPattern(t testing.TB, disk string, off, n int64, pattern, what string) {
-	t.Helper()
-
-	// qemu-io reads at most 2 GiB - 512 at a time: one command per 512 MiB.
-	args := []string{"-U", "-r", "-f", "qcow2"}
-
-	for at := off; at < off+n; at += 512 * mib {
-		args = append(args, "-c", fmt.Sprintf("read -P %s %d %d", pattern, at, min(512*mib, off+n-at)))
-	}
-
-	out, err := exec.Command("qemu-io", append(args, disk)...).CombinedOutput()
-	assert.NoError(t, err, "%s: %s", what, out)
-	assert.NotContains(t, string(out), "Pattern verification failed", "%s: bytes other than %s", what, pattern)
 }

@@ -10,10 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/hack/internal/lab"
@@ -68,44 +66,23 @@ func newVMLab(t labtest.T, tag string, providerArgs ...string) *vmLab {
 		}
 	}
 
-	root := labtest.RepoRoot(t)
-	bin := t.TempDir()
-	provider, anvilctl := filepath.Join(bin, "provider"), filepath.Join(bin, "anvilctl")
-	power, factory := filepath.Join(bin, "lab-power"), filepath.Join(bin, "lab-factory")
-
-	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
-	labtest.GoBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
-	labtest.GoBuild(t, root, power, "./hack/cmd/lab-power")
-	labtest.GoBuild(t, root, factory, "./hack/cmd/lab-factory")
-
-	agent := labtest.AgentAssets(t, root, bin)
-	standin := filepath.Join(bin, "talos-standin")
-	require.NoError(t, lab.BuildStandinAssets(t.Context(), root, standin))
-
+	bins := labtest.BuildBinaries(t, labtest.RepoRoot(t), t.TempDir())
 	dir, prefix := labtest.NewLab(t, tag, nil)
 
-	v := &vmLab{
-		t: t,
-		cfg: lab.Config{
-			Dir: dir, Prefix: prefix, Machines: 1, DiskSize: fmt.Sprint(vmDiskSize),
-			Firmware:    []machine.Firmware{machine.BIOS},
-			BMC:         []lab.PowerOwner{lab.OwnerAPI},
-			ProviderBin: provider, AgentAssetsDir: agent, PowerBin: power,
-			FactoryURL: "http://" + lab.FactoryListen, FactoryPXEURL: "http://" + lab.FactoryListen,
-			FactoryBin: factory, FactoryAssetsDir: standin,
-			APIPort:      50042,
-			ProviderArgs: providerArgs,
-		},
-		faults: map[string]int{},
-	}
+	cfg := bins.Config(dir, prefix)
+	cfg.Machines, cfg.DiskSize = 1, fmt.Sprint(vmDiskSize)
+	cfg.Firmware = []machine.Firmware{machine.BIOS}
+	cfg.BMC = []lab.PowerOwner{lab.OwnerAPI}
+	cfg.ProviderArgs = providerArgs
+
+	v := &vmLab{t: t, cfg: cfg, faults: map[string]int{}}
 
 	// The disk, with data on it, before anything boots.
 	disk := filepath.Join(dir, "machines", "bios-0", "disk.qcow2")
-	require.NoError(t, os.MkdirAll(filepath.Dir(disk), 0o755))
-	vmRun(t, "qemu-img", "create", "-q", "-f", "qcow2", disk, fmt.Sprint(vmDiskSize))
+	labtest.NewDisk(t, disk, vmDiskSize)
 
 	for _, mk := range vmMarks {
-		vmRun(t, "qemu-io", "-f", "qcow2", "-c", fmt.Sprintf("write -P 0xa5 %d %d", mk.off, mk.n), disk)
+		labtest.WritePattern(t, disk, "0xa5", mk.off, mk.n)
 	}
 
 	v.start = time.Now()
@@ -119,7 +96,7 @@ func newVMLab(t labtest.T, tag string, providerArgs ...string) *vmLab {
 	require.Len(t, machines, 1)
 
 	v.m = machines[0]
-	v.ctl = labtest.Anvilctl(anvilctl, v.state.ControlSocket())
+	v.ctl = labtest.Anvilctl(bins.Anvilctl, v.state.ControlSocket())
 
 	return v
 }
@@ -146,17 +123,8 @@ func (v *vmLab) yaml() string {
 	return out
 }
 
-var vmWipeIDRe = regexp.MustCompile(`wipeID: (\S+)`)
-
 // owedWipe is the wipe id the machine's intent owes ("" when none was ever asked).
-func (v *vmLab) owedWipe() string {
-	out, _ := v.ctl("get", "intent", v.m.UUID, "-o", "yaml")
-	if m := vmWipeIDRe.FindStringSubmatch(out); m != nil {
-		return m[1]
-	}
-
-	return ""
-}
+func (v *vmLab) owedWipe() string { return labtest.OwedWipe(v.ctl, v.m.UUID) }
 
 // serial is the machine's console since offset.
 func (v *vmLab) serial(offset int) string {
@@ -225,24 +193,10 @@ func (v *vmLab) powerCut(at string) {
 func (v *vmLab) assertZeroed(what string) {
 	v.t.Helper()
 
-	args := []string{"-U", "-r", "-f", "qcow2"}
-	for at := int64(0); at < vmDiskSize; at += 512 * vmMiB {
-		args = append(args, "-c", fmt.Sprintf("read -P 0 %d %d", at, min(512*vmMiB, vmDiskSize-at)))
-	}
-
-	out, err := exec.Command("qemu-io", append(args, v.m.Disk())...).CombinedOutput()
-	assert.NoError(v.t, err, "%s: %s", what, out)
-	assert.NotContains(v.t, string(out), "Pattern verification failed", "%s: the disk holds bytes other than zero", what)
+	labtest.AssertPattern(v.t, v.m.Disk(), 0, vmDiskSize, "0", what)
 }
 
 // wipeStarts counts the wipes (any mode) the agent started on the console since offset.
 func (v *vmLab) wipeStarts(offset int) int {
 	return strings.Count(v.serial(offset), vmAnyWipeStartLine)
-}
-
-func vmRun(t testing.TB, name string, args ...string) {
-	t.Helper()
-
-	out, err := exec.Command(name, args...).CombinedOutput()
-	require.NoError(t, err, "%s %v: %s", name, args, out)
 }

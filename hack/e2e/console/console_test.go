@@ -53,34 +53,19 @@ func TestConsoleE2E(tt *testing.T) {
 	}
 
 	root := labtest.RepoRoot(t)
-	bin := t.TempDir()
-	provider, anvilctl := filepath.Join(bin, "provider"), filepath.Join(bin, "anvilctl")
-	factory, power := filepath.Join(bin, "lab-factory"), filepath.Join(bin, "lab-power")
-
-	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
-	labtest.GoBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
-	labtest.GoBuild(t, root, factory, "./hack/cmd/lab-factory")
-	labtest.GoBuild(t, root, power, "./hack/cmd/lab-power")
-
-	agent := labtest.AgentAssets(t, root, bin)
-	standinAssets := filepath.Join(bin, "talos-standin")
-	require.NoError(t, lab.BuildStandinAssets(t.Context(), root, standinAssets))
-
+	bins := labtest.BuildBinaries(t, root, t.TempDir())
 	dir, prefix := labtest.NewLab(t, "anvu", nil)
 
-	state, err := lab.Up(t.Context(), lab.Config{
-		Dir: dir, Prefix: prefix, Machines: 1,
-		Firmware:    []machine.Firmware{machine.BIOS},
-		BMC:         []lab.PowerOwner{lab.OwnerAPI},
-		ProviderBin: provider, AgentAssetsDir: agent, PowerBin: power,
-		FactoryURL: "http://" + lab.FactoryListen, FactoryPXEURL: "http://" + lab.FactoryListen,
-		FactoryBin: factory, FactoryAssetsDir: standinAssets,
-		APIPort: 50042,
-	})
+	cfg := bins.Config(dir, prefix)
+	cfg.Machines = 1
+	cfg.Firmware = []machine.Firmware{machine.BIOS}
+	cfg.BMC = []lab.PowerOwner{lab.OwnerAPI}
+
+	state, err := lab.Up(t.Context(), cfg)
 	require.NoError(t, err)
 
 	m := state.MachineList()[0]
-	ctl := labtest.Anvilctl(anvilctl, state.ControlSocket())
+	ctl := labtest.Anvilctl(bins.Anvilctl, state.ControlSocket())
 
 	// The console listens in the provider's namespace; the browser runs here and reaches
 	// it through a forwarder on loopback.

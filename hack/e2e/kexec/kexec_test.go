@@ -60,39 +60,22 @@ func TestKexecHandoffE2E(tt *testing.T) {
 	labtest.RequireHost(t)
 
 	root := labtest.RepoRoot(t)
-	bin := t.TempDir()
-	provider, anvilctl := filepath.Join(bin, "provider"), filepath.Join(bin, "anvilctl")
-	factory, power := filepath.Join(bin, "lab-factory"), filepath.Join(bin, "lab-power")
-
-	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
-	labtest.GoBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
-	labtest.GoBuild(t, root, factory, "./hack/cmd/lab-factory")
-	labtest.GoBuild(t, root, power, "./hack/cmd/lab-power")
-
-	agent := labtest.AgentAssets(t, root, bin)
-	standinAssets := filepath.Join(bin, "talos-standin")
-	require.NoError(t, lab.BuildStandinAssets(t.Context(), root, standinAssets))
-
+	bins := labtest.BuildBinaries(t, root, t.TempDir())
 	dir, prefix := labtest.NewLab(t, "anvk", nil)
 
-	cfg := lab.Config{
-		Dir: dir, Prefix: prefix, Machines: 2,
-		Firmware:    []machine.Firmware{machine.BIOS, machine.UEFI},
-		BMC:         []lab.PowerOwner{lab.OwnerAPI, lab.OwnerAPI},
-		ProviderBin: provider, AgentAssetsDir: agent, PowerBin: power,
-		FactoryURL: "http://" + lab.FactoryListen, FactoryPXEURL: "http://" + lab.FactoryListen,
-		FactoryBin: factory, FactoryAssetsDir: standinAssets,
-		APIPort: 50042,
-		// Idle machines keep their agents up: an allocation is then a kexec away.
-		ProviderArgs: []string{"--power-idle-default", "on", "--kexec-timeout", kexecTimeout.String()},
-	}
+	cfg := bins.Config(dir, prefix)
+	cfg.Machines = 2
+	cfg.Firmware = []machine.Firmware{machine.BIOS, machine.UEFI}
+	cfg.BMC = []lab.PowerOwner{lab.OwnerAPI, lab.OwnerAPI}
+	// Idle machines keep their agents up: an allocation is then a kexec away.
+	cfg.ProviderArgs = []string{"--power-idle-default", "on", "--kexec-timeout", kexecTimeout.String()}
 
 	consoles := timeline.Follow(t.Context(), filepath.Join(dir, "machines", "*", "serial.log"), 50*time.Millisecond)
 
 	state, err := lab.Up(t.Context(), cfg)
 	require.NoError(t, err)
 
-	ctl := labtest.Anvilctl(anvilctl, state.ControlSocket())
+	ctl := labtest.Anvilctl(bins.Anvilctl, state.ControlSocket())
 	machines := state.MachineList()
 	require.Len(t, machines, 2)
 
