@@ -123,15 +123,7 @@ func (p *ProxyDHCP) handleInto(pkt, out []byte, src netip.AddrPort, bootPort boo
 
 	reply, mt, err := answerRaw(&p.cfg, &req, bootPort, out)
 	if err != nil {
-		if errors.Is(err, ErrMalformed) {
-			c.malformed.Inc()
-		} else {
-			c.ignored(ignoreReason(err))
-		}
-
-		if ce := p.logger.Check(zap.DebugLevel, "DHCP packet not answered"); ce != nil {
-			ce.Write(zap.Stringer("from", src), zap.Stringer("mac", net.HardwareAddr(req.hwAddr())), zap.Error(err))
-		}
+		p.notAnswered(c, src, req.hwAddr(), err)
 
 		return nil, netip.AddrPort{}
 	}
@@ -187,15 +179,7 @@ func (p *ProxyDHCP) handleDecoded(pkt []byte, src netip.AddrPort, bootPort bool)
 
 	resp, err := answer(&p.cfg, req, bootPort)
 	if err != nil {
-		if errors.Is(err, ErrMalformed) {
-			c.malformed.Inc()
-		} else {
-			c.ignored(ignoreReason(err))
-		}
-
-		if ce := p.logger.Check(zap.DebugLevel, "DHCP packet not answered"); ce != nil {
-			ce.Write(zap.Stringer("from", src), zap.Stringer("mac", req.ClientHWAddr), zap.Error(err))
-		}
+		p.notAnswered(c, src, req.ClientHWAddr, err)
 
 		return nil, netip.AddrPort{}
 	}
@@ -300,5 +284,18 @@ func readLoop(ctx context.Context, logger *zap.Logger, sc servedConn) error {
 				ce.Write(zap.Stringer("to", dst), zap.Error(err))
 			}
 		}
+	}
+}
+
+// notAnswered counts and logs a request either path (raw or decoded) declined to answer.
+func (p *ProxyDHCP) notAnswered(c *dhcpCounters, src netip.AddrPort, mac net.HardwareAddr, err error) {
+	if errors.Is(err, ErrMalformed) {
+		c.malformed.Inc()
+	} else {
+		c.ignored(ignoreReason(err))
+	}
+
+	if ce := p.logger.Check(zap.DebugLevel, "DHCP packet not answered"); ce != nil {
+		ce.Write(zap.Stringer("from", src), zap.Stringer("mac", mac), zap.Error(err))
 	}
 }
