@@ -152,7 +152,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 
 	assets := filepath.Join(cfg.WorkDir, "agent")
-	if err = fakeAgentAssets(assets); err != nil {
+	if err = httpbench.FakeAgentAssets(assets); err != nil {
 		return nil, err
 	}
 
@@ -861,18 +861,4 @@ func dirSize(dir string) int64 {
 	})
 
 	return n
-}
-
-func fakeAgentAssets(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("error creating %s: %w", dir, err)
-	}
-
-	for name, content := range map[string]string{"vmlinuz-amd64": "KERNEL", "initramfs-amd64.xz": "INITRAMFS", "cmdline-amd64": "console=ttyS0"} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			return fmt.Errorf("error writing the fake agent assets: %w", err)
-		}
-	}
-
-	return nil
 }

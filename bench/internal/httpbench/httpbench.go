@@ -327,7 +327,7 @@ func startProvider(ctx context.Context, cfg Config, port int, factoryURL, pprofA
 	}
 
 	assets := filepath.Join(cfg.WorkDir, "agent")
-	if err := fakeAgentAssets(assets); err != nil {
+	if err := FakeAgentAssets(assets); err != nil {
 		return nil, nil, err
 	}
 
@@ -398,9 +398,10 @@ func startProvider(ctx context.Context, cfg Config, port int, factoryURL, pprofA
 	return p, ctl, nil
 }
 
-// fakeAgentAssets writes tiny agent boot assets so that the provider renders its real
-// agent script (kernel, initrd and a signed token); their content is never fetched.
-func fakeAgentAssets(dir string) error {
+// FakeAgentAssets writes tiny agent boot assets into dir so that the provider starts and
+// renders its real agent script (kernel, initrd and a signed token); the benchmarks
+// using them never fetch their content.
+func FakeAgentAssets(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("error creating %s: %w", dir, err)
 	}

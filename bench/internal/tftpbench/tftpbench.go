@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/anvil-metal/anvil/bench/internal/httpbench"
 	"github.com/anvil-metal/anvil/internal/freeport"
 	"github.com/anvil-metal/anvil/internal/proc"
 	"github.com/anvil-metal/anvil/internal/tftp"
@@ -233,18 +234,10 @@ func startProvider(ctx context.Context, cfg Config, root, name string, size int6
 		return nil, "", fmt.Errorf("error clearing %s: %w", state, err)
 	}
 
-	assets := filepath.Join(cfg.WorkDir, "agent")
-	if err := os.MkdirAll(assets, 0o755); err != nil {
-		return nil, "", fmt.Errorf("error creating %s: %w", assets, err)
-	}
-
 	// Never served here; the provider wants agent assets to start.
-	for f, content := range map[string]string{
-		"vmlinuz-amd64": "not a kernel\n", "initramfs-amd64.xz": "not an initramfs\n", "cmdline-amd64": "console=ttyS0\n",
-	} {
-		if err := os.WriteFile(filepath.Join(assets, f), []byte(content), 0o644); err != nil {
-			return nil, "", fmt.Errorf("error writing %s: %w", f, err)
-		}
+	assets := filepath.Join(cfg.WorkDir, "agent")
+	if err := httpbench.FakeAgentAssets(assets); err != nil {
+		return nil, "", err
 	}
 
 	apiPort, err := freeport.TCP()
@@ -272,18 +265,7 @@ func startProvider(ctx context.Context, cfg Config, root, name string, size int6
 		"--ipxe-uefi-file", name,
 	)
 
-	p, err := proc.Start("anvil", exec.Command(argv[0], argv[1:]...), logPath)
-	if err != nil {
-		return nil, "", err
-	}
-
-	if err := waitTFTP(ctx, p, addr, name, size); err != nil {
-		p.Stop(2 * time.Second)
-
-		return nil, "", fmt.Errorf("%w (log: %s)", err, logPath)
-	}
-
-	return p, addr, nil
+	return startServer(ctx, "anvil", argv, logPath, addr, name, size)
 }
 
 // startAtftpd runs atftpd in the foreground as our child, threads as it likes, windowsize
@@ -315,7 +297,13 @@ func startAtftpd(ctx context.Context, cfg Config, root, name string, size int64)
 		"--maxthread", "1000", "--no-multicast",
 		root)
 
-	p, err := proc.Start("atftpd", exec.Command(argv[0], argv[1:]...), logPath)
+	return startServer(ctx, "atftpd", argv, logPath, addr, name, size)
+}
+
+// startServer runs argv as our child, logging to logPath, and waits until it serves the
+// whole file name over TFTP at addr.
+func startServer(ctx context.Context, what string, argv []string, logPath, addr, name string, size int64) (*proc.Child, string, error) {
+	p, err := proc.Start(what, exec.Command(argv[0], argv[1:]...), logPath)
 	if err != nil {
 		return nil, "", err
 	}
