@@ -104,6 +104,19 @@ func (s *Server) handleAgentAsset(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// handleBootFile serves an EFI boot binary to a UEFI HTTP boot client. An unknown name is
+// a 404, which sends the firmware on to its next boot option.
+func (s *Server) handleBootFile(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.opts.BootFiles[r.PathValue("name")]
+	if !ok {
+		http.Error(w, "no such boot file", http.StatusNotFound)
+
+		return
+	}
+
+	http.ServeFile(w, r, p)
+}
+
 // agentInitramfs says whether name is the initramfs of one of the agent's asset sets.
 func (s *Server) agentInitramfs(name string) bool {
 	for _, arch := range []string{"amd64", "arm64"} {

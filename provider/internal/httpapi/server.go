@@ -57,6 +57,10 @@ type Options struct {
 	// Trace, when set, marks the boot phases served here on the machines' timelines:
 	// boot script, agent assets, the handoff of an iPXE chain to Talos.
 	Trace *boottrace.Recorder
+	// BootFiles are the EFI binaries UEFI HTTP boot clients fetch (/boot/<name>), by the
+	// name the DHCP answer gives: the same files PXE firmware gets over TFTP. Only these
+	// names are served.
+	BootFiles map[string]string
 	// ConsoleURL is the web console's (https://host:port/ui/): /ui/ here redirects to it,
 	// at the host the browser used. Empty: no console.
 	ConsoleURL string
@@ -86,6 +90,7 @@ func New(opts Options) *Server {
 	mux.HandleFunc("GET /ipxe/start.ipxe", s.handleStart)
 	mux.HandleFunc("GET /ipxe/boot.ipxe", s.handleBoot)
 	mux.HandleFunc("GET /assets/agent/{name}", s.handleAgentAsset)
+	mux.HandleFunc("GET /boot/{name...}", s.handleBootFile)
 	mux.HandleFunc("GET /assets/talos/{schematic}/{version}/{file}", s.handleTalosAsset)
 	mux.HandleFunc("GET /metadata/{machine}", s.handleMetadata)
 	mux.HandleFunc("GET /healthz", s.handleHealth)

@@ -114,9 +114,13 @@ func newFixture(t testing.TB) *fixture {
 
 	<-f.view.Ready()
 
+	bootFile := filepath.Join(t.TempDir(), "ipxe.efi")
+	require.NoError(t, os.WriteFile(bootFile, []byte("MZ-IPXE"), 0o644))
+
 	f.server = httpapi.New(httpapi.Options{
 		State: store, View: f.view, Scripts: f.scripts, Observations: f.obs, Installs: f.rec,
-		Registry: prometheus.NewRegistry(), Logger: zaptest.NewLogger(t),
+		BootFiles: map[string]string{"ipxe.efi": bootFile, "arm64/ipxe.efi": filepath.Join(assetsDir, "missing.efi")},
+		Registry:  prometheus.NewRegistry(), Logger: zaptest.NewLogger(t),
 	})
 
 	return f
@@ -221,6 +225,33 @@ func TestAgentAssets(t *testing.T) {
 	for _, target := range []string{"/assets/agent/..%2fprovider.key", "/assets/agent/%2e%2e"} {
 		code, _ = f.get(t, target)
 		assert.Equal(t, http.StatusBadRequest, code, target)
+	}
+}
+
+// UEFI HTTP boot clients get the configured EFI binaries, and nothing else.
+func TestBootFiles(t *testing.T) {
+	t.Parallel()
+
+	f := newFixture(t)
+
+	for _, tc := range []struct {
+		target   string
+		wantCode int
+		wantBody string
+	}{
+		{"/boot/ipxe.efi", http.StatusOK, "MZ-IPXE"},
+		{"/boot/arm64/ipxe.efi", http.StatusNotFound, ""}, // configured, absent on disk
+		{"/boot/undionly.kpxe", http.StatusNotFound, ""},  // not an HTTP boot file
+		{"/boot/vmlinuz-amd64", http.StatusNotFound, ""},
+		{"/boot/", http.StatusNotFound, ""},
+		{"/boot/..%2fprovider.key", http.StatusBadRequest, ""},
+	} {
+		code, body := f.get(t, tc.target)
+		assert.Equal(t, tc.wantCode, code, tc.target)
+
+		if tc.wantBody != "" {
+			assert.Equal(t, tc.wantBody, body, tc.target)
+		}
 	}
 }
 

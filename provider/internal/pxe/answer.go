@@ -15,9 +15,10 @@ import (
 var pxeDiscoveryControl = []byte{6, 1, 8, 0xff}
 
 var (
-	broadcast       = netip.AddrFrom4([4]byte{255, 255, 255, 255})
-	vendorPXEClient = []byte("PXEClient")
-	userClassIPXE   = []byte("iPXE")
+	broadcast        = netip.AddrFrom4([4]byte{255, 255, 255, 255})
+	vendorPXEClient  = []byte("PXEClient")
+	vendorHTTPClient = []byte("HTTPClient")
+	userClassIPXE    = []byte("iPXE")
 )
 
 // Boot is the boot decision for one PXE client.
@@ -25,12 +26,25 @@ type Boot struct {
 	Arch ClientArch
 	// IPXE is set when the client is iPXE (ROM or chainloaded): it gets the script URL.
 	IPXE bool
-	// File is the boot file: a TFTP file name, or the script URL for iPXE.
+	// HTTP is set for UEFI HTTP boot clients (vendor class "HTTPClient"): File is then the
+	// URL of the EFI binary, and the answer says "HTTPClient" back, as UEFI 2.5+ requires.
+	HTTP bool
+	// File is the boot file: a TFTP file name, or a URL (the script for iPXE, the EFI
+	// binary for HTTP boot).
 	File string
 }
 
-// BootFor decides the boot file for a request. Errors match ErrIgnore (not a PXE client,
-// an architecture Anvil does not boot) or ErrMalformed.
+// vendorClass is the option 60 the answer carries.
+func (b *Boot) vendorClass() []byte {
+	if b.HTTP {
+		return vendorHTTPClient
+	}
+
+	return vendorPXEClient
+}
+
+// BootFor decides the boot file for a request. Errors match ErrIgnore (not a PXE or
+// HTTP boot client, an architecture Anvil does not boot) or ErrMalformed.
 func BootFor(cfg *Config, req *dhcpv4.DHCPv4) (Boot, error) {
 	return bootFor(cfg, req.Options.Get(dhcpv4.OptionClassIdentifier),
 		req.Options.Get(dhcpv4.OptionClientSystemArchitectureType), req.Options.Get(dhcpv4.OptionUserClassInformation))
@@ -39,7 +53,8 @@ func BootFor(cfg *Config, req *dhcpv4.DHCPv4) (Boot, error) {
 // bootFor is BootFor from the request's vendor class (60), client architecture (93) and
 // user class (77) options, nil when absent.
 func bootFor(cfg *Config, vendorClass, arch, userClass []byte) (Boot, error) {
-	if !bytes.HasPrefix(vendorClass, vendorPXEClient) {
+	httpClient := bytes.HasPrefix(vendorClass, vendorHTTPClient)
+	if !httpClient && !bytes.HasPrefix(vendorClass, vendorPXEClient) {
 		return Boot{}, errNotPXE
 	}
 
@@ -50,6 +65,12 @@ func bootFor(cfg *Config, vendorClass, arch, userClass []byte) (Boot, error) {
 
 	b := Boot{Arch: ca}
 
+	// The vendor class decides, not option 93: UEFI HTTP boot clients say "HTTPClient"
+	// (and types 16/19), and take only an http(s) URL.
+	if httpClient {
+		return httpBoot(cfg, b)
+	}
+
 	// ROM and chainloaded iPXE both say "iPXE"; handing them a TFTP iPXE binary loops.
 	if bytes.Contains(userClass, userClassIPXE) {
 		b.IPXE = true
@@ -59,8 +80,8 @@ func bootFor(cfg *Config, vendorClass, arch, userClass []byte) (Boot, error) {
 	}
 
 	if ca.HTTPBoot {
-		// UEFI HTTP boot wants an EFI binary URL, which Anvil does not serve yet.
-		return b, errHTTPBoot
+		// An HTTP boot architecture type from a PXEClient: it cannot take a TFTP file.
+		return b, errUnknownArch
 	}
 
 	switch ca.Code {
@@ -74,6 +95,35 @@ func bootFor(cfg *Config, vendorClass, arch, userClass []byte) (Boot, error) {
 		}
 
 		b.File = cfg.ARM64BootFile
+	default:
+		return b, errUnknownArch
+	}
+
+	return b, nil
+}
+
+// httpBoot is the answer to a UEFI HTTP boot client: the URL of the architecture's EFI
+// boot file (the file PXE firmware gets over TFTP), served over HTTP.
+func httpBoot(cfg *Config, b Boot) (Boot, error) {
+	if cfg.HTTPBootURL == "" {
+		return b, errHTTPBoot
+	}
+
+	b.HTTP = true
+
+	switch b.Arch.Arch {
+	case ArchAMD64:
+		if b.Arch.Firmware != FirmwareUEFI {
+			return b, errUnknownArch // a BIOS client cannot HTTP boot
+		}
+
+		b.File = cfg.HTTPBootURL + cfg.UEFIBootFile
+	case ArchARM64:
+		if cfg.ARM64BootFile == "" {
+			return b, errNoARM64
+		}
+
+		b.File = cfg.HTTPBootURL + cfg.ARM64BootFile
 	default:
 		return b, errUnknownArch
 	}
@@ -117,7 +167,7 @@ func answer(cfg *Config, req *dhcpv4.DHCPv4, bootPort bool) (*dhcpv4.DHCPv4, err
 	}
 
 	resp := newReply(cfg, req, mt)
-	addBootOptions(cfg, req, resp, b.File)
+	addBootOptions(cfg, req, resp, &b)
 
 	return resp, nil
 }
@@ -155,9 +205,11 @@ func newReply(cfg *Config, req *dhcpv4.DHCPv4, mt dhcpv4.MessageType) *dhcpv4.DH
 	return resp
 }
 
-// addBootOptions adds what PXE firmware and iPXE need to boot, in both the options and
-// the BOOTP header (some firmware reads only one of them).
-func addBootOptions(cfg *Config, req, resp *dhcpv4.DHCPv4, file string) {
+// addBootOptions adds what PXE and HTTP boot firmware and iPXE need to boot, in both the
+// options and the BOOTP header (some firmware reads only one of them).
+func addBootOptions(cfg *Config, req, resp *dhcpv4.DHCPv4, b *Boot) {
+	file := b.File
+
 	resp.ServerIPAddr = cfg.serverIP
 	resp.ServerHostName = cfg.serverName
 
@@ -166,8 +218,12 @@ func addBootOptions(cfg *Config, req, resp *dhcpv4.DHCPv4, file string) {
 		resp.BootFileName = file
 	}
 
-	resp.Options.Update(dhcpv4.OptClassIdentifier("PXEClient"))
-	resp.Options.Update(dhcpv4.OptGeneric(dhcpv4.OptionVendorSpecificInformation, pxeDiscoveryControl))
+	resp.Options.Update(dhcpv4.OptGeneric(dhcpv4.OptionClassIdentifier, b.vendorClass()))
+
+	// PXE discovery control means nothing to an HTTP boot client.
+	if !b.HTTP {
+		resp.Options.Update(dhcpv4.OptGeneric(dhcpv4.OptionVendorSpecificInformation, pxeDiscoveryControl))
+	}
 	resp.Options.Update(dhcpv4.OptTFTPServerName(cfg.serverName))
 	resp.Options.Update(dhcpv4.OptBootFileName(file))
 

@@ -1,6 +1,7 @@
 package pxe
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"testing"
@@ -11,7 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-const testScriptURL = "http://10.199.0.1:50042/ipxe/start.ipxe"
+const (
+	testScriptURL   = "http://10.199.0.1:50042/ipxe/start.ipxe"
+	testHTTPBootURL = "http://10.199.0.1:50042/boot/"
+)
 
 var (
 	testMAC  = net.HardwareAddr{0x52, 0x54, 0x00, 0x12, 0x34, 0x56}
@@ -51,6 +55,18 @@ func pxeRequest(t testing.TB, mt dhcpv4.MessageType, arch int, mods ...dhcpv4.Mo
 	return req
 }
 
+// httpBootRequest builds a UEFI HTTP boot client's request, as OVMF sends it.
+func httpBootRequest(t testing.TB, mt dhcpv4.MessageType, arch iana.Arch) *dhcpv4.DHCPv4 {
+	t.Helper()
+
+	req, err := dhcpv4.New(dhcpv4.WithMessageType(mt), dhcpv4.WithHwAddr(testMAC), dhcpv4.WithBroadcast(true),
+		dhcpv4.WithOption(dhcpv4.OptClassIdentifier(fmt.Sprintf("HTTPClient:Arch:%05d:UNDI:003001", arch))),
+		dhcpv4.WithOption(dhcpv4.OptClientArch(arch)))
+	require.NoError(t, err)
+
+	return req
+}
+
 var (
 	withIPXE   = dhcpv4.WithOption(dhcpv4.OptUserClass("iPXE"))
 	withGUID   = dhcpv4.WithGeneric(dhcpv4.OptionClientMachineIdentifier, testGUID)
@@ -63,6 +79,7 @@ func TestAnswer(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		arm64    bool
+		httpBoot bool // the provider serves HTTP boot
 		bootPort bool
 		req      func(t *testing.T) *dhcpv4.DHCPv4
 		wantType dhcpv4.MessageType
@@ -125,9 +142,58 @@ func TestAnswer(t *testing.T) {
 			wantType: dhcpv4.MessageTypeOffer, wantFile: testScriptURL,
 		},
 		{
-			name:    "UEFI HTTP boot",
+			name:    "HTTP boot arch from a PXEClient cannot take a TFTP file",
 			req:     func(t *testing.T) *dhcpv4.DHCPv4 { return pxeRequest(t, dhcpv4.MessageTypeDiscover, 16) },
+			wantErr: errUnknownArch,
+		},
+		{
+			name: "UEFI HTTP boot, none configured",
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return httpBootRequest(t, dhcpv4.MessageTypeDiscover, iana.EFI_X86_64_HTTP)
+			},
 			wantErr: errHTTPBoot,
+		},
+		{
+			name:     "UEFI HTTP boot x86-64 (16)",
+			httpBoot: true,
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return httpBootRequest(t, dhcpv4.MessageTypeDiscover, iana.EFI_X86_64_HTTP)
+			},
+			wantType: dhcpv4.MessageTypeOffer, wantFile: testHTTPBootURL + "ipxe.efi",
+		},
+		{
+			name:     "UEFI HTTP boot REQUEST on port 4011",
+			httpBoot: true,
+			bootPort: true,
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return httpBootRequest(t, dhcpv4.MessageTypeRequest, iana.EFI_X86_64_HTTP)
+			},
+			wantType: dhcpv4.MessageTypeAck, wantFile: testHTTPBootURL + "ipxe.efi",
+		},
+		{
+			name:     "UEFI HTTP boot arm64 (19)",
+			arm64:    true,
+			httpBoot: true,
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return httpBootRequest(t, dhcpv4.MessageTypeDiscover, iana.EFI_ARM64_HTTP)
+			},
+			wantType: dhcpv4.MessageTypeOffer, wantFile: testHTTPBootURL + "ipxe-arm64.efi",
+		},
+		{
+			name:     "UEFI HTTP boot arm64 without binary",
+			httpBoot: true,
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return httpBootRequest(t, dhcpv4.MessageTypeDiscover, iana.EFI_ARM64_HTTP)
+			},
+			wantErr: errNoARM64,
+		},
+		{
+			name:     "HTTPClient saying BIOS",
+			httpBoot: true,
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return httpBootRequest(t, dhcpv4.MessageTypeDiscover, iana.INTEL_X86PC)
+			},
+			wantErr: errUnknownArch,
 		},
 		{
 			name:    "unknown arch",
@@ -212,6 +278,11 @@ func TestAnswer(t *testing.T) {
 			t.Parallel()
 
 			cfg := testConfig(t, tc.arm64)
+			if tc.httpBoot {
+				cfg.HTTPBootURL = testHTTPBootURL
+				require.NoError(t, cfg.Validate())
+			}
+
 			req := tc.req(t)
 
 			resp, err := answer(cfg, req, tc.bootPort)
@@ -242,8 +313,17 @@ func TestAnswer(t *testing.T) {
 			assert.Equal(t, tc.wantFile, resp.BootFileName)
 			assert.Equal(t, tc.wantFile, resp.BootFileNameOption())
 			assert.Equal(t, "10.199.0.1", resp.TFTPServerName())
-			assert.Equal(t, "PXEClient", resp.ClassIdentifier())
-			assert.Equal(t, []byte{6, 1, 8, 0xff}, resp.Options.Get(dhcpv4.OptionVendorSpecificInformation))
+
+			// UEFI 2.5+ takes an HTTP boot offer only if it says HTTPClient; PXE discovery
+			// control is for PXE clients.
+			if tc.httpBoot {
+				assert.Equal(t, "HTTPClient", resp.ClassIdentifier())
+				assert.Nil(t, resp.Options.Get(dhcpv4.OptionVendorSpecificInformation))
+			} else {
+				assert.Equal(t, "PXEClient", resp.ClassIdentifier())
+				assert.Equal(t, []byte{6, 1, 8, 0xff}, resp.Options.Get(dhcpv4.OptionVendorSpecificInformation))
+			}
+
 			assert.True(t, resp.ServerIdentifier().Equal(net.IPv4(10, 199, 0, 1)))
 
 			if tc.wantGUID {
@@ -337,7 +417,7 @@ func TestAnswerMalformedBytes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 
-			p := &ProxyDHCP{cfg: *testConfig(t, false), logger: zapNop(), dhcp: NewMetrics(nil).dhcp("proxy"), boot: NewMetrics(nil).dhcp("bootserver")}
+			p := testProxy(*testConfig(t, false), NewMetrics(nil).dhcp("proxy"), NewMetrics(nil).dhcp("bootserver"))
 			out, _ := p.handle(tc.pkt, netip.MustParseAddrPort("10.199.0.50:68"), false)
 			assert.Nil(t, out)
 		})
@@ -346,7 +426,7 @@ func TestAnswerMalformedBytes(t *testing.T) {
 
 func BenchmarkHandle(b *testing.B) {
 	cfg := testConfig(b, false)
-	p := &ProxyDHCP{cfg: *cfg, logger: zapNop(), dhcp: NewMetrics(nil).dhcp("proxy"), boot: NewMetrics(nil).dhcp("bootserver")}
+	p := testProxy(*cfg, NewMetrics(nil).dhcp("proxy"), NewMetrics(nil).dhcp("bootserver"))
 	pkt := pxeRequest(b, dhcpv4.MessageTypeDiscover, 9, withGUID).ToBytes()
 	src := netip.MustParseAddrPort("10.199.0.50:68")
 

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/anvil-metal/anvil/provider/internal/boottrace"
@@ -41,6 +42,11 @@ type Config struct {
 	// ARM64BootFile is the TFTP file for arm64 UEFI PXE firmware (type 11). Empty: arm64
 	// PXE firmware is not answered (Debian ships no arm64 iPXE).
 	ARM64BootFile string
+	// HTTPBootURL, when set, answers UEFI HTTP boot clients (vendor class "HTTPClient"):
+	// they get this URL with the architecture's EFI boot file name appended
+	// (UEFIBootFile, ARM64BootFile), e.g. http://10.77.0.1:50042/boot/ + ipxe.efi.
+	// Empty: HTTP boot clients are not answered (and logged once each).
+	HTTPBootURL string
 	// DHCPPort and PXEPort are the ports listened on; 0 means 67 and 4011. Tests and
 	// benchmarks move them.
 	DHCPPort int
@@ -96,6 +102,10 @@ func (c *Config) Validate() error {
 
 	if c.ScriptURL == "" {
 		return errors.New("no iPXE script URL configured")
+	}
+
+	if c.HTTPBootURL != "" && !strings.HasPrefix(c.HTTPBootURL, "http://") && !strings.HasPrefix(c.HTTPBootURL, "https://") {
+		return fmt.Errorf("HTTP boot URL %q is not an http(s) URL", c.HTTPBootURL)
 	}
 
 	if !c.ServerIP.Is4() {

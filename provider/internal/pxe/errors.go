@@ -11,22 +11,26 @@ var ErrMalformed = errors.New("malformed request")
 
 // ignoreError is one reason to ignore a request. The reasons are package-level values, so
 // ignoring a packet allocates nothing, and their text doubles as a metric label.
-type ignoreError struct{ reason string }
+//
+// A reason with unserved set means a boot client asked and Anvil cannot boot it: the
+// operator hears of it (once per machine, see unservedLog), with the text of unserved
+// saying why and what would fix it. The others are traffic that is not for us.
+type ignoreError struct{ reason, unserved string }
 
 func (e *ignoreError) Error() string { return "ignored: " + e.reason }
 
 func (e *ignoreError) Is(target error) bool { return target == ErrIgnore }
 
 var (
-	errNotBootRequest = &ignoreError{"not_bootrequest"}
-	errNotPXE         = &ignoreError{"not_pxe"}
-	errNoArch         = &ignoreError{"no_arch"}
-	errUnknownArch    = &ignoreError{"unknown_arch"}
-	errNoARM64        = &ignoreError{"arm64_not_configured"}
-	errHTTPBoot       = &ignoreError{"uefi_http_boot"}
-	errNotForUs       = &ignoreError{"other_server"}
-	errMessageType    = &ignoreError{"message_type"}
-	errNoAddress      = &ignoreError{"pool_exhausted"}
+	errNotBootRequest = &ignoreError{reason: "not_bootrequest"}
+	errNotPXE         = &ignoreError{reason: "not_pxe"}
+	errNoArch         = &ignoreError{"no_arch", "the PXE client names no architecture (no option 93, no Arch: in its vendor class)"}
+	errUnknownArch    = &ignoreError{"unknown_arch", "the client's architecture (option 93) is one Anvil does not boot"}
+	errNoARM64        = &ignoreError{"arm64_not_configured", "arm64 client: no arm64 boot file is configured (--ipxe-arm64-file)"}
+	errHTTPBoot       = &ignoreError{"uefi_http_boot", "UEFI HTTP boot client: no HTTP boot URL is configured"}
+	errNotForUs       = &ignoreError{reason: "other_server"}
+	errMessageType    = &ignoreError{reason: "message_type"}
+	errNoAddress      = &ignoreError{"pool_exhausted", "the DHCP pool has no free address"}
 )
 
 // ignoreErrors lists the reasons, so that their counters exist from the start.
@@ -42,4 +46,15 @@ func ignoreReason(err error) string {
 	}
 
 	return "other"
+}
+
+// unservedReason returns why a boot client cannot be served, or "" when err is not about
+// such a client.
+func unservedReason(err error) string {
+	var ie *ignoreError
+	if errors.As(err, &ie) {
+		return ie.unserved
+	}
+
+	return ""
 }

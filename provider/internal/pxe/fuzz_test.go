@@ -80,7 +80,7 @@ func FuzzAnswer(f *testing.F) {
 	var proxies []*ProxyDHCP
 
 	for _, arm64 := range []bool{false, true} {
-		proxies = append(proxies, &ProxyDHCP{cfg: *testConfig(f, arm64), logger: zapNop(), dhcp: m.dhcp("proxy"), boot: m.dhcp("bootserver")})
+		proxies = append(proxies, testProxy(*testConfig(f, arm64), m.dhcp("proxy"), m.dhcp("bootserver")))
 	}
 
 	f.Fuzz(func(t *testing.T, pkt []byte, bootPort bool) {
@@ -150,7 +150,7 @@ func FuzzDHCPServer(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, pkt []byte, renew bool) {
 		s := &DHCPServer{
-			cfg: cfg, leases: memLeases{}, logger: zapNop(), c: counters, now: time.Now,
+			cfg: cfg, leases: memLeases{}, logger: zapNop(), unserved: newUnservedLog(zapNop()), c: counters, now: time.Now,
 			byMAC: map[string]Lease{}, byAddr: map[netip.Addr]string{}, offers: map[string]offer{}, declined: map[netip.Addr]time.Time{},
 		}
 

@@ -13,3 +13,8 @@ func zapNop() *zap.Logger { return zap.NewNop() }
 const testServerIf = "vs0"
 
 var testServerIP = netip.MustParseAddr("10.199.0.1")
+
+// testProxy is a ProxyDHCP on a validated configuration, without sockets.
+func testProxy(cfg Config, dhcp, boot *dhcpCounters) *ProxyDHCP {
+	return &ProxyDHCP{cfg: cfg, logger: zapNop(), unserved: newUnservedLog(zapNop()), dhcp: dhcp, boot: boot}
+}

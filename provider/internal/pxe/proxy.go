@@ -23,6 +23,8 @@ type ProxyDHCP struct {
 	cfg    Config
 	ifname string
 	logger *zap.Logger
+	// unserved tells the operator of clients that asked and cannot be booted.
+	unserved *unservedLog
 
 	dhcp *dhcpCounters
 	boot *dhcpCounters
@@ -39,12 +41,15 @@ func NewProxyDHCP(cfg Config, logger *zap.Logger, metrics *Metrics) (*ProxyDHCP,
 		logger = zap.NewNop()
 	}
 
+	logger = logger.With(zap.String("component", "proxydhcp"))
+
 	return &ProxyDHCP{
-		cfg:    cfg,
-		ifname: ifname,
-		logger: logger.With(zap.String("component", "proxydhcp")),
-		dhcp:   metrics.dhcp("proxy"),
-		boot:   metrics.dhcp("bootserver"),
+		cfg:      cfg,
+		ifname:   ifname,
+		logger:   logger,
+		unserved: newUnservedLog(logger),
+		dhcp:     metrics.dhcp("proxy"),
+		boot:     metrics.dhcp("bootserver"),
 	}, nil
 }
 
@@ -123,7 +128,7 @@ func (p *ProxyDHCP) handleInto(pkt, out []byte, src netip.AddrPort, bootPort boo
 
 	reply, mt, err := answerRaw(&p.cfg, &req, bootPort, out)
 	if err != nil {
-		p.notAnswered(c, src, req.hwAddr(), err)
+		p.notAnswered(c, src, req.hwAddr(), req.opts[slotArch], req.opts[slotVendorClass], err)
 
 		return nil, netip.AddrPort{}
 	}
@@ -179,7 +184,8 @@ func (p *ProxyDHCP) handleDecoded(pkt []byte, src netip.AddrPort, bootPort bool)
 
 	resp, err := answer(&p.cfg, req, bootPort)
 	if err != nil {
-		p.notAnswered(c, src, req.ClientHWAddr, err)
+		p.notAnswered(c, src, req.ClientHWAddr, req.Options.Get(dhcpv4.OptionClientSystemArchitectureType),
+			req.Options.Get(dhcpv4.OptionClassIdentifier), err)
 
 		return nil, netip.AddrPort{}
 	}
@@ -287,12 +293,19 @@ func readLoop(ctx context.Context, logger *zap.Logger, sc servedConn) error {
 	}
 }
 
-// notAnswered counts and logs a request either path (raw or decoded) declined to answer.
-func (p *ProxyDHCP) notAnswered(c *dhcpCounters, src netip.AddrPort, mac net.HardwareAddr, err error) {
+// notAnswered counts and logs a request either path (raw or decoded) declined to answer,
+// from its option 93 and vendor class (nil when absent). A boot client that cannot be
+// served is logged once per machine at warning level; the rest at debug level only.
+func (p *ProxyDHCP) notAnswered(c *dhcpCounters, src netip.AddrPort, mac net.HardwareAddr, arch, vendorClass []byte, err error) {
 	if errors.Is(err, ErrMalformed) {
 		c.malformed.Inc()
 	} else {
 		c.ignored(ignoreReason(err))
+
+		if unservedReason(err) != "" {
+			ca, _ := requestArch(arch, vendorClass) // only for the log line: the error is err
+			p.unserved.note(mac, ca, vendorClass, err)
+		}
 	}
 
 	if ce := p.logger.Check(zap.DebugLevel, "DHCP packet not answered"); ce != nil {

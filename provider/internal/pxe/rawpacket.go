@@ -183,13 +183,14 @@ func answerRaw(cfg *Config, req *rawRequest, bootPort bool, out []byte) ([]byte,
 		out = make([]byte, 0, 512) // one allocation for the common reply
 	}
 
-	return appendReply(out[:0], cfg, req, mt, b.File), mt, nil
+	return appendReply(out[:0], cfg, req, mt, &b), mt, nil
 }
 
 // appendReply appends what newReply and addBootOptions build, as ToBytes encodes it:
 // options in code order, relay agent information (82) last, then end and padding.
-func appendReply(out []byte, cfg *Config, req *rawRequest, mt dhcpv4.MessageType, file string) []byte {
+func appendReply(out []byte, cfg *Config, req *rawRequest, mt dhcpv4.MessageType, b *Boot) []byte {
 	p := req.pkt
+	file := b.File
 	server := cfg.serverIP.To4()
 
 	out = append(out, byte(dhcpv4.OpcodeBootReply), p[offHType], min(p[offHLen], chaddrLen), 0)
@@ -224,10 +225,13 @@ func appendReply(out []byte, cfg *Config, req *rawRequest, mt dhcpv4.MessageType
 
 	out = append(out, magicCookie[:]...)
 
-	out = appendOption(out, dhcpv4.OptionVendorSpecificInformation, pxeDiscoveryControl)
+	if !b.HTTP {
+		out = appendOption(out, dhcpv4.OptionVendorSpecificInformation, pxeDiscoveryControl)
+	}
+
 	out = append(out, dhcpv4.OptionDHCPMessageType.Code(), 1, byte(mt))
 	out = appendOption(out, dhcpv4.OptionServerIdentifier, server)
-	out = appendOption(out, dhcpv4.OptionClassIdentifier, vendorPXEClient)
+	out = appendOption(out, dhcpv4.OptionClassIdentifier, b.vendorClass())
 
 	// RFC 3046: relay agent information comes back; RFC 6842: so does the client ID.
 	if v := req.opts[slotClientID]; v != nil {

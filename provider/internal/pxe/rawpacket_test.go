@@ -41,7 +41,7 @@ func randomRequest(t *testing.T, rng *rand.Rand) []byte {
 
 	vendorClasses := []string{
 		"PXEClient:Arch:00000:UNDI:002001", "PXEClient:Arch:00007:UNDI:003016", "PXEClient:Arch:00011:UNDI:003000",
-		"PXEClient:Arch:00016:UNDI:003001", "PXEClient:Arch:0000x:UNDI:002001", "PXEClient", "HTTPClient:Arch:00016", "MSFT 5.0", "",
+		"PXEClient:Arch:00016:UNDI:003001", "PXEClient:Arch:0000x:UNDI:002001", "PXEClient", "HTTPClient:Arch:00016", "HTTPClient:Arch:00019:UNDI:003000", "MSFT 5.0", "",
 	}
 	if vc := vendorClasses[pick(len(vendorClasses)+1)%len(vendorClasses)]; vc != "" || pick(2) == 0 {
 		mods = append(mods, dhcpv4.WithOption(dhcpv4.OptClassIdentifier(vc)))
@@ -142,7 +142,11 @@ func testConfigs(t *testing.T) []*Config {
 	mid := &Config{ServerIP: netip.MustParseAddr("10.199.0.1"), ScriptURL: "http://10.199.0.1:50042/" + strings.Repeat("m", 110), DHCPPort: 1067}
 	require.NoError(t, mid.Validate())
 
-	return []*Config{testConfig(t, false), testConfig(t, true), long, mid}
+	httpBoot := testConfig(t, true)
+	httpBoot.HTTPBootURL = testHTTPBootURL
+	require.NoError(t, httpBoot.Validate())
+
+	return []*Config{testConfig(t, false), testConfig(t, true), long, mid, httpBoot}
 }
 
 // The replies read in place must be, byte for byte, those of the decoded way, for every
@@ -168,8 +172,8 @@ func TestRawAnswersMatchDecoded(t *testing.T) {
 		bootPort := rng.IntN(3) == 0
 
 		fastM, slowM := NewMetrics(nil), NewMetrics(nil)
-		fast := &ProxyDHCP{cfg: *cfg, logger: zapNop(), dhcp: fastM.dhcp("proxy"), boot: fastM.dhcp("bootserver")}
-		slow := &ProxyDHCP{cfg: *cfg, logger: zapNop(), dhcp: slowM.dhcp("proxy"), boot: slowM.dhcp("bootserver")}
+		fast := testProxy(*cfg, fastM.dhcp("proxy"), fastM.dhcp("bootserver"))
+		slow := testProxy(*cfg, slowM.dhcp("proxy"), slowM.dhcp("bootserver"))
 
 		var req rawRequest
 		if req.parse(pkt) {
@@ -245,7 +249,7 @@ func TestMACString(t *testing.T) {
 
 func BenchmarkHandleDecoded(b *testing.B) {
 	cfg := testConfig(b, false)
-	p := &ProxyDHCP{cfg: *cfg, logger: zapNop(), dhcp: NewMetrics(nil).dhcp("proxy"), boot: NewMetrics(nil).dhcp("bootserver")}
+	p := testProxy(*cfg, NewMetrics(nil).dhcp("proxy"), NewMetrics(nil).dhcp("bootserver"))
 	pkt := pxeRequest(b, dhcpv4.MessageTypeDiscover, 9, withGUID).ToBytes()
 	src := netip.MustParseAddrPort("10.199.0.50:68")
 
@@ -260,7 +264,7 @@ func BenchmarkHandleDecoded(b *testing.B) {
 
 func BenchmarkHandleInto(b *testing.B) {
 	cfg := testConfig(b, false)
-	p := &ProxyDHCP{cfg: *cfg, logger: zapNop(), dhcp: NewMetrics(nil).dhcp("proxy"), boot: NewMetrics(nil).dhcp("bootserver")}
+	p := testProxy(*cfg, NewMetrics(nil).dhcp("proxy"), NewMetrics(nil).dhcp("bootserver"))
 	pkt := pxeRequest(b, dhcpv4.MessageTypeDiscover, 9, withGUID).ToBytes()
 	src := netip.MustParseAddrPort("10.199.0.50:68")
 	buf := make([]byte, 0, maxPacket)

@@ -29,7 +29,9 @@ type DHCPServer struct {
 	logger *zap.Logger
 	leases LeaseStore
 	c      *dhcpCounters
-	now    func() time.Time
+	// unserved tells the operator of boot clients given an address but no boot file.
+	unserved *unservedLog
+	now      func() time.Time
 
 	// One goroutine serves packets, but the maps are also read by tests.
 	mu       sync.Mutex
@@ -64,10 +66,13 @@ func NewDHCPServer(cfg Config, leases LeaseStore, logger *zap.Logger, metrics *M
 		logger = zap.NewNop()
 	}
 
+	logger = logger.With(zap.String("component", "dhcp"))
+
 	return &DHCPServer{
 		cfg:      cfg,
 		ifname:   ifname,
-		logger:   logger.With(zap.String("component", "dhcp")),
+		logger:   logger,
+		unserved: newUnservedLog(logger),
 		leases:   leases,
 		c:        metrics.dhcp("dhcp"),
 		now:      time.Now,
@@ -132,6 +137,7 @@ func (s *DHCPServer) handle(ctx context.Context, pkt []byte, src netip.AddrPort)
 			s.c.malformed.Inc()
 		case errors.Is(err, ErrIgnore):
 			s.c.ignored(ignoreReason(err))
+			s.unserved.note(req.ClientHWAddr, ClientArch{}, nil, err)
 		default:
 			s.c.ignored("error")
 			s.logger.Error("error handling DHCP request", zap.Stringer("mac", req.ClientHWAddr), zap.Error(err))
@@ -361,8 +367,11 @@ func (s *DHCPServer) reply(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType, addr netip
 
 	// Boot options only for PXE clients with a boot file we can vouch for; everyone else
 	// just gets an address.
-	if b, err := BootFor(&s.cfg, req); err == nil {
-		addBootOptions(&s.cfg, req, resp, b.File)
+	b, err := BootFor(&s.cfg, req)
+	if err == nil {
+		addBootOptions(&s.cfg, req, resp, &b)
+	} else if mt == dhcpv4.MessageTypeOffer {
+		s.unserved.note(req.ClientHWAddr, b.Arch, req.Options.Get(dhcpv4.OptionClassIdentifier), err)
 	}
 
 	return resp

@@ -67,7 +67,7 @@ func TestDHCPServerPoolExhaustionAndDecline(t *testing.T) {
 
 	store := memLeases{}
 	s := &DHCPServer{
-		cfg: cfg, leases: store, logger: zapNop(), c: NewMetrics(nil).dhcp("dhcp"), now: time.Now,
+		cfg: cfg, leases: store, logger: zapNop(), unserved: newUnservedLog(zapNop()), c: NewMetrics(nil).dhcp("dhcp"), now: time.Now,
 		byMAC: map[string]Lease{}, byAddr: map[netip.Addr]string{}, offers: map[string]offer{}, declined: map[netip.Addr]time.Time{},
 	}
 

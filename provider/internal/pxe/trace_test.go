@@ -63,7 +63,7 @@ func TestOffersAreTraced(t *testing.T) {
 	cfg := testConfig(t, false)
 	cfg.Trace = trace
 
-	p := &ProxyDHCP{cfg: *cfg, logger: zapNop(), dhcp: NewMetrics(nil).dhcp("proxy"), boot: NewMetrics(nil).dhcp("bootserver")}
+	p := testProxy(*cfg, NewMetrics(nil).dhcp("proxy"), NewMetrics(nil).dhcp("bootserver"))
 	src := netip.MustParseAddrPort("10.199.0.50:68")
 
 	// A request for another server's offer is not answered.

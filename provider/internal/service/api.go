@@ -38,6 +38,7 @@ func (env *environment) apiServices() ([]runner, error) {
 		Policy:       env.policy,
 		ImageCache:   env.imageCache,
 		Trace:        env.trace,
+		BootFiles:    env.httpBootFiles(),
 		ConsoleURL:   env.consoleURL,
 		Registry:     env.registry,
 		Logger:       env.logger.Named("http"),

@@ -3,6 +3,7 @@ package service
 import (
 	"fmt"
 	"net/netip"
+	"path/filepath"
 
 	"github.com/anvil-metal/anvil/provider/internal/pxe"
 )
@@ -49,6 +50,19 @@ func (env *environment) bootServices() ([]runner, error) {
 	return runners, nil
 }
 
+// httpBootFiles are the EFI binaries UEFI HTTP boot clients fetch over HTTP, by the
+// names the DHCP answers give them: the ones PXE firmware gets over TFTP.
+func (env *environment) httpBootFiles() map[string]string {
+	opts := env.opts
+
+	files := map[string]string{opts.IPXEUEFIFile: filepath.Join(opts.TFTPRoot, filepath.FromSlash(opts.IPXEUEFIFile))}
+	if opts.IPXEARM64File != "" {
+		files[arm64TFTPName] = opts.IPXEARM64File
+	}
+
+	return files
+}
+
 // dhcp builds the ProxyDHCP, or the full DHCP server in full mode, or nothing.
 func (env *environment) dhcp(metrics *pxe.Metrics) (*runner, error) {
 	opts := env.opts
@@ -61,6 +75,7 @@ func (env *environment) dhcp(metrics *pxe.Metrics) (*runner, error) {
 	cfg := pxe.Config{
 		Interface:    iface,
 		ScriptURL:    env.scripts.BaseURL + "/ipxe/start.ipxe",
+		HTTPBootURL:  env.scripts.BaseURL + "/boot/",
 		BIOSBootFile: opts.IPXEBIOSFile,
 		UEFIBootFile: opts.IPXEUEFIFile,
 		DHCPPort:     opts.DHCPProxyPort,
