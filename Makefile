@@ -4,6 +4,7 @@
 #   make test   lint, the unit tests and the lab tests (installs what is missing first)
 #   make unit   every package's fast tests, with the race detector
 #   make lab    the lab tests alone
+#   make e2e    the end-to-end flow on every machine kind (firmware, ports, DHCP mode)
 #   make bench  the benchmarks, Anvil beside its peers
 #   make chaos  the provider killed and the power cut at every step of real lab machines' lives
 #   make fuzz   every fuzz target for FUZZTIME (2m) each, a table of executions and coverage
@@ -198,11 +199,21 @@ fuzz:
 run: agent-initramfs
 	$(BIN)/provider --state-dir $(STATE_DIR) --agent-assets-dir $(OUT)/agent $(ARGS)
 
-# Room for what the next issues bring: the lab, its demo and the end-to-end flow.
-# The end-to-end flow on a lab of its own (hack/e2e; 'make test' runs it too, within
-# go test ./...): timings in _out/e2e/report.txt.
+# The end-to-end flow (hack/e2e) on every machine kind, a lab of its own each: the three
+# firmware paths beside a site DHCP server (the run make test has too), then UEFI HTTP
+# boot and a two-port machine booting from its second port beside it, then all four
+# firmware kinds on a site without a DHCP server (the provider's full DHCP mode). Timings
+# in _out/e2e/report.txt, the last run's.
+E2E_MATRIX := \
+	ANVIL_E2E_FIRMWARE=bios,uefi,uefi-pxe \
+	ANVIL_E2E_FIRMWARE=uefi-http,bios+ANVIL_E2E_NICS=1,2 \
+	ANVIL_E2E_FIRMWARE=bios,uefi,uefi-pxe,uefi-http+ANVIL_E2E_FULL_DHCP=1
+
 e2e: setup agent-initramfs
-	$(GO) test -tags lab -count=1 -timeout 25m -run '^TestE2E$$' -v ./hack/e2e
+	@for run in $(E2E_MATRIX); do \
+		echo "== e2e: $$run"; \
+		env $$(echo $$run | tr '+' ' ') $(GO) test -tags lab -count=1 -timeout 25m -run '^TestE2E$$' -v ./hack/e2e || exit 1; \
+	done
 
 # The e2e three times, each stage's median in _out/e2e/report.txt (~12 min); then the
 # kexec handoff against the firmware path, per firmware kind, in _out/e2e/kexec.txt (~6 min).

@@ -48,7 +48,7 @@ const (
 	// use with it, so that the suite boots from disk by every method: sanboot works only
 	// under BIOS in Debian's iPXE; under OVMF the firmware falls through to the disk
 	// after its HTTPv4 boot option times out (~60 s under TCG).
-	defaultDiskMethods = "ipxe-sanboot:bios,ipxe-exit:uefi,http-404:uefi-pxe"
+	defaultDiskMethods = "ipxe-sanboot:bios,ipxe-exit:uefi,http-404:uefi-pxe,ipxe-exit:uefi-http"
 )
 
 var (
@@ -89,6 +89,35 @@ func (r *result) stages(t testing.TB, consoles *timeline.Consoles, providerLog s
 	if r.bootedOK {
 		r.talos = timeline.Talos(consoles, r.m.SerialLog(), entries, r.m.UUID, r.allocated, standin)
 	}
+}
+
+// labKinds are the machines of the flow: one per firmware kind of ANVIL_E2E_FIRMWARE
+// (bios,uefi,uefi-pxe by default), with the ports of ANVIL_E2E_NICS in turn (1 each by
+// default; a machine with 2 boots from its second), on a site whose DHCP server is the
+// provider's when ANVIL_E2E_FULL_DHCP=1. make e2e runs its matrix through them.
+func labKinds(t testing.TB) (firmware []machine.Firmware, nics []int, fullDHCP bool) {
+	spec := os.Getenv("ANVIL_E2E_FIRMWARE")
+	if spec == "" {
+		spec = "bios,uefi,uefi-pxe"
+	}
+
+	for _, f := range strings.Split(spec, ",") {
+		fw, err := machine.ParseFirmware(f)
+		require.NoError(t, err, "ANVIL_E2E_FIRMWARE")
+
+		firmware = append(firmware, fw)
+	}
+
+	if spec := os.Getenv("ANVIL_E2E_NICS"); spec != "" {
+		for _, n := range strings.Split(spec, ",") {
+			v, err := strconv.Atoi(strings.TrimSpace(n))
+			require.NoError(t, err, "ANVIL_E2E_NICS")
+
+			nics = append(nics, v)
+		}
+	}
+
+	return firmware, nics, os.Getenv("ANVIL_E2E_FULL_DHCP") == "1"
 }
 
 // diskMethods pairs each boot-from-disk method with the machine that proves it, by
@@ -170,9 +199,11 @@ type binaries struct {
 func flowRun(t testing.TB, b binaries, withDisk bool) []*result {
 	dir, prefix := labtest.NewLab(t, "anve", nil)
 
+	firmware, nics, fullDHCP := labKinds(t)
+
 	cfg := lab.Config{
 		Dir: dir, Prefix: prefix,
-		Firmware:    []machine.Firmware{machine.BIOS, machine.UEFI, machine.UEFIPXE},
+		Firmware: firmware, NICs: nics, FullDHCP: fullDHCP,
 		ProviderBin: b.provider, AgentAssetsDir: b.agent,
 		FactoryURL: "http://" + lab.FactoryListen, FactoryPXEURL: "http://" + lab.FactoryListen,
 		APIPort:    50042,
@@ -194,15 +225,15 @@ func flowRun(t testing.TB, b binaries, withDisk bool) []*result {
 	// time they appeared (the stages' clock, with the provider's log).
 	consoles := timeline.Follow(t.Context(), filepath.Join(dir, "machines", "*", "serial.log"), 50*time.Millisecond)
 
-	// 2–4. Three machines, one per firmware kind, powered on together.
-	cfg.Machines = 3
+	// 2–4. The machines, one per kind, powered on together.
+	cfg.Machines = len(firmware)
 	state, err = lab.Up(t.Context(), cfg)
 	poweredOn := time.Now()
 
 	require.NoError(t, err)
 
 	machines := state.MachineList()
-	require.Len(t, machines, 3)
+	require.Len(t, machines, len(firmware))
 
 	// 5 needs each machine's disk bootable: the disk system is built once here, and
 	// written to a machine's disk once its stand-in reported the install (as Talos'

@@ -132,7 +132,9 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 
 	f := cmd.Flags()
 	f.IntVar(&cfg.Machines, "machines", 3, "number of machines")
-	f.StringSliceVar(&firmware, "firmware", []string{"bios", "uefi", "uefi-pxe"}, "firmware of the machines, in turn: bios, uefi (OVMF + iPXE ROM), uefi-pxe (OVMF's own PXE)")
+	f.StringSliceVar(&firmware, "firmware", []string{"bios", "uefi", "uefi-pxe"}, "firmware of the machines, in turn: bios, uefi (OVMF + iPXE ROM), uefi-pxe (OVMF's own PXE), uefi-http (OVMF's UEFI HTTP boot)")
+	f.IntSliceVar(&cfg.NICs, "nics", nil, "network ports of the machines, in turn (default 1 each); a machine with more boots from its last")
+	f.BoolVar(&cfg.FullDHCP, "full-dhcp", false, "a site without a DHCP server: the provider hands out the addresses (full DHCP mode)")
 	f.BoolVar(&cfg.KVM, "kvm", false, "use KVM instead of TCG (only where KVM really works; not under kvm-pvm)")
 	f.IntVar(&cfg.MemoryMB, "memory", 1024, "memory of each machine, MiB")
 	f.StringVar(&cfg.DiskSize, "disk-size", "8G", "size of each machine's qcow2 disk")

@@ -34,6 +34,13 @@ type Config struct {
 	Machines int
 	// Firmware kinds, handed out to the machines in turn.
 	Firmware []machine.Firmware
+	// NICs are the machines' numbers of network ports, handed out in turn like Firmware
+	// (empty: one each); a machine with more boots from its last (machine.Spec.NICs).
+	NICs []int
+	// FullDHCP is a site without a DHCP server: the site namespace only advertises the
+	// IPv6 router, and the provider runs in full DHCP mode, handing out the addresses
+	// of labnet's range itself.
+	FullDHCP bool
 	KVM      bool
 	MemoryMB int
 	DiskSize string
@@ -75,15 +82,17 @@ type Config struct {
 
 // State is what a lab runs, as recorded in <dir>/state.json.
 type State struct {
-	Dir         string         `json:"dir"`
-	Prefix      string         `json:"prefix"`
-	ProviderNS  string         `json:"providerNamespace"`
-	SiteNS      string         `json:"siteNamespace"`
-	ProviderPID int            `json:"providerPid"`
-	DHCPPID     int            `json:"dhcpPid"`
-	FactoryPID  int            `json:"factoryPid,omitempty"`
-	PowerPID    int            `json:"powerPid,omitempty"`
-	Machines    []machine.Spec `json:"machines"`
+	Dir         string `json:"dir"`
+	Prefix      string `json:"prefix"`
+	ProviderNS  string `json:"providerNamespace"`
+	SiteNS      string `json:"siteNamespace"`
+	ProviderPID int    `json:"providerPid"`
+	DHCPPID     int    `json:"dhcpPid"`
+	// FullDHCP: the provider hands out the addresses; dnsmasq only advertises the router.
+	FullDHCP   bool           `json:"fullDhcp,omitempty"`
+	FactoryPID int            `json:"factoryPid,omitempty"`
+	PowerPID   int            `json:"powerPid,omitempty"`
+	Machines   []machine.Spec `json:"machines"`
 	// BMCs are the machines' power owners, by machine name.
 	BMCs map[string]*MachineBMC `json:"bmcs,omitempty"`
 	// BMCPassword is the lab's administrator password on its simulated BMCs.
@@ -206,7 +215,10 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 			return s, err
 		}
 
-		if s.DHCPPID, err = proc.StartDaemon(s.Net().DHCPCommand(context.WithoutCancel(ctx), dir), filepath.Join(dir, "dnsmasq.out")); err != nil {
+		s.FullDHCP = cfg.FullDHCP
+
+		cmd := s.Net().DHCPCommand(context.WithoutCancel(ctx), dir, !s.FullDHCP)
+		if s.DHCPPID, err = proc.StartDaemon(cmd, filepath.Join(dir, "dnsmasq.out")); err != nil {
 			return s, fmt.Errorf("error starting dnsmasq: %w", err)
 		}
 
@@ -249,14 +261,16 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 	}
 
 	for _, m := range s.MachineList() {
-		if m.Index < 100 {
+		if m.Index < 100 && !s.FullDHCP {
 			if err := labnet.ReserveAddress(dir, m.MAC, fmt.Sprintf("10.77.0.%d", 100+m.Index)); err != nil {
 				return s, err
 			}
 		}
 
-		if err := s.Net().AddTap(m.Tap); err != nil {
-			return s, err
+		for _, tap := range m.Taps() {
+			if err := s.Net().AddTap(tap); err != nil {
+				return s, err
+			}
 		}
 
 		if s.BMC(m.Name).Owner == OwnerIPMI {
@@ -286,8 +300,17 @@ func (s *State) addMachines(cfg Config) error {
 		fw := firmware[i%len(firmware)]
 		name := fmt.Sprintf("%s-%d", fw, i)
 
+		nics := 1
+		if len(cfg.NICs) > 0 {
+			nics = cfg.NICs[i%len(cfg.NICs)]
+		}
+
+		if nics > 1 {
+			name = fmt.Sprintf("%s-%dnic-%d", fw, nics, i)
+		}
+
 		spec := machine.Spec{
-			Name: name, Index: i, Seed: s.Prefix, Firmware: fw,
+			Name: name, Index: i, Seed: s.Prefix, Firmware: fw, NICs: nics,
 			Dir: filepath.Join(s.Dir, "machines", name), NetNS: s.ProviderNS, Tap: fmt.Sprintf("tap%d", i),
 			KVM: cfg.KVM, MemoryMB: cfg.MemoryMB, DiskSize: cfg.DiskSize,
 		}
@@ -337,6 +360,10 @@ func (s *State) startProvider(ctx context.Context, cfg Config) error {
 		"--image-factory-base-url", cfg.FactoryURL,
 		"--image-factory-pxe-base-url", cfg.FactoryPXEURL,
 	}, cfg.ProviderArgs...)
+
+	if s.FullDHCP {
+		args = append(args, "--dhcp-full", "--dhcp-range", labnet.DHCPStart+"-"+labnet.DHCPEnd)
+	}
 
 	if s.Omni != nil {
 		omniArgs, err := s.omniProviderArgs(ctx, cfg)
@@ -496,7 +523,12 @@ func (s *State) WriteStatus(w io.Writer) error {
 	}
 
 	fmt.Fprintf(&b, "provider  pid %-8d %s  log %s  control unix://%s\n", s.ProviderPID, up(proc.Alive(s.ProviderPID)), s.ProviderLog(), s.ControlSocket())
-	fmt.Fprintf(&b, "dnsmasq   pid %-8d %s  log %s\n", s.DHCPPID, up(proc.Alive(s.DHCPPID)), s.DHCPLog())
+	site := "site DHCP server and router"
+	if s.FullDHCP {
+		site = "router only: the provider hands out the addresses"
+	}
+
+	fmt.Fprintf(&b, "dnsmasq   pid %-8d %s  log %s  (%s)\n", s.DHCPPID, up(proc.Alive(s.DHCPPID)), s.DHCPLog(), site)
 
 	if s.FactoryPID != 0 {
 		fmt.Fprintf(&b, "factory   pid %-8d %s  log %s  http://%s\n", s.FactoryPID, up(proc.Alive(s.FactoryPID)), s.FactoryLog(), FactoryListen)
@@ -512,7 +544,7 @@ func (s *State) WriteStatus(w io.Writer) error {
 
 	for _, m := range s.MachineList() {
 		fmt.Fprintf(&b, "machine %-12s %-8s pid %-8d %s  uuid %s  mac %s  %s %s  serial log %s\n",
-			m.Name, m.Firmware, m.PID(), up(m.Running()), m.UUID, m.MAC, m.Vendor.Manufacturer, m.Vendor.Product, m.SerialLog())
+			m.Name, m.Firmware, m.PID(), up(m.Running()), m.UUID, strings.Join(m.MACs, ","), m.Vendor.Manufacturer, m.Vendor.Product, m.SerialLog())
 
 		switch bmc := s.BMC(m.Name); bmc.Owner {
 		case OwnerIPMI:

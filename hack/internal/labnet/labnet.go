@@ -221,26 +221,38 @@ func (n *Net) Down() error {
 	return nil
 }
 
-// DHCPCommand is the site DHCP server: addresses only (the provider's ProxyDHCP adds the
-// boot options) and router advertisements, without which iPXE waits 16 s for IPv6.
-func (n *Net) DHCPCommand(ctx context.Context, dir string) *exec.Cmd {
-	return netns.Command(ctx, n.SiteNS, "dnsmasq",
+// DHCPCommand is the site's DHCP server and router: addresses (the provider's ProxyDHCP
+// adds the boot options) and router advertisements, without which iPXE waits 16 s for
+// IPv6. Without addresses, a site with no DHCP server at all, whose provider hands them
+// out (full DHCP mode): the router advertisements only.
+func (n *Net) DHCPCommand(ctx context.Context, dir string, addresses bool) *exec.Cmd {
+	args := []string{
 		"--keep-in-foreground",
 		"--conf-file=/dev/null",
 		"--port=0", // no DNS
 		"--user=root",
-		"--interface="+SiteVeth,
+		"--interface=" + SiteVeth,
 		"--bind-interfaces",
-		"--dhcp-authoritative",
-		"--dhcp-range="+DHCPStart+","+DHCPEnd+",255.255.255.0,1h",
+	}
+
+	if addresses {
+		args = append(args,
+			"--dhcp-authoritative",
+			"--dhcp-range="+DHCPStart+","+DHCPEnd+",255.255.255.0,1h",
+			"--dhcp-hostsdir="+hostsDir(dir),
+		)
+	}
+
+	args = append(args,
+		"--dhcp-leasefile="+filepath.Join(dir, "dnsmasq.leases"),
 		"--enable-ra",
 		"--dhcp-range=::,constructor:"+SiteVeth+",ra-only,64",
-		"--dhcp-hostsdir="+hostsDir(dir),
-		"--dhcp-leasefile="+filepath.Join(dir, "dnsmasq.leases"),
 		"--pid-file="+filepath.Join(dir, "dnsmasq.pid"),
 		"--log-dhcp",
 		"--log-facility="+filepath.Join(dir, "dnsmasq.log"),
 	)
+
+	return netns.Command(ctx, n.SiteNS, "dnsmasq", args...)
 }
 
 func hostsDir(dir string) string { return filepath.Join(dir, "dhcp-hosts") }

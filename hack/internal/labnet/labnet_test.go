@@ -23,7 +23,7 @@ func TestNew(t *testing.T) {
 func TestDHCPCommand(t *testing.T) {
 	t.Parallel()
 
-	cmd := New("anvil").DHCPCommand(t.Context(), "/lab")
+	cmd := New("anvil").DHCPCommand(t.Context(), "/lab", true)
 
 	assert.Equal(t, []string{"ip", "netns", "exec", "anvil-site", "dnsmasq"}, cmd.Args[:5], "dnsmasq in the site's namespace")
 	assert.Contains(t, cmd.Args, "--interface=veth0")
@@ -31,6 +31,14 @@ func TestDHCPCommand(t *testing.T) {
 	assert.Contains(t, cmd.Args, "--dhcp-range=::,constructor:veth0,ra-only,64", "router advertisements, without which iPXE waits for IPv6")
 	assert.Contains(t, cmd.Args, "--dhcp-hostsdir=/lab/dhcp-hosts")
 	assert.Contains(t, cmd.Args, "--port=0")
+
+	// A site without a DHCP server (the provider's full DHCP mode): its router only.
+	ra := New("anvil").DHCPCommand(t.Context(), "/lab", false)
+	assert.Contains(t, ra.Args, "--dhcp-range=::,constructor:veth0,ra-only,64")
+
+	for _, arg := range ra.Args {
+		assert.NotContains(t, arg, "10.77.0.", "no IPv4 addresses handed out")
+	}
 }
 
 func TestReserveAddress(t *testing.T) {

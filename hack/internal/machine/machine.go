@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,7 +34,13 @@ const (
 	UEFI Firmware = "uefi"
 	// UEFIPXE is OVMF with an empty NIC ROM: the firmware's own PXE, which TFTPs iPXE.
 	UEFIPXE Firmware = "uefi-pxe"
+	// UEFIHTTP is OVMF with an empty NIC ROM and its PXE turned off: UEFI HTTP boot only,
+	// as a server set to HTTP boot in its firmware setup. It fetches iPXE over HTTP.
+	UEFIHTTP Firmware = "uefi-http"
 )
+
+// Firmwares are the firmware kinds, in the order the lab hands them out.
+var Firmwares = []Firmware{BIOS, UEFI, UEFIPXE, UEFIHTTP}
 
 // Firmware files (Debian's ovmf and ipxe-qemu).
 var (
@@ -45,13 +52,17 @@ var (
 
 // ParseFirmware checks a firmware kind.
 func ParseFirmware(s string) (Firmware, error) {
-	switch f := Firmware(strings.TrimSpace(s)); f {
-	case BIOS, UEFI, UEFIPXE:
+	f := Firmware(strings.TrimSpace(s))
+	if slices.Contains(Firmwares, f) {
 		return f, nil
-	default:
-		return "", fmt.Errorf("unknown firmware %q (bios, uefi or uefi-pxe)", s)
 	}
+
+	return "", fmt.Errorf("unknown firmware %q (bios, uefi, uefi-pxe or uefi-http)", s)
 }
+
+// OwnROM reports whether the firmware boots the network with its own stack (the NIC has
+// no iPXE option ROM).
+func (f Firmware) OwnROM() bool { return f == UEFIPXE || f == UEFIHTTP }
 
 // Vendor is the SMBIOS type 1 identity of a machine.
 type Vendor struct{ Manufacturer, Product string }
@@ -85,6 +96,13 @@ type Spec struct {
 	// value keeps the NIC first, as on servers set up for network provisioning.
 	// SetNextBootNetwork overrides it for one start.
 	DiskFirst bool
+	// NICs is the number of network ports, all on the lab network (default 1). The
+	// firmware boots from the last one: a machine with two ports that PXE-boots from its
+	// second, the first (lower PCI address, the OS's first link) left without a boot ROM.
+	NICs int
+	// BootNIC, when set, names the port (0-based) the firmware boots from instead of the
+	// last: the same machine moved to its other port keeps its identity.
+	BootNIC *int
 	// IPMIBMC, host:port, gives the guest a KCS IPMI interface (/dev/ipmi0) backed by
 	// the external BMC listening there (ipmi_sim's "codec VM" serial port); QEMU
 	// reconnects while the BMC is away. Empty: no IPMI device.
@@ -101,7 +119,9 @@ type Spec struct {
 type Machine struct {
 	Spec
 
+	// MAC is the boot port's address; MACs are every port's, in PCI order.
 	UUID, MAC, Serial string
+	MACs              []string
 	Vendor            Vendor
 }
 
@@ -115,9 +135,15 @@ func New(spec Spec) *Machine {
 		spec.CPUs = 2
 	}
 
+	if spec.NICs < 1 {
+		spec.NICs = 1
+	}
+
 	if spec.DiskSize == "" {
 		spec.DiskSize = "8G"
 	}
+
+	spec.NICs = min(spec.NICs, maxNICs)
 
 	if spec.QEMU == "" {
 		spec.QEMU = "qemu-system-x86_64"
@@ -133,13 +159,50 @@ func New(spec Spec) *Machine {
 	u[6] = u[6]&0x0f | 0x40 // version 4 layout; the bits are a hash, not random
 	u[8] = u[8]&0x3f | 0x80
 
-	return &Machine{
+	m := &Machine{
 		Spec:   spec,
 		UUID:   fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16]),
-		MAC:    fmt.Sprintf("52:54:00:%02x:%02x:%02x", sum[16], sum[17], sum[18]),
 		Serial: fmt.Sprintf("LAB%X", sum[19:23]),
 		Vendor: Vendors[spec.Index%len(Vendors)],
 	}
+
+	// The last port's MAC is the one a single-port machine always had, so that adding
+	// ports changes no existing machine's identity.
+	for i := range spec.NICs {
+		b := sum[16:19]
+		if i < spec.NICs-1 {
+			b = sum[23+3*i : 26+3*i]
+		}
+
+		m.MACs = append(m.MACs, fmt.Sprintf("52:54:00:%02x:%02x:%02x", b[0], b[1], b[2]))
+	}
+
+	m.MAC = m.MACs[m.bootNIC()]
+
+	return m
+}
+
+// maxNICs bounds NICs: their MACs come from the identity hash.
+const maxNICs = 3
+
+// bootNIC is the index of the port the firmware boots from.
+func (m *Machine) bootNIC() int {
+	if m.BootNIC != nil && *m.BootNIC >= 0 && *m.BootNIC < m.NICs {
+		return *m.BootNIC
+	}
+
+	return m.NICs - 1
+}
+
+// Taps are the taps of the machine's ports, in PCI order: Tap is the last port's (the
+// one a single-port machine has), the others Tap with a suffix.
+func (m *Machine) Taps() []string {
+	taps := make([]string, 0, m.NICs)
+	for i := range m.NICs - 1 {
+		taps = append(taps, fmt.Sprintf("%sn%d", m.Tap, i))
+	}
+
+	return append(taps, m.Tap)
 }
 
 // Paths of the machine's files.
@@ -259,17 +322,7 @@ func (m *Machine) Args() []string {
 		nicIndex, diskIndex = "2", "1"
 	}
 
-	// A speed of its own, as a real NIC reports one (virtio-net reports none otherwise):
-	// Omni's and Anvil's labels are made of it.
-	nic := "virtio-net-pci,netdev=n0,mac=" + m.MAC + ",speed=1000,duplex=full,bootindex=" + nicIndex
-	if m.Firmware == UEFIPXE {
-		nic += ",romfile=" // the firmware's own PXE
-	}
-
-	netdev := "tap,id=n0,ifname=" + m.Tap + ",script=no,downscript=no"
-	if m.Netdev != "" {
-		netdev = m.Netdev + ",id=n0"
-	}
+	netArgs := m.nicArgs(nicIndex)
 
 	args := append(accel,
 		"-name", m.Seed+"-"+m.Name+",process="+m.Seed+"-"+m.Name,
@@ -281,8 +334,9 @@ func (m *Machine) Args() []string {
 		"-chardev", "file,id=serial0,path="+m.SerialLog()+",append=on",
 		"-serial", "chardev:serial0",
 		"-qmp", "unix:"+m.QMPSocket()+",server=on,wait=off",
-		"-netdev", netdev,
-		"-device", nic,
+	)
+	args = append(args, netArgs...)
+	args = append(args,
 		"-drive", "file="+m.Disk()+",format=qcow2,if=none,id=disk0",
 		"-device", "virtio-blk-pci,drive=disk0,bootindex="+diskIndex,
 		"-smbios", fmt.Sprintf("type=1,manufacturer=%s,product=%s,serial=%s,uuid=%s",
@@ -307,11 +361,48 @@ func (m *Machine) Args() []string {
 			// before it reaches its disk. IPv6 in iPXE and Linux is untouched.
 			"-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=no",
 		)
-		if m.Firmware == UEFI {
-			// The iPXE ROM is this NIC's PXE, as a NIC's option ROM is on a server;
+		if m.Firmware == UEFI || m.Firmware == UEFIHTTP {
+			// UEFI: the iPXE ROM is this NIC's PXE, as a NIC's option ROM is on a server;
 			// OVMF's own PXE on top of it would be a second attempt at the same boot.
+			// UEFI HTTP: a server whose firmware is set to HTTP boot; PXE is off.
 			args = append(args, "-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=no")
 		}
+	}
+
+	return args
+}
+
+// nicArgs are the ports' netdevs and devices, in PCI order. The boot port has bootindex
+// bootIndex and the firmware's kind of boot ROM; the others no boot ROM at all, so that
+// the firmware boots from the chosen port only. Each has a speed of its own, as a real
+// NIC reports one (virtio-net reports none otherwise): Omni's and Anvil's labels are made
+// of it.
+func (m *Machine) nicArgs(bootIndex string) []string {
+	taps := m.Taps()
+	boot := m.bootNIC()
+
+	var args []string
+
+	for i, mac := range m.MACs {
+		id := fmt.Sprintf("n%d", i)
+
+		netdev := "tap,id=" + id + ",ifname=" + taps[i] + ",script=no,downscript=no"
+		if m.Netdev != "" {
+			netdev = m.Netdev + ",id=" + id
+		}
+
+		nic := "virtio-net-pci,netdev=" + id + ",mac=" + mac + ",speed=1000,duplex=full"
+
+		switch {
+		case i != boot:
+			nic += ",romfile="
+		case m.Firmware.OwnROM():
+			nic += ",romfile=,bootindex=" + bootIndex // the firmware's own network boot
+		default:
+			nic += ",bootindex=" + bootIndex
+		}
+
+		args = append(args, "-netdev", netdev, "-device", nic)
 	}
 
 	return args
@@ -329,7 +420,7 @@ func ipmiArgs(addr string) []string {
 }
 
 func (m *Machine) prepare(ctx context.Context) error {
-	if m.Firmware != UEFIPXE {
+	if !m.Firmware.OwnROM() {
 		if _, err := os.Stat(NICROM); err != nil {
 			return fmt.Errorf("the iPXE NIC ROM is missing (apt-get install --reinstall ipxe-qemu): %w", err)
 		}

@@ -46,6 +46,7 @@ func TestArgs(t *testing.T) {
 		{machine.BIOS, false, []string{"-accel tcg", "-cpu max", "-device sga", "bootindex=1", "bootindex=2"}, []string{"pflash", "romfile=", "fw_cfg"}},
 		{machine.UEFI, false, []string{"if=pflash,format=raw,unit=0,readonly=on,file=" + machine.OVMFCode, "OVMF_VARS.fd", "IPv6Support,string=no", "IPv4PXESupport,string=no"}, []string{"romfile=", "sga"}},
 		{machine.UEFIPXE, true, []string{"-accel kvm", "romfile=", "pflash", "IPv6Support,string=no"}, []string{"tcg", "IPv4PXESupport"}},
+		{machine.UEFIHTTP, false, []string{"romfile=,bootindex=1", "pflash", "IPv6Support,string=no", "IPv4PXESupport,string=no"}, []string{"sga"}},
 	} {
 		m := machine.New(machine.Spec{Name: string(tc.firmware), Seed: "t", Firmware: tc.firmware, KVM: tc.kvm, Dir: "/lab/m", Tap: "tap0", NetNS: "t-lab"})
 		args := strings.Join(m.Args(), " ")
@@ -60,6 +61,60 @@ func TestArgs(t *testing.T) {
 
 		assert.NotContains(t, args, "-no-reboot", "machines reboot normally")
 	}
+}
+
+// A machine with two ports boots from its second, the first without a boot ROM; its
+// identity is the same whichever port it boots from, and a single-port machine's MAC is
+// its last port's.
+func TestMultipleNICs(t *testing.T) {
+	t.Parallel()
+
+	for _, fw := range machine.Firmwares {
+		spec := machine.Spec{Name: "m", Seed: "t", Firmware: fw, Dir: "/lab/m", Tap: "tap3", NICs: 2}
+		m := machine.New(spec)
+
+		require.Len(t, m.MACs, 2, fw)
+		assert.NotEqual(t, m.MACs[0], m.MACs[1], fw)
+		assert.Equal(t, m.MACs[1], m.MAC, "%s: the boot port is the second", fw)
+		assert.Equal(t, []string{"tap3n0", "tap3"}, m.Taps(), fw)
+
+		nics := deviceArgs(m.Args(), "virtio-net-pci")
+		require.Len(t, nics, 2, fw)
+		assert.Equal(t, "virtio-net-pci,netdev=n0,mac="+m.MACs[0]+",speed=1000,duplex=full,romfile=", nics[0], "%s: the first port cannot boot", fw)
+		assert.Contains(t, nics[1], "mac="+m.MACs[1], fw)
+		assert.Contains(t, nics[1], "bootindex=1", fw)
+		assert.Equal(t, fw.OwnROM(), strings.Contains(nics[1], "romfile="), fw)
+		assert.Contains(t, strings.Join(m.Args(), " "), "tap,id=n0,ifname=tap3n0", fw)
+		assert.Contains(t, strings.Join(m.Args(), " "), "tap,id=n1,ifname=tap3,", fw)
+
+		first := 0
+		spec.BootNIC = &first
+		moved := machine.New(spec)
+
+		assert.Equal(t, m.UUID, moved.UUID, "%s: the same machine on its other port", fw)
+		assert.Equal(t, m.Serial, moved.Serial, fw)
+		assert.Equal(t, m.MACs, moved.MACs, fw)
+		assert.Equal(t, m.MACs[0], moved.MAC, fw)
+		assert.Contains(t, deviceArgs(moved.Args(), "virtio-net-pci")[0], "bootindex=1", fw)
+		assert.NotContains(t, deviceArgs(moved.Args(), "virtio-net-pci")[1], "bootindex", fw)
+
+		single := machine.New(machine.Spec{Name: "m", Seed: "t", Firmware: fw, Dir: "/lab/m", Tap: "tap3"})
+		assert.Equal(t, single.MAC, m.MAC, "%s: adding a port keeps the boot port's MAC", fw)
+		assert.Equal(t, []string{single.MAC}, single.MACs, fw)
+	}
+}
+
+// deviceArgs are the -device values of driver, in order.
+func deviceArgs(args []string, driver string) []string {
+	var out []string
+
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "-device" && strings.HasPrefix(args[i+1], driver+",") {
+			out = append(out, args[i+1])
+		}
+	}
+
+	return out
 }
 
 func TestIPMIArgs(t *testing.T) {

@@ -1,0 +1,203 @@
+//go:build lab
+
+// Package bootkinds boots the lab's machine kinds beyond the three firmware paths of
+// the end-to-end flow, on one lab whose site has no DHCP server (the provider's full
+// DHCP mode): a machine whose firmware is set to UEFI HTTP boot, and a machine with two
+// ports that boots from its second. Each boots through real firmware to a registered
+// agent; the two-port machine then boots from its other port, after a provider restart,
+// and is still the same machine with the same address. make e2e runs the whole flow on
+// every kind (TestE2E with ANVIL_E2E_FIRMWARE, ANVIL_E2E_NICS, ANVIL_E2E_FULL_DHCP).
+package bootkinds
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/hack/internal/lab"
+	"github.com/anvil-metal/anvil/hack/internal/labnet"
+	"github.com/anvil-metal/anvil/hack/internal/labtest"
+	"github.com/anvil-metal/anvil/hack/internal/machine"
+)
+
+// stepDeadline is generous: under TCG power-on to the agent is ~20–50 s, and the
+// machines share two cores with whatever else runs.
+const stepDeadline = 5 * time.Minute
+
+// leaseRe is the agent's log line of a DHCPv4 lease on a link.
+var leaseRe = regexp.MustCompile(`DHCPv4 lease \{"link": "(\w+)", "address": "([0-9./]+)".*"server": "([0-9.]+)"`)
+
+func TestLabBootKinds(tt *testing.T) {
+	t := labtest.Recording(tt)
+
+	labtest.RequireHost(t)
+
+	root := labtest.RepoRoot(t)
+	bin := t.TempDir()
+	provider, anvilctl := filepath.Join(bin, "provider"), filepath.Join(bin, "anvilctl")
+
+	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
+	labtest.GoBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
+
+	agent := labtest.AgentAssets(t, root, bin)
+
+	dir, prefix := labtest.NewLab(t, "anvk", nil)
+
+	cfg := lab.Config{
+		Dir: dir, Prefix: prefix, Machines: 2,
+		Firmware:    []machine.Firmware{machine.UEFIHTTP, machine.BIOS},
+		NICs:        []int{1, 2},
+		FullDHCP:    true,
+		ProviderBin: provider, AgentAssetsDir: agent,
+		FactoryURL: "http://" + lab.FactoryListen, FactoryPXEURL: "http://" + lab.FactoryListen,
+		APIPort: 50042,
+	}
+
+	state, err := lab.Up(t.Context(), cfg)
+	require.NoError(t, err)
+
+	ctl := labtest.Anvilctl(anvilctl, state.ControlSocket())
+	machines := state.MachineList()
+	require.Len(t, machines, 2)
+
+	httpBoot, twoPorts := machines[0], machines[1]
+	require.Equal(t, machine.UEFIHTTP, httpBoot.Firmware)
+	require.Len(t, twoPorts.MACs, 2)
+
+	for _, m := range machines {
+		registered(t, ctl, m, m.MAC)
+	}
+
+	if t.Failed() {
+		return
+	}
+
+	// The UEFI HTTP boot machine booted by HTTP boot alone, from the URL Anvil's DHCP
+	// answer gave it.
+	serial := readSerial(t, httpBoot)
+	assert.Contains(t, serial, "Start HTTP Boot over IPv4", "the firmware's HTTP boot")
+	assert.Contains(t, serial, "URI: http://"+labnet.ProviderAddr+":50042/boot/ipxe.efi", "the boot URI from Anvil's answer")
+	assert.NotContains(t, serial, "Start PXE over IPv4", "PXE is off on this machine")
+
+	// Every address came from the provider: the site has no DHCP server.
+	for _, m := range machines {
+		for _, l := range leases(readSerial(t, m)) {
+			assert.Equal(t, labnet.ProviderAddr, l.server, "%s: %s's lease", m.Name, l.link)
+		}
+	}
+
+	// The two-port machine: both ports up with an address, reported in its inventory.
+	yaml, err := ctl("get", "machine", twoPorts.UUID, "-o", "yaml")
+	require.NoError(t, err, yaml)
+
+	for _, mac := range twoPorts.MACs {
+		assert.Regexp(t, regexp.MustCompile(`mac: `+mac+`\n(?:\s+\w+:.*\n)*?\s+addresses:\n\s+- 10\.77\.0\.`), yaml,
+			"%s: port %s is reported, with its address", twoPorts.Name, mac)
+	}
+
+	before := leases(readSerial(t, twoPorts))
+	require.Len(t, before, 2, "%s: a lease on each port", twoPorts.Name)
+
+	// A restart of the provider keeps the leases; the machine boots from its first port
+	// now, and is the same machine.
+	require.NoError(t, twoPorts.Stop(t.Context()))
+	require.NoError(t, state.RestartProvider(t.Context(), cfg))
+
+	first := 0
+	twoPorts.BootNIC = &first
+
+	// The serial log is appended to across boots: only this boot's lines count.
+	st, err := os.Stat(twoPorts.SerialLog())
+	require.NoError(t, err)
+
+	mark := int(st.Size())
+
+	require.NoError(t, twoPorts.Start(t.Context()))
+	registeredAgain(t, ctl, twoPorts, twoPorts.MACs[0], mark)
+
+	after := leases(readSerialFrom(t, twoPorts, mark))
+	assert.ElementsMatch(t, before, after, "%s: the same addresses after the provider's restart", twoPorts.Name)
+
+	out, err := ctl("get", "machines")
+	require.NoError(t, err, out)
+	assert.Equal(t, 1, strings.Count(out, twoPorts.UUID), "one machine, whichever port it boots from:\n%s", out)
+	assert.Len(t, nonEmptyLines(out), 3, "two machines:\n%s", out)
+}
+
+// registered waits for m's agent to register with its inventory, booted from the port
+// with bootMAC.
+func registered(t testing.TB, ctl func(...string) (string, error), m *machine.Machine, bootMAC string) {
+	var yaml string
+
+	ok := assert.Eventually(t, func() bool {
+		out, err := ctl("get", "machine", m.UUID, "-o", "yaml")
+		yaml = out
+
+		return err == nil && strings.Contains(out, "name: vda") && strings.Contains(out, m.Serial)
+	}, stepDeadline, time.Second, "%s (%s) did not register with its inventory", m.Name, m.Firmware)
+	if !ok {
+		return
+	}
+
+	assert.Contains(t, yaml, "uuid: "+m.UUID, m.Name)
+	assert.Regexp(t, regexp.MustCompile(`macs:\n\s+- `+bootMAC), yaml, "%s: booted from %s", m.Name, bootMAC)
+}
+
+// registeredAgain waits for m's agent to register anew (a line after mark in its serial
+// log), booted from the port with bootMAC.
+func registeredAgain(t testing.TB, ctl func(...string) (string, error), m *machine.Machine, bootMAC string, mark int) {
+	assert.Eventually(t, func() bool {
+		b, _ := os.ReadFile(m.SerialLog())
+
+		return len(b) > mark && strings.Contains(string(b[mark:]), `registered {"machine": "`+m.UUID)
+	}, stepDeadline, time.Second, "%s did not register again", m.Name)
+
+	registered(t, ctl, m, bootMAC)
+}
+
+type lease struct{ link, address, server string }
+
+// leases are the agent's DHCPv4 leases in a serial log, the last one of each link.
+func leases(serial string) []lease {
+	last := map[string]lease{}
+
+	for _, m := range leaseRe.FindAllStringSubmatch(serial, -1) {
+		last[m[1]] = lease{link: m[1], address: m[2], server: m[3]}
+	}
+
+	out := make([]lease, 0, len(last))
+	for _, l := range last {
+		out = append(out, l)
+	}
+
+	return out
+}
+
+func readSerial(t testing.TB, m *machine.Machine) string { return readSerialFrom(t, m, 0) }
+
+// readSerialFrom is m's serial log from byte offset on, without carriage returns.
+func readSerialFrom(t testing.TB, m *machine.Machine, offset int) string {
+	b, err := os.ReadFile(m.SerialLog())
+	require.NoError(t, err, m.Name)
+	require.GreaterOrEqual(t, len(b), offset, m.Name)
+
+	return strings.ReplaceAll(string(b[offset:]), "\r", "")
+}
+
+func nonEmptyLines(s string) []string {
+	var out []string
+
+	for _, l := range strings.Split(s, "\n") {
+		if strings.TrimSpace(l) != "" {
+			out = append(out, l)
+		}
+	}
+
+	return out
+}
