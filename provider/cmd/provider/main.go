@@ -95,6 +95,9 @@ func newRootCmd() *cobra.Command {
 	f.StringVar(&opts.DHCPRouter, "dhcp-router", opts.DHCPRouter, "router (option 3) handed out in full DHCP mode")
 	f.StringSliceVar(&opts.DHCPDNS, "dhcp-dns", opts.DHCPDNS, "DNS servers (option 6) handed out in full DHCP mode")
 	f.DurationVar(&opts.DHCPLeaseTime, "dhcp-lease-time", opts.DHCPLeaseTime, "lease time in full DHCP mode")
+	f.StringVar(&opts.DHCPv6Mode, "dhcpv6-mode", opts.DHCPv6Mode,
+		"DHCPv6 on the DHCP interface: off, info (boot URLs only, beside the site's router and DHCPv6 server) or full (addresses from --dhcpv6-prefix too)")
+	f.StringVar(&opts.DHCPv6Prefix, "dhcpv6-prefix", opts.DHCPv6Prefix, "the /64 full DHCPv6 mode hands addresses out of, e.g. fd77::/64")
 	f.BoolVar(&opts.DisableTFTP, "disable-tftp", opts.DisableTFTP, "do not run the TFTP server")
 	f.StringVar(&opts.TFTPListenAddress, "tftp-listen-address", opts.TFTPListenAddress, "UDP address the TFTP server listens on")
 	f.StringVar(&opts.TFTPRoot, "tftp-root", opts.TFTPRoot, "directory of the iPXE binaries served over TFTP")

@@ -11,8 +11,8 @@ import (
 // arm64TFTPName is the name the arm64 iPXE binary is served under.
 const arm64TFTPName = "ipxe-arm64.efi"
 
-// bootServices builds what answers booting machines below HTTP: DHCP (proxy or full)
-// and TFTP.
+// bootServices builds what answers booting machines below HTTP: DHCP (proxy or full),
+// DHCPv6 and TFTP.
 func (env *environment) bootServices() ([]runner, error) {
 	opts := env.opts
 	metrics := pxe.NewMetrics(env.registry)
@@ -26,6 +26,15 @@ func (env *environment) bootServices() ([]runner, error) {
 
 	if dhcp != nil {
 		runners = append(runners, *dhcp)
+	}
+
+	dhcp6, err := env.dhcpv6(metrics)
+	if err != nil {
+		return nil, err
+	}
+
+	if dhcp6 != nil {
+		runners = append(runners, *dhcp6)
 	}
 
 	if !opts.DisableTFTP {

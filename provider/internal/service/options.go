@@ -59,6 +59,11 @@ type Options struct {
 	DHCPDNS       []string
 	DHCPLeaseTime time.Duration
 
+	// DHCPv6Mode is off, info (boot URLs only, beside the site's router and DHCPv6) or
+	// full (addresses from DHCPv6Prefix too); DHCPv6 serves the DHCP interface.
+	DHCPv6Mode   string
+	DHCPv6Prefix string
+
 	DisableTFTP       bool
 	TFTPListenAddress string
 	TFTPRoot          string
@@ -162,6 +167,7 @@ var DefaultOptions = Options{
 	APIPort:                 50042,
 	UIListenAddress:         ":50043",
 	DHCPLeaseTime:           time.Hour,
+	DHCPv6Mode:              "off",
 	TFTPListenAddress:       ":69",
 	TFTPRoot:                pxe.DefaultTFTPRoot,
 	IPXEBIOSFile:            pxe.DefaultBIOSBootFile,
