@@ -135,6 +135,7 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 	f.StringSliceVar(&firmware, "firmware", []string{"bios", "uefi", "uefi-pxe"}, "firmware of the machines, in turn: bios, uefi (OVMF + iPXE ROM), uefi-pxe (OVMF's own PXE), uefi-http (OVMF's UEFI HTTP boot)")
 	f.IntSliceVar(&cfg.NICs, "nics", nil, "network ports of the machines, in turn (default 1 each); a machine with more boots from its last")
 	f.BoolVar(&cfg.FullDHCP, "full-dhcp", false, "a site without a DHCP server: the provider hands out the addresses (full DHCP mode)")
+	f.BoolVar(&cfg.IPv6Only, "ipv6-only", false, "an IPv6-only provisioning network: the provider serves DHCPv6 and advertises fd77::1")
 	f.BoolVar(&cfg.KVM, "kvm", false, "use KVM instead of TCG (only where KVM really works; not under kvm-pvm)")
 	f.IntVar(&cfg.MemoryMB, "memory", 1024, "memory of each machine, MiB")
 	f.StringVar(&cfg.DiskSize, "disk-size", "8G", "size of each machine's qcow2 disk")

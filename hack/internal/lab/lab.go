@@ -41,6 +41,11 @@ type Config struct {
 	// IPv6 router, and the provider runs in full DHCP mode, handing out the addresses
 	// of labnet's range itself.
 	FullDHCP bool
+	// IPv6Only is an IPv6-only provisioning network: no IPv4 DHCP anywhere, router
+	// advertisements that send the machines to DHCPv6, the provider advertising its
+	// IPv6 address and serving DHCPv6 (its full mode) with the boot URLs; OVMF keeps its
+	// IPv6 network boot.
+	IPv6Only bool
 	KVM      bool
 	MemoryMB int
 	DiskSize string
@@ -89,7 +94,9 @@ type State struct {
 	ProviderPID int    `json:"providerPid"`
 	DHCPPID     int    `json:"dhcpPid"`
 	// FullDHCP: the provider hands out the addresses; dnsmasq only advertises the router.
-	FullDHCP   bool           `json:"fullDhcp,omitempty"`
+	FullDHCP bool `json:"fullDhcp,omitempty"`
+	// IPv6Only: no IPv4 DHCP; the provider serves DHCPv6 and advertises its IPv6 address.
+	IPv6Only   bool           `json:"ipv6Only,omitempty"`
 	FactoryPID int            `json:"factoryPid,omitempty"`
 	PowerPID   int            `json:"powerPid,omitempty"`
 	Machines   []machine.Spec `json:"machines"`
@@ -111,6 +118,16 @@ func (s *State) ProviderStateDir() string { return filepath.Join(s.Dir, "provide
 
 // ControlSocket is the provider's control API socket (reachable from the host).
 func (s *State) ControlSocket() string { return filepath.Join(s.ProviderStateDir(), "control.sock") }
+
+// AdvertiseAddr is the address the provider tells machines to reach it at: its IPv6
+// address on an IPv6-only lab network.
+func (s *State) AdvertiseAddr() string {
+	if s.IPv6Only {
+		return labnet.ProviderAddr6
+	}
+
+	return labnet.ProviderAddr
+}
 
 // ProviderLog is the provider's output.
 func (s *State) ProviderLog() string { return filepath.Join(s.Dir, "provider.log") }
@@ -215,9 +232,18 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 			return s, err
 		}
 
-		s.FullDHCP = cfg.FullDHCP
+		s.FullDHCP, s.IPv6Only = cfg.FullDHCP, cfg.IPv6Only
 
-		cmd := s.Net().DHCPCommand(context.WithoutCancel(ctx), dir, !s.FullDHCP)
+		site := labnet.SiteDHCP
+
+		switch {
+		case s.IPv6Only:
+			site = labnet.SiteIPv6
+		case s.FullDHCP:
+			site = labnet.SiteRouter
+		}
+
+		cmd := s.Net().DHCPCommand(context.WithoutCancel(ctx), dir, site)
 		if s.DHCPPID, err = proc.StartDaemon(cmd, filepath.Join(dir, "dnsmasq.out")); err != nil {
 			return s, fmt.Errorf("error starting dnsmasq: %w", err)
 		}
@@ -261,7 +287,7 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 	}
 
 	for _, m := range s.MachineList() {
-		if m.Index < 100 && !s.FullDHCP {
+		if m.Index < 100 && !s.FullDHCP && !s.IPv6Only {
 			if err := labnet.ReserveAddress(dir, m.MAC, fmt.Sprintf("10.77.0.%d", 100+m.Index)); err != nil {
 				return s, err
 			}
@@ -312,7 +338,7 @@ func (s *State) addMachines(cfg Config) error {
 		spec := machine.Spec{
 			Name: name, Index: i, Seed: s.Prefix, Firmware: fw, NICs: nics,
 			Dir: filepath.Join(s.Dir, "machines", name), NetNS: s.ProviderNS, Tap: fmt.Sprintf("tap%d", i),
-			KVM: cfg.KVM, MemoryMB: cfg.MemoryMB, DiskSize: cfg.DiskSize,
+			KVM: cfg.KVM, MemoryMB: cfg.MemoryMB, DiskSize: cfg.DiskSize, IPv6: cfg.IPv6Only,
 		}
 
 		s.assignBMC(cfg, &spec)
@@ -352,7 +378,7 @@ func (s *State) startProvider(ctx context.Context, cfg Config) error {
 		// miss the kernel's IO-APIC timer check, which then panics; skip the check.
 		"--agent-kernel-args", "no_timer_check",
 		"--state-dir", s.ProviderStateDir(),
-		"--api-advertise-address", labnet.ProviderAddr,
+		"--api-advertise-address", s.AdvertiseAddr(),
 		"--api-port", strconv.Itoa(cfg.APIPort),
 		"--dhcp-proxy-iface-or-ip", labnet.Bridge,
 		"--tftp-root", tftpRoot,
@@ -361,7 +387,10 @@ func (s *State) startProvider(ctx context.Context, cfg Config) error {
 		"--image-factory-pxe-base-url", cfg.FactoryPXEURL,
 	}, cfg.ProviderArgs...)
 
-	if s.FullDHCP {
+	switch {
+	case s.IPv6Only:
+		args = append(args, "--dhcpv6-mode", "full", "--dhcpv6-prefix", labnet.IPv6Prefix)
+	case s.FullDHCP:
 		args = append(args, "--dhcp-full", "--dhcp-range", labnet.DHCPStart+"-"+labnet.DHCPEnd)
 	}
 
@@ -524,7 +553,11 @@ func (s *State) WriteStatus(w io.Writer) error {
 
 	fmt.Fprintf(&b, "provider  pid %-8d %s  log %s  control unix://%s\n", s.ProviderPID, up(proc.Alive(s.ProviderPID)), s.ProviderLog(), s.ControlSocket())
 	site := "site DHCP server and router"
-	if s.FullDHCP {
+
+	switch {
+	case s.IPv6Only:
+		site = "IPv6 router only, sending machines to DHCPv6: the provider's"
+	case s.FullDHCP:
 		site = "router only: the provider hands out the addresses"
 	}
 

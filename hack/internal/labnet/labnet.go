@@ -221,11 +221,31 @@ func (n *Net) Down() error {
 	return nil
 }
 
-// DHCPCommand is the site's DHCP server and router: addresses (the provider's ProxyDHCP
-// adds the boot options) and router advertisements, without which iPXE waits 16 s for
-// IPv6. Without addresses, a site with no DHCP server at all, whose provider hands them
-// out (full DHCP mode): the router advertisements only.
-func (n *Net) DHCPCommand(ctx context.Context, dir string, addresses bool) *exec.Cmd {
+// Site is what the site's dnsmasq does for the lab network.
+type Site int
+
+const (
+	// SiteDHCP hands out IPv4 addresses (the provider's ProxyDHCP adds the boot options)
+	// and advertises the IPv6 router, without which iPXE waits 16 s for IPv6.
+	SiteDHCP Site = iota
+	// SiteRouter is a site without a DHCP server, whose provider hands out the addresses
+	// (full DHCP mode): the router advertisements only.
+	SiteRouter
+	// SiteIPv6 is an IPv6-only provisioning network: no IPv4 at all, and router
+	// advertisements that send hosts to DHCPv6 (managed and other flags) and let them
+	// autoconfigure (SLAAC) as well; dnsmasq answers no DHCP client itself, so the
+	// provider is the network's DHCPv6 server.
+	SiteIPv6
+)
+
+// IPv6Prefix is the lab network's IPv6 prefix, ProviderAddr6 the provider's address in it.
+const (
+	IPv6Prefix    = "fd77::/64"
+	ProviderAddr6 = "fd77::1"
+)
+
+// DHCPCommand is the site's DHCP server and router, as site says.
+func (n *Net) DHCPCommand(ctx context.Context, dir string, site Site) *exec.Cmd {
 	args := []string{
 		"--keep-in-foreground",
 		"--conf-file=/dev/null",
@@ -233,26 +253,34 @@ func (n *Net) DHCPCommand(ctx context.Context, dir string, addresses bool) *exec
 		"--user=root",
 		"--interface=" + SiteVeth,
 		"--bind-interfaces",
+		"--dhcp-leasefile=" + filepath.Join(dir, "dnsmasq.leases"),
+		"--enable-ra",
 	}
 
-	if addresses {
+	switch site {
+	case SiteDHCP:
 		args = append(args,
 			"--dhcp-authoritative",
 			"--dhcp-range="+DHCPStart+","+DHCPEnd+",255.255.255.0,1h",
 			"--dhcp-hostsdir="+hostsDir(dir),
+			"--dhcp-range=::,constructor:"+SiteVeth+",ra-only,64",
+		)
+	case SiteRouter:
+		args = append(args, "--dhcp-range=::,constructor:"+SiteVeth+",ra-only,64")
+	case SiteIPv6:
+		// A stateful range makes the advertisements say "managed"; "slaac" adds the
+		// autonomous flag. No host is known, so dnsmasq ignores every DHCPv6 client.
+		args = append(args,
+			"--dhcp-range=::1000,::1fff,constructor:"+SiteVeth+",slaac,64,1h",
+			"--dhcp-ignore=tag:!known",
 		)
 	}
 
-	args = append(args,
-		"--dhcp-leasefile="+filepath.Join(dir, "dnsmasq.leases"),
-		"--enable-ra",
-		"--dhcp-range=::,constructor:"+SiteVeth+",ra-only,64",
+	return netns.Command(ctx, n.SiteNS, "dnsmasq", append(args,
 		"--pid-file="+filepath.Join(dir, "dnsmasq.pid"),
 		"--log-dhcp",
 		"--log-facility="+filepath.Join(dir, "dnsmasq.log"),
-	)
-
-	return netns.Command(ctx, n.SiteNS, "dnsmasq", args...)
+	)...)
 }
 
 func hostsDir(dir string) string { return filepath.Join(dir, "dhcp-hosts") }

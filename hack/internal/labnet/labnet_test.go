@@ -2,6 +2,7 @@ package labnet
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -23,7 +24,7 @@ func TestNew(t *testing.T) {
 func TestDHCPCommand(t *testing.T) {
 	t.Parallel()
 
-	cmd := New("anvil").DHCPCommand(t.Context(), "/lab", true)
+	cmd := New("anvil").DHCPCommand(t.Context(), "/lab", SiteDHCP)
 
 	assert.Equal(t, []string{"ip", "netns", "exec", "anvil-site", "dnsmasq"}, cmd.Args[:5], "dnsmasq in the site's namespace")
 	assert.Contains(t, cmd.Args, "--interface=veth0")
@@ -33,11 +34,19 @@ func TestDHCPCommand(t *testing.T) {
 	assert.Contains(t, cmd.Args, "--port=0")
 
 	// A site without a DHCP server (the provider's full DHCP mode): its router only.
-	ra := New("anvil").DHCPCommand(t.Context(), "/lab", false)
+	ra := New("anvil").DHCPCommand(t.Context(), "/lab", SiteRouter)
 	assert.Contains(t, ra.Args, "--dhcp-range=::,constructor:veth0,ra-only,64")
 
-	for _, arg := range ra.Args {
-		assert.NotContains(t, arg, "10.77.0.", "no IPv4 addresses handed out")
+	// An IPv6-only site: advertisements that send hosts to DHCPv6, which dnsmasq leaves
+	// to the provider.
+	v6 := New("anvil").DHCPCommand(t.Context(), "/lab", SiteIPv6)
+	assert.Contains(t, v6.Args, "--dhcp-range=::1000,::1fff,constructor:veth0,slaac,64,1h")
+	assert.Contains(t, v6.Args, "--dhcp-ignore=tag:!known")
+
+	for _, cmd := range []*exec.Cmd{ra, v6} {
+		for _, arg := range cmd.Args {
+			assert.NotContains(t, arg, "10.77.0.", "no IPv4 addresses handed out")
+		}
 	}
 }
 

@@ -103,6 +103,9 @@ type Spec struct {
 	// BootNIC, when set, names the port (0-based) the firmware boots from instead of the
 	// last: the same machine moved to its other port keeps its identity.
 	BootNIC *int
+	// IPv6 leaves OVMF's IPv6 network boot on (PXEv6, HTTPv6), for an IPv6-only
+	// provisioning network; the zero value turns it off, as on a server set up for IPv4.
+	IPv6 bool
 	// IPMIBMC, host:port, gives the guest a KCS IPMI interface (/dev/ipmi0) backed by
 	// the external BMC listening there (ipmi_sim's "codec VM" serial port); QEMU
 	// reconnects while the BMC is away. Empty: no IPMI device.
@@ -355,16 +358,20 @@ func (m *Machine) Args() []string {
 		args = append(args,
 			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+OVMFCode,
 			"-drive", "if=pflash,format=raw,unit=1,file="+m.varsFile(),
-			// A server set up for IPv4 network boot: without these OVMF adds PXEv6 and
+		)
+
+		if !m.IPv6 {
+			// A server set up for IPv4 network boot: without this OVMF adds PXEv6 and
 			// HTTPv6 boot options after the NIC's PXEv4 one, and a machine sent back
 			// to the firmware (iPXE exit, HTTP 404) waits out their DHCPv6 timeouts
 			// before it reaches its disk. IPv6 in iPXE and Linux is untouched.
-			"-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=no",
-		)
-		if m.Firmware == UEFI || m.Firmware == UEFIHTTP {
+			args = append(args, "-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=no")
+		}
+		if m.Firmware == UEFI || m.Firmware == UEFIHTTP || m.IPv6 {
 			// UEFI: the iPXE ROM is this NIC's PXE, as a NIC's option ROM is on a server;
 			// OVMF's own PXE on top of it would be a second attempt at the same boot.
 			// UEFI HTTP: a server whose firmware is set to HTTP boot; PXE is off.
+			// IPv6: a server set up for IPv6 network boot, its PXEv4 off.
 			args = append(args, "-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=no")
 		}
 	}

@@ -63,6 +63,17 @@ func TestArgs(t *testing.T) {
 	}
 }
 
+// On an IPv6-only network OVMF keeps its IPv6 network boot.
+func TestIPv6Args(t *testing.T) {
+	t.Parallel()
+
+	m := machine.New(machine.Spec{Name: "m", Seed: "t", Firmware: machine.UEFIHTTP, Dir: "/lab/m", Tap: "tap0", IPv6: true})
+	args := strings.Join(m.Args(), " ")
+
+	assert.NotContains(t, args, "IPv6Support")
+	assert.Contains(t, args, "IPv4PXESupport,string=no", "still HTTP boot only")
+}
+
 // A machine with two ports boots from its second, the first without a boot ROM; its
 // identity is the same whichever port it boots from, and a single-port machine's MAC is
 // its last port's.
