@@ -12,6 +12,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -29,7 +30,6 @@ import (
 
 	"github.com/anvil-metal/anvil/hack/internal/diskimage"
 	"github.com/anvil-metal/anvil/hack/internal/lab"
-	"github.com/anvil-metal/anvil/hack/internal/labnet"
 	"github.com/anvil-metal/anvil/hack/internal/labtest"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
 	"github.com/anvil-metal/anvil/hack/internal/timeline"
@@ -53,7 +53,7 @@ const (
 
 var (
 	schematicRe = regexp.MustCompile(`allocation (\S+), schematic (\S+)\)`)
-	tokenRe     = regexp.MustCompile(`talos\.config=http://10\.77\.0\.1:50042/metadata/([0-9a-f-]+)\?token=(\S+)`)
+	tokenRe     = regexp.MustCompile(`talos\.config=http://(?:10\.77\.0\.1|\[fd77::1\]):50042/metadata/([0-9a-f-]+)\?token=(\S+)`)
 )
 
 // result is what one machine went through, for the report.
@@ -94,8 +94,9 @@ func (r *result) stages(t testing.TB, consoles *timeline.Consoles, providerLog s
 // labKinds are the machines of the flow: one per firmware kind of ANVIL_E2E_FIRMWARE
 // (bios,uefi,uefi-pxe by default), with the ports of ANVIL_E2E_NICS in turn (1 each by
 // default; a machine with 2 boots from its second), on a site whose DHCP server is the
-// provider's when ANVIL_E2E_FULL_DHCP=1. make e2e runs its matrix through them.
-func labKinds(t testing.TB) (firmware []machine.Firmware, nics []int, fullDHCP bool) {
+// provider's when ANVIL_E2E_FULL_DHCP=1, on an IPv6-only network when ANVIL_E2E_IPV6=1.
+// make e2e runs its matrix through them.
+func labKinds(t testing.TB) (firmware []machine.Firmware, nics []int, fullDHCP, ipv6 bool) {
 	spec := os.Getenv("ANVIL_E2E_FIRMWARE")
 	if spec == "" {
 		spec = "bios,uefi,uefi-pxe"
@@ -117,7 +118,7 @@ func labKinds(t testing.TB) (firmware []machine.Firmware, nics []int, fullDHCP b
 		}
 	}
 
-	return firmware, nics, os.Getenv("ANVIL_E2E_FULL_DHCP") == "1"
+	return firmware, nics, os.Getenv("ANVIL_E2E_FULL_DHCP") == "1", os.Getenv("ANVIL_E2E_IPV6") == "1"
 }
 
 // diskMethods pairs each boot-from-disk method with the machine that proves it, by
@@ -199,11 +200,11 @@ type binaries struct {
 func flowRun(t testing.TB, b binaries, withDisk bool) []*result {
 	dir, prefix := labtest.NewLab(t, "anve", nil)
 
-	firmware, nics, fullDHCP := labKinds(t)
+	firmware, nics, fullDHCP, ipv6 := labKinds(t)
 
 	cfg := lab.Config{
 		Dir: dir, Prefix: prefix,
-		Firmware: firmware, NICs: nics, FullDHCP: fullDHCP,
+		Firmware: firmware, NICs: nics, FullDHCP: fullDHCP, IPv6Only: ipv6,
 		ProviderBin: b.provider, AgentAssetsDir: b.agent,
 		FactoryURL: "http://" + lab.FactoryListen, FactoryPXEURL: "http://" + lab.FactoryListen,
 		APIPort:    50042,
@@ -287,7 +288,7 @@ func flowRun(t testing.TB, b binaries, withDisk bool) []*result {
 			continue
 		}
 
-		url := fmt.Sprintf("http://%s:50042/metadata/%s?token=%s", labnet.ProviderAddr, r.m.UUID, other.token)
+		url := fmt.Sprintf("http://%s/metadata/%s?token=%s", net.JoinHostPort(state.AdvertiseAddr(), "50042"), r.m.UUID, other.token)
 		code := httpStatusInNS(t, state.ProviderNS, url)
 		assert.Equal(t, "403", code, "%s's config with %s's token", r.m.Name, other.m.Name)
 	}
@@ -428,7 +429,7 @@ func flow(t testing.TB, ctl func(...string) (string, error), m *machine.Machine,
 
 	sum := sha256.Sum256([]byte(config))
 	assert.Contains(t, log, standin+" schematic="+r.schematic+" version="+talosVersion, m.Name)
-	assert.Contains(t, log, "talos.events.sink=10.77.0.1:50042", m.Name)
+	assert.Regexp(t, `talos\.events\.sink=(?:10\.77\.0\.1|\[fd77::1\]):50042`, log, m.Name)
 	assert.Contains(t, log, fmt.Sprintf("%s config status=200 bytes=%d sha256=%s", standin, len(config), hex.EncodeToString(sum[:])), m.Name)
 	assert.NotContains(t, log, "e2e-"+m.Name, "%s: the config is never printed", m.Name)
 

@@ -1,12 +1,15 @@
 //go:build lab
 
 // Package bootkinds boots the lab's machine kinds beyond the three firmware paths of
-// the end-to-end flow, on one lab whose site has no DHCP server (the provider's full
-// DHCP mode): a machine whose firmware is set to UEFI HTTP boot, and a machine with two
-// ports that boots from its second. Each boots through real firmware to a registered
-// agent; the two-port machine then boots from its other port, after a provider restart,
-// and is still the same machine with the same address. make e2e runs the whole flow on
-// every kind (TestE2E with ANVIL_E2E_FIRMWARE, ANVIL_E2E_NICS, ANVIL_E2E_FULL_DHCP).
+// the end-to-end flow. TestLabBootKinds, on a lab whose site has no DHCP server (the
+// provider's full DHCP mode): a machine whose firmware is set to UEFI HTTP boot, and a
+// machine with two ports that boots from its second; the two-port machine then boots
+// from its other port, after a provider restart, and is still the same machine with the
+// same address. TestLabBootKindsIPv6, on an IPv6-only provisioning network: the
+// firmware's own PXE over IPv6 and an iPXE ROM, each from Anvil's DHCPv6 answer. Each
+// boots through real firmware to a registered agent. make e2e runs the whole flow on
+// every kind (TestE2E with ANVIL_E2E_FIRMWARE, ANVIL_E2E_NICS, ANVIL_E2E_FULL_DHCP,
+// ANVIL_E2E_IPV6).
 package bootkinds
 
 import (
@@ -33,31 +36,40 @@ const stepDeadline = 5 * time.Minute
 // leaseRe is the agent's log line of a DHCPv4 lease on a link.
 var leaseRe = regexp.MustCompile(`DHCPv4 lease \{"link": "(\w+)", "address": "([0-9./]+)".*"server": "([0-9.]+)"`)
 
+// binaries builds the provider and anvilctl, and finds the agent's boot assets.
+func binaries(t testing.TB) (provider, anvilctl, agent string) {
+	root := labtest.RepoRoot(t)
+	bin := t.TempDir()
+	provider, anvilctl = filepath.Join(bin, "provider"), filepath.Join(bin, "anvilctl")
+
+	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
+	labtest.GoBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
+
+	return provider, anvilctl, labtest.AgentAssets(t, root, bin)
+}
+
+// labConfig is a lab at dir and prefix of two machines of the kinds given, no power
+// owner, no factory.
+func labConfig(dir, prefix, provider, agent string, firmware ...machine.Firmware) lab.Config {
+	return lab.Config{
+		Dir: dir, Prefix: prefix, Machines: len(firmware), Firmware: firmware,
+		ProviderBin: provider, AgentAssetsDir: agent,
+		FactoryURL: "http://" + lab.FactoryListen, FactoryPXEURL: "http://" + lab.FactoryListen,
+		APIPort: 50042,
+	}
+}
+
 func TestLabBootKinds(tt *testing.T) {
 	t := labtest.Recording(tt)
 
 	labtest.RequireHost(t)
 
-	root := labtest.RepoRoot(t)
-	bin := t.TempDir()
-	provider, anvilctl := filepath.Join(bin, "provider"), filepath.Join(bin, "anvilctl")
-
-	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
-	labtest.GoBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
-
-	agent := labtest.AgentAssets(t, root, bin)
-
+	provider, anvilctl, agent := binaries(t)
 	dir, prefix := labtest.NewLab(t, "anvk", nil)
 
-	cfg := lab.Config{
-		Dir: dir, Prefix: prefix, Machines: 2,
-		Firmware:    []machine.Firmware{machine.UEFIHTTP, machine.BIOS},
-		NICs:        []int{1, 2},
-		FullDHCP:    true,
-		ProviderBin: provider, AgentAssetsDir: agent,
-		FactoryURL: "http://" + lab.FactoryListen, FactoryPXEURL: "http://" + lab.FactoryListen,
-		APIPort: 50042,
-	}
+	cfg := labConfig(dir, prefix, provider, agent, machine.UEFIHTTP, machine.BIOS)
+	cfg.NICs = []int{1, 2}
+	cfg.FullDHCP = true
 
 	state, err := lab.Up(t.Context(), cfg)
 	require.NoError(t, err)
@@ -128,6 +140,64 @@ func TestLabBootKinds(tt *testing.T) {
 	require.NoError(t, err, out)
 	assert.Equal(t, 1, strings.Count(out, twoPorts.UUID), "one machine, whichever port it boots from:\n%s", out)
 	assert.Len(t, nonEmptyLines(out), 3, "two machines:\n%s", out)
+}
+
+// ipv6Addr is an address of the lab's IPv6 prefix, as the agent and iPXE print it.
+var ipv6Addr = regexp.MustCompile(`fd77::[0-9a-f:]+`)
+
+func TestLabBootKindsIPv6(tt *testing.T) {
+	t := labtest.Recording(tt)
+
+	labtest.RequireHost(t)
+
+	provider, anvilctl, agent := binaries(t)
+	dir, prefix := labtest.NewLab(t, "anv6", nil)
+
+	// The firmware's own PXE over IPv6 (it TFTPs iPXE from a tftp://[…] URL), and a NIC's
+	// iPXE ROM doing DHCPv6 itself.
+	cfg := labConfig(dir, prefix, provider, agent, machine.UEFIPXE, machine.UEFI)
+	cfg.IPv6Only = true
+
+	state, err := lab.Up(t.Context(), cfg)
+	require.NoError(t, err)
+
+	ctl := labtest.Anvilctl(anvilctl, state.ControlSocket())
+	machines := state.MachineList()
+	require.Len(t, machines, 2)
+
+	for _, m := range machines {
+		registered(t, ctl, m, m.MAC)
+	}
+
+	if t.Failed() {
+		return
+	}
+
+	pxe6, rom := readSerial(t, machines[0]), readSerial(t, machines[1])
+
+	// The boot answers came from Anvil: the firmware's PXE over IPv6 got the TFTP URL of
+	// iPXE, iPXE the script URL on the provider's IPv6 address.
+	assert.Contains(t, pxe6, "Start PXE over IPv6", "the firmware's own IPv6 PXE")
+	assert.Contains(t, pxe6, "NBP filename is ipxe.efi")
+	assert.NotContains(t, pxe6, "Start PXE over IPv4", "PXEv4 is off on an IPv6-only network")
+
+	for _, serial := range []string{pxe6, rom} {
+		assert.Contains(t, serial, "Filename: http://[fd77::1]:50042/ipxe/start.ipxe", "iPXE's boot URL from Anvil's DHCPv6")
+		assert.Contains(t, serial, `session registered with the provider {"provider": "[fd77::1]:50042"`, "the agent over IPv6")
+	}
+
+	// The site's dnsmasq only advertised the router: it answered no DHCPv6 client.
+	site, err := os.ReadFile(state.DHCPLog())
+	require.NoError(t, err)
+	assert.NotRegexp(t, `DHCP(ADVERTISE|REPLY)`, string(site), "the site's dnsmasq answered a DHCPv6 client")
+
+	// Each agent reports an address of the lab's prefix, and no IPv4 one.
+	for _, m := range machines {
+		yaml, err := ctl("get", "machine", m.UUID, "-o", "yaml")
+		require.NoError(t, err, yaml)
+		assert.Regexp(t, ipv6Addr, yaml, "%s: an IPv6 address of the lab's prefix", m.Name)
+		assert.NotContains(t, yaml, "- 10.77.0.", "%s: no IPv4 address on an IPv6-only network", m.Name)
+	}
 }
 
 // registered waits for m's agent to register with its inventory, booted from the port

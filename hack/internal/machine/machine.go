@@ -374,6 +374,10 @@ func (m *Machine) Args() []string {
 			// IPv6: a server set up for IPv6 network boot, its PXEv4 off.
 			args = append(args, "-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=no")
 		}
+
+		if m.Firmware == UEFIHTTP {
+			args = append(args, "-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=no")
+		}
 	}
 
 	return args

@@ -72,6 +72,7 @@ func TestIPv6Args(t *testing.T) {
 
 	assert.NotContains(t, args, "IPv6Support")
 	assert.Contains(t, args, "IPv4PXESupport,string=no", "still HTTP boot only")
+	assert.Contains(t, args, "IPv6PXESupport,string=no", "still HTTP boot only")
 }
 
 // A machine with two ports boots from its second, the first without a boot ROM; its
