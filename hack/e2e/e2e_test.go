@@ -220,7 +220,7 @@ func flowRun(t testing.TB, b binaries, withDisk bool) []*result {
 
 	out, err := ctl("get", "machines")
 	require.NoError(t, err, out)
-	require.Len(t, nonEmptyLines(out), 1, "the provider knows no machines yet:\n%s", out)
+	require.Len(t, labtest.NonEmptyLines(out), 1, "the provider knows no machines yet:\n%s", out)
 
 	// The consoles are followed from before power-on, so that their lines carry the
 	// time they appeared (the stages' clock, with the provider's log).
@@ -575,18 +575,6 @@ func writeReport(t testing.TB, root string, runs [][]*result) {
 	if assert.NoError(t, os.MkdirAll(out, 0o755)) {
 		assert.NoError(t, os.WriteFile(filepath.Join(out, "report.txt"), []byte(b.String()), 0o644))
 	}
-}
-
-func nonEmptyLines(s string) []string {
-	var lines []string
-
-	for _, l := range strings.Split(s, "\n") {
-		if strings.TrimSpace(l) != "" {
-			lines = append(lines, l)
-		}
-	}
-
-	return lines
 }
 
 // standinAssets is the stand-in Talos' boot assets, built here (they are small and

@@ -139,7 +139,7 @@ func TestLabBootKinds(tt *testing.T) {
 	out, err := ctl("get", "machines")
 	require.NoError(t, err, out)
 	assert.Equal(t, 1, strings.Count(out, twoPorts.UUID), "one machine, whichever port it boots from:\n%s", out)
-	assert.Len(t, nonEmptyLines(out), 3, "two machines:\n%s", out)
+	assert.Len(t, labtest.NonEmptyLines(out), 3, "two machines:\n%s", out)
 }
 
 // ipv6Addr is an address of the lab's IPv6 prefix, as the agent and iPXE print it.
@@ -258,16 +258,4 @@ func readSerialFrom(t testing.TB, m *machine.Machine, offset int) string {
 	require.GreaterOrEqual(t, len(b), offset, m.Name)
 
 	return strings.ReplaceAll(string(b[offset:]), "\r", "")
-}
-
-func nonEmptyLines(s string) []string {
-	var out []string
-
-	for _, l := range strings.Split(s, "\n") {
-		if strings.TrimSpace(l) != "" {
-			out = append(out, l)
-		}
-	}
-
-	return out
 }

@@ -280,3 +280,17 @@ func (t T) record(msg string) {
 
 	t.failures.msgs = append(t.failures.msgs, fmt.Sprintf("--- %s (%s):\n%s", t.Name(), time.Now().Format("15:04:05"), msg))
 }
+
+// NonEmptyLines are the lines of s (anvilctl's output, a log) that hold more than
+// white space.
+func NonEmptyLines(s string) []string {
+	var lines []string
+
+	for _, l := range strings.Split(s, "\n") {
+		if strings.TrimSpace(l) != "" {
+			lines = append(lines, l)
+		}
+	}
+
+	return lines
+}

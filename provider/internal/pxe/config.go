@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -140,14 +141,18 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// resolveInterface finds the interface named by Config.Interface (a name or one of its
-// IPv4 addresses) and its first IPv4 address.
-func resolveInterface(spec string) (*net.Interface, netip.Addr, error) {
+// Global6 accepts global unicast IPv6 addresses, unique local ones (fd00::/8) included:
+// the addresses machines on a provisioning network reach the provider at.
+func Global6(a netip.Addr) bool { return a.Is6() && !a.Is4In6() && a.IsGlobalUnicast() }
+
+// ResolveInterface finds the interface spec names (a name, or one of its addresses) and
+// its first address that want accepts — the one given, when spec is such an address.
+func ResolveInterface(spec string, want func(netip.Addr) bool) (*net.Interface, netip.Addr, error) {
 	if spec == "" {
 		return nil, netip.Addr{}, errors.New("no interface configured")
 	}
 
-	want, err := netip.ParseAddr(spec)
+	given, err := netip.ParseAddr(spec)
 	isIP := err == nil
 
 	ifaces, err := net.Interfaces()
@@ -161,41 +166,26 @@ func resolveInterface(spec string) (*net.Interface, netip.Addr, error) {
 			continue
 		}
 
-		addrs, err := iface.Addrs()
+		addrs, err := interfaceAddrs(iface)
 		if err != nil {
-			return nil, netip.Addr{}, fmt.Errorf("error listing addresses of %s: %w", iface.Name, err)
+			return nil, netip.Addr{}, err
 		}
 
-		var first netip.Addr
+		if isIP && !slices.Contains(addrs, given) {
+			continue
+		}
+
+		if isIP && want(given) {
+			return iface, given, nil
+		}
 
 		for _, a := range addrs {
-			ipn, ok := a.(*net.IPNet)
-			if !ok {
-				continue
-			}
-
-			ip, ok := netip.AddrFromSlice(ipn.IP)
-			if !ok {
-				continue
-			}
-
-			ip = ip.Unmap()
-			if !ip.Is4() {
-				continue
-			}
-
-			if isIP && ip == want {
-				return iface, ip, nil
-			}
-
-			if !first.IsValid() {
-				first = ip
+			if want(a) {
+				return iface, a, nil
 			}
 		}
 
-		if !isIP {
-			return iface, first, nil
-		}
+		return iface, netip.Addr{}, nil
 	}
 
 	if isIP {
@@ -203,4 +193,24 @@ func resolveInterface(spec string) (*net.Interface, netip.Addr, error) {
 	}
 
 	return nil, netip.Addr{}, fmt.Errorf("interface %s not found", spec)
+}
+
+// interfaceAddrs lists the interface's IP addresses.
+func interfaceAddrs(iface *net.Interface) ([]netip.Addr, error) {
+	addrs, err := iface.Addrs()
+	if err != nil {
+		return nil, fmt.Errorf("error listing addresses of %s: %w", iface.Name, err)
+	}
+
+	out := make([]netip.Addr, 0, len(addrs))
+
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(ipn.IP); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+
+	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strconv"
 	"syscall"
 
@@ -131,21 +132,13 @@ func NewDHCPv6(cfg DHCPv6Config, logger *zap.Logger, metrics *Metrics) (*DHCPv6,
 // firstGlobal6 returns the interface's first global unicast IPv6 address (ULAs
 // included), or the zero Addr when it has none.
 func firstGlobal6(iface *net.Interface) (netip.Addr, error) {
-	addrs, err := iface.Addrs()
+	addrs, err := interfaceAddrs(iface)
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("error listing addresses of %s: %w", iface.Name, err)
+		return netip.Addr{}, err
 	}
 
-	for _, a := range addrs {
-		ipn, ok := a.(*net.IPNet)
-		if !ok {
-			continue
-		}
-
-		ip, ok := netip.AddrFromSlice(ipn.IP)
-		if ok && ip.Is6() && !ip.Is4In6() && ip.IsGlobalUnicast() {
-			return ip, nil
-		}
+	if i := slices.IndexFunc(addrs, Global6); i >= 0 {
+		return addrs[i], nil
 	}
 
 	return netip.Addr{}, nil

@@ -55,7 +55,7 @@ func NewProxyDHCP(cfg Config, logger *zap.Logger, metrics *Metrics) (*ProxyDHCP,
 
 // prepareConfig resolves the interface, fills ServerIP from it and validates.
 func prepareConfig(cfg *Config) (string, error) {
-	iface, ip, err := resolveInterface(cfg.Interface)
+	iface, ip, err := ResolveInterface(cfg.Interface, netip.Addr.Is4)
 	if err != nil {
 		return "", fmt.Errorf("error resolving interface %q: %w", cfg.Interface, err)
 	}

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -48,9 +47,13 @@ func (env *environment) dhcpv6(metrics *pxe.Metrics) (*runner, error) {
 		spec = env.advertise.String()
 	}
 
-	iface, addr, err := interfaceIPv6(spec)
+	iface, addr, err := pxe.ResolveInterface(spec, pxe.Global6)
 	if err != nil {
 		return nil, fmt.Errorf("error finding the DHCPv6 interface: %w", err)
+	}
+
+	if !addr.IsValid() {
+		return nil, fmt.Errorf("error finding the DHCPv6 interface: %s has no global IPv6 address", iface.Name)
 	}
 
 	if env.advertise.Is6() {
@@ -60,7 +63,7 @@ func (env *environment) dhcpv6(metrics *pxe.Metrics) (*runner, error) {
 	base := "http://" + net.JoinHostPort(addr.String(), strconv.Itoa(opts.APIPort))
 
 	cfg := pxe.DHCPv6Config{
-		Interface:    iface,
+		Interface:    iface.Name,
 		ServerAddr:   addr,
 		ScriptURL:    base + "/ipxe/start.ipxe",
 		HTTPBootURL:  base + "/boot/",
@@ -82,63 +85,4 @@ func (env *environment) dhcpv6(metrics *pxe.Metrics) (*runner, error) {
 	}
 
 	return &runner{name: "dhcpv6", run: srv.Run}, nil
-}
-
-// interfaceIPv6 finds the interface spec names (a name, or one of its addresses) and its
-// first global unicast IPv6 address.
-func interfaceIPv6(spec string) (string, netip.Addr, error) {
-	want, err := netip.ParseAddr(spec)
-	byAddr := err == nil
-
-	ifaces, err := net.Interfaces()
-	if err != nil {
-		return "", netip.Addr{}, fmt.Errorf("error listing interfaces: %w", err)
-	}
-
-	for _, iface := range ifaces {
-		if !byAddr && iface.Name != spec {
-			continue
-		}
-
-		addrs, err := iface.Addrs()
-		if err != nil {
-			return "", netip.Addr{}, fmt.Errorf("error listing the addresses of %s: %w", iface.Name, err)
-		}
-
-		var (
-			global netip.Addr
-			holds  bool
-		)
-
-		for _, a := range addrs {
-			ipn, ok := a.(*net.IPNet)
-			if !ok {
-				continue
-			}
-
-			ip, ok := netip.AddrFromSlice(ipn.IP)
-			if !ok {
-				continue
-			}
-
-			ip = ip.Unmap()
-			holds = holds || ip == want
-
-			if ip.Is6() && ip.IsGlobalUnicast() && !global.IsValid() {
-				global = ip
-			}
-		}
-
-		if byAddr && !holds {
-			continue
-		}
-
-		if !global.IsValid() {
-			return "", netip.Addr{}, fmt.Errorf("interface %s has no global IPv6 address", iface.Name)
-		}
-
-		return iface.Name, global, nil
-	}
-
-	return "", netip.Addr{}, errors.New("no interface " + spec)
 }

@@ -24,7 +24,7 @@ func TestDHCPv6Options(t *testing.T) {
 		{name: "off by default", mode: "", wantOff: true},
 		{name: "off", mode: "off", wantOff: true},
 		{name: "unknown mode", mode: "stateful", wantErr: `invalid --dhcpv6-mode "stateful"`},
-		{name: "no such interface", mode: "info", iface: "no-such-if0", wantErr: "no interface no-such-if0"},
+		{name: "no such interface", mode: "info", iface: "no-such-if0", wantErr: "interface no-such-if0 not found"},
 		{name: "loopback has no global IPv6", mode: "info", iface: "lo", wantErr: "has no global IPv6 address"},
 		{name: "full without a prefix", mode: "full", iface: "lo", wantErr: "needs --dhcpv6-prefix, an IPv6 /64"},
 		{name: "full with a /48", mode: "full", prefix: "fd77::/48", iface: "lo", wantErr: "needs --dhcpv6-prefix, an IPv6 /64"},
