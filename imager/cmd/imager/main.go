@@ -1,6 +1,7 @@
 // Command imager builds the metal agent's boot assets: vmlinuz-<arch>, initramfs-<arch>.xz
-// (or .zst) and cmdline-<arch>, with Go alone; "imager extension" builds the agent's Talos
-// system extension image. Every flag can also be set as ANVIL_<FLAG>.
+// (or .zst), cmdline-<arch> and, given a systemd-boot stub, agent-<arch>.efi (a Unified
+// Kernel Image), with Go alone; "imager extension" builds the agent's Talos system
+// extension image. Every flag can also be set as ANVIL_<FLAG>.
 package main
 
 import (
@@ -32,6 +33,7 @@ func newCommand() *cobra.Command {
 	var (
 		opts               bootassets.Options
 		kernel, modulesDir string
+		kernelRoot         string
 		compression, mtime string
 	)
 
@@ -58,7 +60,15 @@ func newCommand() *cobra.Command {
 				return err
 			}
 
-			if opts.Kernel, err = bootassets.FindKernel("/", kernel, modulesDir); err != nil {
+			if opts.Arch != "amd64" && opts.Arch != "arm64" {
+				return fmt.Errorf("invalid --arch %q: amd64 or arm64", opts.Arch)
+			}
+
+			if opts.Cmdline == "" {
+				opts.Cmdline = bootassets.Cmdline(opts.Arch)
+			}
+
+			if opts.Kernel, err = bootassets.FindKernel(kernelRoot, kernel, modulesDir); err != nil {
 				return err
 			}
 
@@ -72,15 +82,17 @@ func newCommand() *cobra.Command {
 
 	flags := cmd.Flags()
 	flags.StringVar(&opts.Agent, "agent", "", "metal-agent binary (static), shipped as /init")
-	flags.StringVar(&kernel, "kernel", "", "kernel image (default: /boot/vmlinuz-<v> of the newest /lib/modules/<v>)")
-	flags.StringVar(&modulesDir, "modules-dir", "", "the kernel's modules tree (default: /lib/modules/<version of --kernel>)")
+	flags.StringVar(&kernel, "kernel", "", "kernel image (default: <kernel-root>/boot/vmlinuz-<v> of the newest <kernel-root>/lib/modules/<v>)")
+	flags.StringVar(&modulesDir, "modules-dir", "", "the kernel's modules tree (default: <kernel-root>/lib/modules/<version of --kernel>)")
+	flags.StringVar(&kernelRoot, "kernel-root", "/", "tree holding boot/vmlinuz-<v> and lib/modules/<v>, e.g. an extracted arm64 linux-image .deb")
+	flags.StringVar(&opts.UKIStub, "uki-stub", "", "systemd-boot EFI stub (linuxaa64.efi.stub); if set, also write agent-<arch>.efi, a Unified Kernel Image")
 	flags.StringVar(&opts.FirmwareDir, "firmware-dir", "_out/firmware", "firmware tree laid out like /lib/firmware (hack/firmware.sh makes it)")
 	flags.StringSliceVar(&opts.Modules, "modules", kmod.DefaultPatterns, "module name globs (or path prefixes with '/') to ship, with their dependencies")
 	flags.StringVar(&opts.OutDir, "out", "_out/agent", "output directory")
-	flags.StringVar(&opts.Arch, "arch", "amd64", "architecture suffix of the output files")
+	flags.StringVar(&opts.Arch, "arch", "amd64", "architecture of the kernel and agent, amd64 or arm64; suffix of the output files")
 	flags.StringVar(&compression, "compression", string(initramfs.Zstd), "initramfs compression: zstd or xz")
 	flags.IntVar(&opts.ZstdLevel, "zstd-level", 19, "zstd level, 1-22 (mapped to the encoder's fastest/default/better/best)")
-	flags.StringVar(&opts.Cmdline, "cmdline", bootassets.DefaultCmdline, "kernel command line written to cmdline-<arch>")
+	flags.StringVar(&opts.Cmdline, "cmdline", "", "kernel command line written to cmdline-<arch> (default: \""+bootassets.DefaultCmdline+"\", ttyAMA0 instead of ttyS0 for arm64)")
 	flags.StringVar(&mtime, "mtime", "", "mtime of archive entries, seconds since the epoch (default: $SOURCE_DATE_EPOCH, else 0)")
 	flags.BoolVar(&opts.Force, "force", false, "recompress even when the archive is unchanged since the last build")
 	flagenv.Annotate(flags)

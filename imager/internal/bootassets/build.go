@@ -27,6 +27,19 @@ import (
 // panic=30 so a crashed agent reboots into PXE rather than hanging.
 const DefaultCmdline = "console=tty0 console=ttyS0,115200n8 printk.devkmsg=on panic=30"
 
+// DefaultCmdlineArm64 is DefaultCmdline for arm64, whose serial console is the PL011
+// (ttyAMA0, as on QEMU's virt machine and most arm64 servers' SOL).
+const DefaultCmdlineArm64 = "console=tty0 console=ttyAMA0,115200n8 printk.devkmsg=on panic=30"
+
+// Cmdline is the default command line for arch.
+func Cmdline(arch string) string {
+	if arch == "arm64" {
+		return DefaultCmdlineArm64
+	}
+
+	return DefaultCmdline
+}
+
 // Options say what goes into the bundle.
 type Options struct {
 	// Agent is the metal-agent binary, shipped as /init.
@@ -39,8 +52,13 @@ type Options struct {
 	Modules []string
 	// OutDir receives the bundle.
 	OutDir string
-	// Arch names the files: vmlinuz-<Arch>...
+	// Arch names the files: vmlinuz-<Arch>... An arm64 build checks that the kernel is an
+	// arm64 Image.
 	Arch string
+	// UKIStub, when set, is a systemd-boot EFI stub (linuxaa64.efi.stub, linuxx64.efi.stub)
+	// for Arch: the kernel, initramfs and cmdline are also bundled into agent-<Arch>.efi, a
+	// Unified Kernel Image that UEFI HTTP boot starts directly.
+	UKIStub string
 	// Compression of the initramfs, and the zstd level (1-22) when zstd.
 	Compression initramfs.Compression
 	ZstdLevel   int
@@ -57,6 +75,8 @@ type Options struct {
 // Result tells what was built.
 type Result struct {
 	Kernel, Initramfs, Cmdline string
+	// UKI is agent-<arch>.efi, when Options.UKIStub was set.
+	UKI string
 	// ArchiveSize is the uncompressed cpio size, InitramfsSize the compressed one.
 	ArchiveSize, InitramfsSize int64
 	Modules, Firmware          int
@@ -98,6 +118,10 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	res.ArchiveSize = n
 	logf("archive: %d entries, %s uncompressed (%s)", len(archive.Names()), mib(n), since(start))
 
+	if err := CheckKernelArch(opts.Kernel.Image, opts.Arch); err != nil {
+		return nil, err
+	}
+
 	res.Kernel = filepath.Join(opts.OutDir, "vmlinuz-"+opts.Arch)
 	if err := copyFile(opts.Kernel.Image, res.Kernel); err != nil {
 		return nil, err
@@ -112,6 +136,14 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 		return nil, err
 	}
 
+	if opts.UKIStub != "" {
+		if err := writeUKI(opts, res); err != nil {
+			return nil, err
+		}
+
+		logf("uki: %s", res.UKI)
+	}
+
 	logf("done in %s: %s, %s (%s), %s", since(start), res.Kernel, res.Initramfs, mib(res.InitramfsSize), res.Cmdline)
 
 	return res, nil
@@ -122,7 +154,7 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 func Collect(opts Options, logf func(string, ...any)) (*initramfs.Archive, *Result, error) {
 	res := &Result{}
 
-	if err := checkAgent(opts.Agent); err != nil {
+	if err := checkAgent(opts.Agent, opts.Arch); err != nil {
 		return nil, nil, err
 	}
 
@@ -316,9 +348,12 @@ func copyProgress(ctx context.Context, w io.Writer, data []byte, report func(don
 	return nil
 }
 
-// checkAgent refuses a dynamically linked agent: the initramfs has no libc or loader, and
-// the kernel would panic with "No working init found".
-func checkAgent(agent string) error {
+// agentMachines are the ELF machines an agent must be built for, by architecture.
+var agentMachines = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
+
+// checkAgent refuses a dynamically linked agent, or one for another architecture: the
+// initramfs has no libc or loader, and the kernel would panic with "No working init found".
+func checkAgent(agent, arch string) error {
 	f, err := elf.Open(agent)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
@@ -329,6 +364,10 @@ func checkAgent(agent string) error {
 		return nil
 	}
 	defer f.Close()
+
+	if want, ok := agentMachines[arch]; ok && f.Machine != want {
+		return fmt.Errorf("agent %s is built for %s, not %s: build it with GOARCH=%s", agent, f.Machine, arch, arch)
+	}
 
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {

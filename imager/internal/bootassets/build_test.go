@@ -321,6 +321,13 @@ func readInitramfs(t *testing.T, path string, c initramfs.Compression) map[strin
 func fakeAgent(t *testing.T) string {
 	t.Helper()
 
+	return fakeAgentFor(t, "amd64")
+}
+
+// fakeAgentFor builds the stand-in for goarch.
+func fakeAgentFor(t *testing.T, goarch string) string {
+	t.Helper()
+
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module fakeagent\n\ngo 1.21\n"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n\nfunc main() { println(\"agent\") }\n"), 0o644))
@@ -328,7 +335,7 @@ func fakeAgent(t *testing.T) string {
 	out := filepath.Join(dir, "agent")
 	cmd := exec.Command("go", "build", "-o", out, ".")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=", "GOTOOLCHAIN=local")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=", "GOTOOLCHAIN=local", "GOARCH="+goarch)
 
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the fake agent: %v\n%s", err, b)

@@ -51,7 +51,7 @@ func FindKernel(root, image, modulesDir string) (Kernel, error) {
 		}
 
 		if len(versions) == 0 {
-			return Kernel{}, fmt.Errorf("no kernel found (/boot/vmlinuz-<v> with /lib/modules/<v>/modules.dep): install linux-image-amd64 (make setup) or give --kernel and --modules-dir")
+			return Kernel{}, fmt.Errorf("no kernel found in %s (boot/vmlinuz-<v> with lib/modules/<v>/modules.dep): install linux-image-amd64 (make setup), unpack the arm64 one (hack/arm64-assets.sh), or give --kernel and --modules-dir", root)
 		}
 
 		sort.Slice(versions, func(i, j int) bool { return versionLess(versions[i], versions[j]) })
@@ -67,6 +67,34 @@ func FindKernel(root, image, modulesDir string) (Kernel, error) {
 	}
 
 	return Kernel{Image: image, ModulesDir: modulesDir, Version: filepath.Base(filepath.Clean(modulesDir))}, nil
+}
+
+// arm64ImageMagic is "ARM\x64" at offset 0x38 of an arm64 kernel Image header
+// (Documentation/arch/arm64/booting.rst); Debian's arm64 vmlinuz is such an Image.
+const arm64ImageMagic = "ARM\x64"
+
+// CheckKernelArch refuses a kernel image of the wrong architecture, the mistake an arm64
+// build makes by default: the host's /boot holds amd64 kernels. An arm64 build needs an
+// arm64 Image; any other build refuses one. Other formats are not told apart.
+func CheckKernelArch(image, arch string) error {
+	f, err := os.Open(image)
+	if err != nil {
+		return fmt.Errorf("error reading the kernel: %w", err)
+	}
+	defer f.Close()
+
+	hdr := make([]byte, 0x3c)
+	n, _ := f.ReadAt(hdr, 0)
+	isArm64 := n == len(hdr) && string(hdr[0x38:0x3c]) == arm64ImageMagic
+
+	switch {
+	case arch == "arm64" && !isArm64:
+		return fmt.Errorf("kernel %s is not an arm64 Image: give an arm64 kernel (--kernel, --kernel-root)", image)
+	case arch != "arm64" && isArm64:
+		return fmt.Errorf("kernel %s is an arm64 Image, not a kernel for %s", image, arch)
+	}
+
+	return nil
 }
 
 // ImageVersion reads the version string of an x86 bzImage (boot protocol ≥ 2.00:
