@@ -90,14 +90,24 @@ func (e *eventSink) Publish(ctx context.Context, req *events.EventRequest) (*eve
 }
 
 // machineAt finds the machine booting Talos from addr: events are accepted only from the
-// address a machine fetched its Talos boot script from, while it is allocated.
+// address a machine fetched its Talos boot script from, or its config with the token of
+// its allocation, while it is allocated.
 func (e *eventSink) machineAt(addr string) (resource.ID, string, error) {
-	for _, m := range e.server.opts.View.ByAddress(addr) {
+	view := e.server.opts.View
+
+	for _, m := range view.ByAddress(addr) {
 		if m.Machine.LastDecision != string(lifecycle.BootTalos) || m.Intent == nil || m.Intent.Allocation == nil {
 			continue
 		}
 
 		return m.ID, m.Intent.Allocation.ID, nil
+	}
+
+	if t, ok := view.TalosAt(addr); ok {
+		if m := view.Get(t.Machine); m != nil && m.Machine != nil && m.Machine.LastDecision == string(lifecycle.BootTalos) &&
+			m.Intent != nil && m.Intent.Allocation != nil && m.Intent.Allocation.ID == t.Allocation {
+			return m.ID, t.Allocation, nil
+		}
 	}
 
 	return "", "", fmt.Errorf("no allocated machine booted Talos from %s", addr)

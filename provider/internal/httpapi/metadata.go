@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"net"
 	"net/http"
 
 	"github.com/cosi-project/runtime/pkg/safe"
@@ -56,6 +57,12 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no configuration for this machine", http.StatusNotFound)
 
 		return
+	}
+
+	// Talos' install events come from the address it fetched its config from: over IPv6
+	// that is not the address iPXE booted it from.
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		s.opts.View.NoteTalosAddress(host, id, claims.Binding)
 	}
 
 	s.metrics.metadata.WithLabelValues("served").Inc()

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/siderolabs/siderolink/api/events"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
@@ -402,6 +403,79 @@ func TestEventSink(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	assert.Equal(t, "ok\n", string(body))
+}
+
+// Over IPv6 Talos speaks from another address than the one iPXE booted it from: its
+// install events are taken from the address that fetched its config with the token of
+// its allocation, and only while that allocation stands.
+func TestEventSinkFromConfigAddress(t *testing.T) {
+	t.Parallel()
+
+	f := newFixture(t)
+	alloc := &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", Config: "version: v1alpha1\n"}
+
+	// iPXE booted Talos from its DHCPv6 address; Talos will speak from 127.0.0.1.
+	f.machine(t, m1, "fd77::a", lifecycle.BootTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc}, nil)
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+
+	go func() { done <- f.server.Serve(ctx, lis) }()
+
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+
+	sink := events.NewEventSinkServiceClient(conn)
+	install := sequenceEvent(t, "install", machine.SequenceEvent_STOP, false)
+
+	_, err = sink.Publish(ctx, install)
+	assert.Equal(t, codes.PermissionDenied, grpcstatus.Code(err), "before the config fetch")
+
+	fetch := func(claims token.Claims) int {
+		resp, err := http.Get("http://" + lis.Addr().String() + "/metadata/" + m1 + "?token=" + token.Sign(f.scripts.TokenKey, claims))
+		require.NoError(t, err)
+		resp.Body.Close()
+
+		return resp.StatusCode
+	}
+
+	// A refused fetch (another allocation's token) vouches for nothing.
+	assert.Equal(t, http.StatusForbidden, fetch(boot.MetadataClaims(m1, "a0")))
+
+	_, err = sink.Publish(ctx, install)
+	assert.Equal(t, codes.PermissionDenied, grpcstatus.Code(err), "after a refused fetch")
+
+	assert.Equal(t, http.StatusOK, fetch(boot.MetadataClaims(m1, "a1")))
+
+	_, err = sink.Publish(ctx, install)
+	require.NoError(t, err)
+	assert.Equal(t, []string{m1 + "/a1/event-sink"}, f.rec.records)
+
+	// A new allocation: the address vouched for the old one only.
+	_, err = safe.StateUpdateWithConflicts(ctx, f.store, resources.NewMachineIntent(m1).Metadata(), func(in *resources.MachineIntent) error {
+		in.TypedSpec().Allocation = &resources.Allocation{ID: "a2", TalosVersion: "v1.9.0", Config: "x"}
+
+		return nil
+	})
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool {
+		e := f.view.Get(m1)
+
+		return e != nil && e.Intent != nil && e.Intent.Allocation != nil && e.Intent.Allocation.ID == "a2"
+	}, 10*time.Second, 10*time.Millisecond)
+
+	_, err = sink.Publish(ctx, install)
+	assert.Equal(t, codes.PermissionDenied, grpcstatus.Code(err), "under the next allocation")
 }
 
 // TestHealthWaitsForTheView: /healthz says ready only once boot requests can be answered.

@@ -45,6 +45,15 @@ type View struct {
 	agentMu    sync.Mutex
 	agentBoots map[resource.ID]*time.Time
 
+	// talosAt holds, by address, the machine whose Talos fetched its config from there
+	// with a valid token (and talosAddr the reverse, one address per machine). Over IPv4
+	// Talos speaks from the address iPXE booted it from (the view's byAddress); over IPv6
+	// iPXE's DHCPv6 address and Talos' autoconfigured one differ. Its own lock, like
+	// agentBoots.
+	talosMu   sync.Mutex
+	talosAt   map[string]TalosAddress
+	talosAddr map[resource.ID]string
+
 	ready     chan struct{}
 	readyOnce sync.Once
 	restarts  atomic.Int64
@@ -60,6 +69,8 @@ func New() *View {
 		byAddress:  map[string]map[resource.ID]struct{}{},
 		changed:    make(chan struct{}),
 		agentBoots: map[resource.ID]*time.Time{},
+		talosAt:    map[string]TalosAddress{},
+		talosAddr:  map[resource.ID]string{},
 		ready:      make(chan struct{}),
 	}
 }
@@ -150,6 +161,38 @@ func (v *View) AgentBootIssued(id resource.ID) time.Time {
 	}
 
 	return newest
+}
+
+// TalosAddress is a machine's Talos seen at an address, under an allocation.
+type TalosAddress struct {
+	Machine    resource.ID
+	Allocation string
+}
+
+// NoteTalosAddress records that the machine's Talos fetched its config, under the
+// allocation, from addr: the machine's newest address replaces its previous one, so the
+// map holds one address per machine.
+func (v *View) NoteTalosAddress(addr string, id resource.ID, allocation string) {
+	v.talosMu.Lock()
+	defer v.talosMu.Unlock()
+
+	if prev, ok := v.talosAddr[id]; ok {
+		delete(v.talosAt, prev)
+	}
+
+	id = strings.Clone(id)
+	v.talosAddr[id] = addr
+	v.talosAt[addr] = TalosAddress{Machine: id, Allocation: allocation}
+}
+
+// TalosAt returns the machine whose Talos last fetched its config from addr.
+func (v *View) TalosAt(addr string) (TalosAddress, bool) {
+	v.talosMu.Lock()
+	defer v.talosMu.Unlock()
+
+	t, ok := v.talosAt[addr]
+
+	return t, ok
 }
 
 // watched are the resource types the view follows.

@@ -345,3 +345,32 @@ func BenchmarkNoteAgentBoot(b *testing.B) {
 		})
 	}
 }
+
+// A machine's Talos address is its newest: the map holds one address per machine.
+func TestTalosAddress(t *testing.T) {
+	t.Parallel()
+
+	v := machineview.New()
+
+	_, ok := v.TalosAt("fd77::5")
+	assert.False(t, ok)
+
+	v.NoteTalosAddress("fd77::5", "m1", "a1")
+	v.NoteTalosAddress("fd77::6", "m2", "a2")
+
+	got, ok := v.TalosAt("fd77::5")
+	assert.True(t, ok)
+	assert.Equal(t, machineview.TalosAddress{Machine: "m1", Allocation: "a1"}, got)
+
+	v.NoteTalosAddress("fe80::1%br0", "m1", "a3")
+
+	_, ok = v.TalosAt("fd77::5")
+	assert.False(t, ok, "m1's previous address is forgotten")
+
+	got, _ = v.TalosAt("fe80::1%br0")
+	assert.Equal(t, machineview.TalosAddress{Machine: "m1", Allocation: "a3"}, got)
+
+	got, ok = v.TalosAt("fd77::6")
+	assert.True(t, ok, "another machine's stays")
+	assert.Equal(t, machineview.TalosAddress{Machine: "m2", Allocation: "a2"}, got)
+}
