@@ -46,8 +46,8 @@ const (
 
 	// defaultDiskMethods gives each firmware kind the boot-from-disk method a site would
 	// use with it, so that the suite boots from disk by every method: sanboot works only
-	// under BIOS in Debian's iPXE; under OVMF the firmware falls through to the disk
-	// after its HTTPv4 boot option times out (~60 s under TCG).
+	// under BIOS in Debian's iPXE; under OVMF the firmware goes on to its HTTPv4 boot
+	// option, which Anvil answers with iPXE again (sent back again), then to the disk.
 	defaultDiskMethods = "ipxe-sanboot:bios,ipxe-exit:uefi,http-404:uefi-pxe,ipxe-exit:uefi-http"
 )
 
