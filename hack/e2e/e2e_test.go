@@ -346,7 +346,7 @@ func flow(t testing.TB, ctl func(...string) (string, error), m *machine.Machine,
 	t.Logf("%s (%s): power-on → registered %s", m.Name, m.Firmware, r.registered.Round(100*time.Millisecond))
 
 	assert.Contains(t, yaml, "uuid: "+m.UUID, m.Name)
-	assert.Contains(t, yaml, "mac: "+m.MAC, m.Name)
+	assert.True(t, labtest.HasField(yaml, "mac", m.MAC), "%s: no mac: %s in\n%s", m.Name, m.MAC, yaml)
 	assert.Contains(t, yaml, "firmware: "+firmwareName(m.Firmware), m.Name)
 	assert.Contains(t, yaml, "manufacturer: "+m.Vendor.Manufacturer, m.Name)
 	assert.Contains(t, yaml, "driver: virtio_net", m.Name)

@@ -109,7 +109,7 @@ func TestLabBootKinds(tt *testing.T) {
 	require.NoError(t, err, yaml)
 
 	for _, mac := range twoPorts.MACs {
-		assert.Regexp(t, regexp.MustCompile(`mac: `+mac+`\n(?:\s+\w+:.*\n)*?\s+addresses:\n\s+- 10\.77\.0\.`), yaml,
+		assert.Regexp(t, regexp.MustCompile(`mac: '?`+mac+`'?\n(?:\s+\w+:.*\n)*?\s+addresses:\n\s+- 10\.77\.0\.`), yaml,
 			"%s: port %s is reported, with its address", twoPorts.Name, mac)
 	}
 
@@ -216,7 +216,7 @@ func registered(t testing.TB, ctl func(...string) (string, error), m *machine.Ma
 	}
 
 	assert.Contains(t, yaml, "uuid: "+m.UUID, m.Name)
-	assert.Regexp(t, regexp.MustCompile(`macs:\n\s+- `+bootMAC), yaml, "%s: booted from %s", m.Name, bootMAC)
+	assert.Regexp(t, regexp.MustCompile(`macs:\n\s+- '?`+bootMAC), yaml, "%s: booted from %s", m.Name, bootMAC)
 }
 
 // registeredAgain waits for m's agent to register anew (a line after mark in its serial

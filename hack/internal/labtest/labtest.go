@@ -294,3 +294,16 @@ func NonEmptyLines(s string) []string {
 
 	return lines
 }
+
+// HasField reports whether the YAML text y has "key: value", plain or quoted: YAML quotes
+// a value that would otherwise read as a number (an all-digit MAC such as
+// 52:54:00:05:50:40 is a base-60 integer to YAML 1.1, a hex ID such as 12e4 a float).
+func HasField(y, key, value string) bool {
+	for _, v := range [...]string{value, "'" + value + "'", `"` + value + `"`} {
+		if strings.Contains(y, key+": "+v) {
+			return true
+		}
+	}
+
+	return false
+}

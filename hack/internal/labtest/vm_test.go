@@ -67,3 +67,21 @@ func TestOwedWipe(t *testing.T) {
 		})
 	}
 }
+
+// A value YAML would read as a number comes quoted; HasField finds it either way.
+func TestHasField(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		y, key, value string
+		want          bool
+	}{
+		{"mac: 52:54:00:8a:0b:1c\n", "mac", "52:54:00:8a:0b:1c", true},
+		{"mac: '52:54:00:05:50:40'\n", "mac", "52:54:00:05:50:40", true},
+		{"wipedID: \"1234e567\"\n", "wipedID", "1234e567", true},
+		{"wipedID: 1234e568\n", "wipedID", "1234e567", false},
+		{"macs:\n  - 52:54:00:05:50:40\n", "mac", "52:54:00:05:50:40", false},
+	} {
+		assert.Equal(t, tc.want, HasField(tc.y, tc.key, tc.value), tc.y)
+	}
+}
