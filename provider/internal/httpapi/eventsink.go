@@ -15,6 +15,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
+	"github.com/anvil-metal/anvil/provider/internal/machineview"
 )
 
 const maxEventSize = 64 << 10
@@ -96,19 +97,28 @@ func (e *eventSink) machineAt(addr string) (resource.ID, string, error) {
 	view := e.server.opts.View
 
 	for _, m := range view.ByAddress(addr) {
-		if m.Machine.LastDecision != string(lifecycle.BootTalos) || m.Intent == nil || m.Intent.Allocation == nil {
-			continue
+		if alloc, ok := bootingTalos(m); ok {
+			return m.ID, alloc, nil
 		}
-
-		return m.ID, m.Intent.Allocation.ID, nil
 	}
 
 	if t, ok := view.TalosAt(addr); ok {
-		if m := view.Get(t.Machine); m != nil && m.Machine != nil && m.Machine.LastDecision == string(lifecycle.BootTalos) &&
-			m.Intent != nil && m.Intent.Allocation != nil && m.Intent.Allocation.ID == t.Allocation {
-			return m.ID, t.Allocation, nil
+		if m := view.Get(t.Machine); m != nil {
+			if alloc, ok := bootingTalos(m); ok && alloc == t.Allocation {
+				return m.ID, alloc, nil
+			}
 		}
 	}
 
 	return "", "", fmt.Errorf("no allocated machine booted Talos from %s", addr)
+}
+
+// bootingTalos returns the allocation of a machine the boot services last sent to Talos,
+// reporting false for one that is not (or no longer) allocated.
+func bootingTalos(m *machineview.Entry) (string, bool) {
+	if m.Machine == nil || m.Machine.LastDecision != string(lifecycle.BootTalos) || m.Intent == nil || m.Intent.Allocation == nil {
+		return "", false
+	}
+
+	return m.Intent.Allocation.ID, true
 }

@@ -342,13 +342,10 @@ func sequenceEvent(t *testing.T, sequence string, action machine.SequenceEvent_A
 	return &events.EventRequest{Id: "1", Data: &anypb.Any{TypeUrl: "talos/runtime/machine.SequenceEvent", Value: data}}
 }
 
-// TestEventSink drives the event sink with a real gRPC client over plaintext HTTP/2, as
-// Talos does.
-func TestEventSink(t *testing.T) {
-	t.Parallel()
-
-	f := newFixture(t)
-	alloc := &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0"}
+// serveEventSink serves f's server on a loopback port until the test ends, and returns
+// its address and an event sink client of it, as Talos dials it (plaintext HTTP/2).
+func (f *fixture) serveEventSink(t *testing.T) (string, events.EventSinkServiceClient) {
+	t.Helper()
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -363,14 +360,28 @@ func TestEventSink(t *testing.T) {
 		require.NoError(t, <-done)
 	})
 
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	addr := lis.Addr().String()
+
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 
-	sink := events.NewEventSinkServiceClient(conn)
+	return addr, events.NewEventSinkServiceClient(conn)
+}
+
+// TestEventSink drives the event sink with a real gRPC client over plaintext HTTP/2, as
+// Talos does.
+func TestEventSink(t *testing.T) {
+	t.Parallel()
+
+	f := newFixture(t)
+	alloc := &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0"}
+
+	addr, sink := f.serveEventSink(t)
+	ctx := t.Context()
 
 	// No machine booted Talos from 127.0.0.1 yet.
-	_, err = sink.Publish(ctx, sequenceEvent(t, "install", machine.SequenceEvent_STOP, false))
+	_, err := sink.Publish(ctx, sequenceEvent(t, "install", machine.SequenceEvent_STOP, false))
 	assert.Equal(t, codes.PermissionDenied, grpcstatus.Code(err))
 
 	f.machine(t, m1, "127.0.0.1", lifecycle.BootTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc}, nil)
@@ -397,7 +408,7 @@ func TestEventSink(t *testing.T) {
 	assert.Equal(t, []string{m1 + "/a1/event-sink"}, f.rec.records)
 
 	// Plain HTTP still works on the same port.
-	resp, err := http.Get("http://" + lis.Addr().String() + "/healthz")
+	resp, err := http.Get("http://" + addr + "/healthz")
 	require.NoError(t, err)
 
 	body, _ := io.ReadAll(resp.Body)
@@ -417,31 +428,15 @@ func TestEventSinkFromConfigAddress(t *testing.T) {
 	// iPXE booted Talos from its DHCPv6 address; Talos will speak from 127.0.0.1.
 	f.machine(t, m1, "fd77::a", lifecycle.BootTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc}, nil)
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-
-	go func() { done <- f.server.Serve(ctx, lis) }()
-
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
-
-	sink := events.NewEventSinkServiceClient(conn)
+	addr, sink := f.serveEventSink(t)
+	ctx := t.Context()
 	install := sequenceEvent(t, "install", machine.SequenceEvent_STOP, false)
 
-	_, err = sink.Publish(ctx, install)
+	_, err := sink.Publish(ctx, install)
 	assert.Equal(t, codes.PermissionDenied, grpcstatus.Code(err), "before the config fetch")
 
 	fetch := func(claims token.Claims) int {
-		resp, err := http.Get("http://" + lis.Addr().String() + "/metadata/" + m1 + "?token=" + token.Sign(f.scripts.TokenKey, claims))
+		resp, err := http.Get("http://" + addr + "/metadata/" + m1 + "?token=" + token.Sign(f.scripts.TokenKey, claims))
 		require.NoError(t, err)
 		resp.Body.Close()
 

@@ -69,14 +69,11 @@ func (env *environment) dhcpv6(metrics *pxe.Metrics) (*runner, error) {
 		HTTPBootURL:  base + "/boot/",
 		TFTPBootURL:  "tftp://[" + addr.String() + "]/",
 		UEFIBootFile: opts.IPXEUEFIFile,
+		Pool:         pool,
 	}
 
 	if opts.IPXEARM64File != "" {
 		cfg.ARM64BootFile = arm64TFTPName
-	}
-
-	if pool != nil {
-		cfg.Pool = pool
 	}
 
 	srv, err := pxe.NewDHCPv6(cfg, env.logger.Named("dhcpv6"), metrics)
