@@ -99,7 +99,10 @@ func TestLabBootKinds(tt *testing.T) {
 
 	// Every address came from the provider: the site has no DHCP server.
 	for _, m := range machines {
-		for _, l := range leases(readSerial(t, m)) {
+		got := leases(readSerial(t, m))
+		assert.Len(t, got, m.NICs, "%s: a lease on each port", m.Name)
+
+		for _, l := range got {
 			assert.Equal(t, labnet.ProviderAddr, l.server, "%s: %s's lease", m.Name, l.link)
 		}
 	}
