@@ -152,6 +152,12 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 
 	select {
 	case err := <-errCh:
+		if stopped(ctx, err) {
+			s.grpc.Stop()
+
+			return nil
+		}
+
 		return fmt.Errorf("error serving HTTP: %w", err)
 	case <-ctx.Done():
 	}
@@ -165,11 +171,22 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		srv.Close()
 	}
 
-	if err := <-errCh; err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := <-errCh; !stopped(ctx, err) {
 		return fmt.Errorf("error serving HTTP: %w", err)
 	}
 
 	return nil
+}
+
+// stopped tells a server that stopped with ctx from one that failed. The listener's
+// owner may close it as ctx ends (a portmux listener is closed so): Serve then returns
+// net.ErrClosed before, or instead of, http.ErrServerClosed.
+func stopped(ctx context.Context, err error) bool {
+	if err == nil || errors.Is(err, http.ErrServerClosed) {
+		return true
+	}
+
+	return ctx.Err() != nil && errors.Is(err, net.ErrClosed)
 }
 
 func remoteIP(r *http.Request) string {

@@ -510,3 +510,40 @@ func TestHealthWaitsForTheView(t *testing.T) {
 	<-view.Ready()
 	assert.Equal(t, http.StatusOK, get("/healthz"))
 }
+
+// closingListener is a listener whose owner closes it as ctx ends, as portmux's
+// listeners are: its Accept ends ctx, then reports the listener closed.
+type closingListener struct {
+	net.Listener
+	cancel context.CancelFunc
+}
+
+func (l closingListener) Accept() (net.Conn, error) {
+	l.cancel()
+
+	return nil, net.ErrClosed
+}
+
+// TestServeStopsWhenListenerClosesWithContext: a listener closed with ctx makes Serve
+// return net.ErrClosed, possibly before Shutdown: that is a stop, not an error.
+func TestServeStopsWhenListenerClosesWithContext(t *testing.T) {
+	t.Parallel()
+
+	f := newFixture(t)
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { lis.Close() })
+
+	for range 16 {
+		ctx, cancel := context.WithCancel(t.Context())
+
+		require.NoError(t, f.server.Serve(ctx, closingListener{Listener: lis, cancel: cancel}))
+	}
+
+	// A listener failing while ctx lives is still an error.
+	broken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	require.NoError(t, broken.Close())
+	require.ErrorIs(t, f.server.Serve(t.Context(), broken), net.ErrClosed)
+}
