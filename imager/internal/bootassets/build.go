@@ -77,6 +77,9 @@ type Result struct {
 	Kernel, Initramfs, Cmdline string
 	// UKI is agent-<arch>.efi, when Options.UKIStub was set.
 	UKI string
+	// UKIStub is uki-stub-<arch>.efi, the stub the UKI was built with, when Options.UKIStub
+	// was set.
+	UKIStub string
 	// ArchiveSize is the uncompressed cpio size, InitramfsSize the compressed one.
 	ArchiveSize, InitramfsSize int64
 	Modules, Firmware          int

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/anvil-metal/anvil/imager/internal/uki"
+	"github.com/anvil-metal/anvil/internal/uki"
 )
 
 // OSRelease is the UKI's .osrel: the stub ignores it, boot menus and tools that list UKIs
@@ -22,7 +22,9 @@ var stubMachines = map[string]uint16{
 }
 
 // writeUKI bundles the kernel, the initramfs just written and the cmdline into
-// agent-<arch>.efi with the systemd-boot stub opts.UKIStub.
+// agent-<arch>.efi with the systemd-boot stub opts.UKIStub, and writes the stub beside it
+// as uki-stub-<arch>.efi: the provider builds each machine's UKI from it, with the
+// machine's own command line (UEFI HTTP boot passes the image no arguments).
 func writeUKI(opts Options, res *Result) error {
 	stub, err := os.ReadFile(opts.UKIStub)
 	if err != nil {
@@ -52,6 +54,11 @@ func writeUKI(opts Options, res *Result) error {
 
 	if want, ok := stubMachines[opts.Arch]; ok && f.Machine != want {
 		return fmt.Errorf("UKI stub %s is for PE machine %#x, not %s (%#x)", opts.UKIStub, f.Machine, opts.Arch, want)
+	}
+
+	res.UKIStub = filepath.Join(opts.OutDir, "uki-stub-"+opts.Arch+".efi")
+	if err := writeFile(res.UKIStub, stub); err != nil {
+		return err
 	}
 
 	res.UKI = filepath.Join(opts.OutDir, "agent-"+opts.Arch+".efi")

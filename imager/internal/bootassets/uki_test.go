@@ -135,6 +135,15 @@ func TestBuildArm64UKI(t *testing.T) {
 
 			assert.Equal(t, filepath.Join(opts.OutDir, "agent-arm64.efi"), res.UKI)
 
+			// The stub beside it, byte for byte, for the provider's per-machine UKIs.
+			wantStub, err := os.ReadFile(opts.UKIStub)
+			require.NoError(t, err)
+
+			gotStub, err := os.ReadFile(filepath.Join(opts.OutDir, "uki-stub-arm64.efi"))
+			require.NoError(t, err)
+			assert.Equal(t, wantStub, gotStub)
+			assert.Equal(t, filepath.Join(opts.OutDir, "uki-stub-arm64.efi"), res.UKIStub)
+
 			f, err := pe.Open(res.UKI)
 			require.NoError(t, err)
 

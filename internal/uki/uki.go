@@ -10,7 +10,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"slices"
 )
 
 // Section names the systemd stub looks up in its own loaded image.
@@ -42,37 +44,134 @@ const (
 // the stub's own sections, and its file data FileAlignment-aligned at the end of the file.
 // stub is not modified.
 func Build(stub, kernel, initrd []byte, cmdline, osrel string) ([]byte, error) {
-	if len(kernel) == 0 {
-		return nil, errors.New("error building the UKI: the kernel is empty")
-	}
-
-	var sections []section
-
-	for _, s := range []section{
-		{SectionOSRel, []byte(osrel)},
-		{SectionCmdline, []byte(cmdline)},
-		{SectionLinux, kernel},
-		{SectionInitrd, initrd},
-	} {
-		if len(s.data) > 0 {
-			sections = append(sections, s)
-		}
-	}
-
-	out, err := appendSections(stub, sections)
+	im, err := New(stub, Sections(kernel, initrd, cmdline, osrel)...)
 	if err != nil {
+		return nil, err
+	}
+
+	out := make([]byte, im.Size())
+	if _, err := im.ReadAt(out, 0); err != nil {
 		return nil, fmt.Errorf("error building the UKI: %w", err)
 	}
 
 	return out, nil
 }
 
-type section struct {
-	name string
-	data []byte
+// Section is one section to append: its content is read from Data, Size bytes, only
+// when the image is read.
+type Section struct {
+	Name string
+	Data io.ReaderAt
+	Size int64
 }
 
-// layout is what appendSections needs from the stub's headers.
+// Sections are the sections Build appends, from bytes in memory.
+func Sections(kernel, initrd []byte, cmdline, osrel string) []Section {
+	return []Section{
+		BytesSection(SectionOSRel, []byte(osrel)),
+		BytesSection(SectionCmdline, []byte(cmdline)),
+		BytesSection(SectionLinux, kernel),
+		BytesSection(SectionInitrd, initrd),
+	}
+}
+
+// BytesSection is a section held in memory.
+func BytesSection(name string, data []byte) Section {
+	return Section{Name: name, Data: bytes.NewReader(data), Size: int64(len(data))}
+}
+
+// Image is a UKI laid out over its parts: the stub with its headers extended, then each
+// section's data read from its source when the image is read. A provider serves an image
+// per machine (its own command line) without copying a kernel and initrd for each.
+type Image struct {
+	head  []byte
+	parts []part
+	size  int64
+}
+
+type part struct {
+	off  int64
+	data io.ReaderAt
+	size int64
+}
+
+// New lays out stub with sections appended in order; an empty section is left out, and
+// a .linux section is required. Build describes the layout.
+func New(stub []byte, sections ...Section) (*Image, error) {
+	var kept []Section
+
+	for _, s := range sections {
+		if s.Size < 0 {
+			return nil, fmt.Errorf("error building the UKI: section %s has a negative size", s.Name)
+		}
+
+		if s.Size > 0 {
+			kept = append(kept, s)
+		}
+	}
+
+	if !slices.ContainsFunc(kept, func(s Section) bool { return s.Name == SectionLinux }) {
+		return nil, errors.New("error building the UKI: the kernel is empty")
+	}
+
+	im, err := layOut(stub, kept)
+	if err != nil {
+		return nil, fmt.Errorf("error building the UKI: %w", err)
+	}
+
+	return im, nil
+}
+
+// Size is the image's length in bytes.
+func (im *Image) Size() int64 { return im.size }
+
+// ReadAt implements io.ReaderAt: the bytes between the parts (alignment) are zero.
+func (im *Image) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, errors.New("uki: negative offset")
+	}
+
+	if off >= im.size {
+		return 0, io.EOF
+	}
+
+	want := p
+	if rest := im.size - off; int64(len(want)) > rest {
+		want = want[:rest]
+	}
+
+	clear(want)
+
+	if off < int64(len(im.head)) {
+		copy(want, im.head[off:])
+	}
+
+	end := off + int64(len(want))
+
+	for _, pt := range im.parts {
+		lo, hi := max(off, pt.off), min(end, pt.off+pt.size)
+		if lo >= hi {
+			continue
+		}
+
+		n, err := pt.data.ReadAt(want[lo-off:hi-off], lo-pt.off)
+		if int64(n) < hi-lo {
+			if err == nil || errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+
+			return 0, fmt.Errorf("uki: error reading a section at %d: %w", lo-pt.off, err)
+		}
+	}
+
+	if len(want) < len(p) {
+		return len(want), io.EOF
+	}
+
+	return len(want), nil
+}
+
+// layout is what layOut needs from the stub's headers.
 type layout struct {
 	coff, opt, table uint64 // file offsets of the COFF header, optional header, section table
 	n                uint64 // NumberOfSections
@@ -82,15 +181,19 @@ type layout struct {
 	nextVA           uint64 // first free virtual address after every section
 }
 
-func appendSections(stub []byte, sections []section) ([]byte, error) {
+func layOut(stub []byte, sections []Section) (*Image, error) {
 	l, err := parse(stub)
 	if err != nil {
 		return nil, err
 	}
 
 	for _, s := range sections {
-		if l.names[s.name] {
-			return nil, fmt.Errorf("the stub already has a %s section", s.name)
+		if l.names[s.Name] {
+			return nil, fmt.Errorf("the stub already has a %s section", s.Name)
+		}
+
+		if len(s.Name) > 8 {
+			return nil, fmt.Errorf("section name %q is longer than 8 bytes", s.Name)
 		}
 	}
 
@@ -104,34 +207,34 @@ func appendSections(stub []byte, sections []section) ([]byte, error) {
 	}
 
 	sa, fa := uint64(l.oh.SectionAlignment), uint64(l.oh.FileAlignment)
-	out := bytes.Clone(stub)
+	im := &Image{head: bytes.Clone(stub)}
+	end := uint64(len(stub))
 	nextVA := l.nextVA
 	initData := uint64(l.oh.SizeOfInitializedData)
 	le := binary.LittleEndian
 
 	for i, s := range sections {
 		va := alignUp(nextVA, sa)
-		offset := alignUp(uint64(len(out)), fa)
-		size := uint64(len(s.data))
+		offset := alignUp(end, fa)
+		size := uint64(s.Size)
 		rawSize := alignUp(size, fa)
 
 		if va+size > math.MaxUint32 || offset+rawSize > math.MaxUint32 {
-			return nil, fmt.Errorf("section %s does not fit in a PE image (virtual address %#x, file offset %#x, %d bytes)", s.name, va, offset, size)
+			return nil, fmt.Errorf("section %s does not fit in a PE image (virtual address %#x, file offset %#x, %d bytes)", s.Name, va, offset, size)
 		}
 
-		out = append(out, make([]byte, offset-uint64(len(out)))...)
-		out = append(out, s.data...)
-		out = append(out, make([]byte, rawSize-size)...)
+		im.parts = append(im.parts, part{off: int64(offset), data: s.Data, size: s.Size}) //nolint:gosec // below MaxUint32, checked above
 
-		h := out[l.table+sectionHdrSize*(l.n+uint64(i)):][:sectionHdrSize]
+		h := im.head[l.table+sectionHdrSize*(l.n+uint64(i)):][:sectionHdrSize]
 		clear(h)
-		copy(h[0:8], s.name)
+		copy(h[0:8], s.Name)
 		put32(h[8:], size)     // VirtualSize
 		put32(h[12:], va)      // VirtualAddress
 		put32(h[16:], rawSize) // SizeOfRawData
 		put32(h[20:], offset)  // PointerToRawData
 		le.PutUint32(h[36:], dataCharacteristics)
 
+		end = offset + rawSize
 		nextVA = va + size
 		initData += rawSize
 	}
@@ -141,13 +244,15 @@ func appendSections(stub []byte, sections []section) ([]byte, error) {
 		return nil, fmt.Errorf("the image is too large for PE: %#x bytes", sizeOfImage)
 	}
 
-	le.PutUint16(out[l.coff+2:], uint16(l.n+k)) //nolint:gosec // at most MaxUint16, checked above
-	put32(out[l.opt+opt64SizeOfInit:], initData)
-	put32(out[l.opt+opt64SizeOfImg:], sizeOfImage)
+	le.PutUint16(im.head[l.coff+2:], uint16(l.n+k)) //nolint:gosec // at most MaxUint16, checked above
+	put32(im.head[l.opt+opt64SizeOfInit:], initData)
+	put32(im.head[l.opt+opt64SizeOfImg:], sizeOfImage)
 	// The checksum is only checked for drivers loaded at boot; a stale one is worse than none.
-	le.PutUint32(out[l.opt+opt64CheckSum:], 0)
+	le.PutUint32(im.head[l.opt+opt64CheckSum:], 0)
 
-	return out, nil
+	im.size = int64(end) //nolint:gosec // below MaxUint32, checked above
+
+	return im, nil
 }
 
 // parse reads the stub's headers with debug/pe and locates them in the file, refusing what

@@ -5,13 +5,14 @@ import (
 	"debug/pe"
 	"encoding/binary"
 	"errors"
+	"io"
 	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/anvil-metal/anvil/imager/internal/uki"
+	"github.com/anvil-metal/anvil/internal/uki"
 )
 
 // stubSpec describes a synthetic EFI application: a header page, one .text section, and
@@ -283,4 +284,71 @@ func FuzzBuild(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, kernel, data[:len(kernel)])
 	})
+}
+
+// TestImageReadAt reads a laid-out image in pieces of every alignment, across the head,
+// the padding and each section, and gets what Build returns whole.
+func TestImageReadAt(t *testing.T) {
+	stub := synthStub(t, stubSpec{trailer: 0x1d4})
+	kernel := bytes.Repeat([]byte("kernel"), 1000)
+	initrd := bytes.Repeat([]byte("initrd!"), 333)
+
+	whole, err := uki.Build(stub, kernel, initrd, "console=ttyAMA0", "ID=anvil\n")
+	require.NoError(t, err)
+
+	im, err := uki.New(stub, uki.Sections(kernel, initrd, "console=ttyAMA0", "ID=anvil\n")...)
+	require.NoError(t, err)
+	require.Equal(t, int64(len(whole)), im.Size())
+
+	for _, chunk := range []int{1, 7, 512, 4096, 65536} {
+		var got []byte
+
+		buf := make([]byte, chunk)
+
+		for off := int64(0); ; off += int64(chunk) {
+			n, err := im.ReadAt(buf, off)
+			got = append(got, buf[:n]...)
+
+			if errors.Is(err, io.EOF) {
+				break
+			}
+
+			require.NoError(t, err)
+		}
+
+		require.Equal(t, whole, got, "read in pieces of %d", chunk)
+	}
+
+	// Through the standard library, as a provider serves it.
+	got, err := io.ReadAll(io.NewSectionReader(im, 0, im.Size()))
+	require.NoError(t, err)
+	assert.Equal(t, whole, got)
+
+	_, err = im.ReadAt(make([]byte, 1), -1)
+	require.Error(t, err)
+}
+
+// shortReader claims more than it holds, as a file truncated under the image would.
+type shortReader struct{ data []byte }
+
+func (r shortReader) ReadAt(p []byte, off int64) (int, error) {
+	return bytes.NewReader(r.data).ReadAt(p, off)
+}
+
+func TestImageShortSection(t *testing.T) {
+	stub := synthStub(t, stubSpec{})
+
+	im, err := uki.New(stub,
+		uki.Section{Name: uki.SectionLinux, Data: shortReader{[]byte("kern")}, Size: 100},
+		uki.BytesSection(uki.SectionCmdline, []byte("c")))
+	require.NoError(t, err)
+
+	_, err = io.ReadAll(io.NewSectionReader(im, 0, im.Size()))
+	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+
+	_, err = uki.New(stub, uki.Section{Name: uki.SectionLinux, Data: shortReader{}, Size: -1})
+	require.ErrorContains(t, err, "negative size")
+
+	_, err = uki.New(stub, uki.BytesSection(".toolongname", []byte("x")), uki.BytesSection(uki.SectionLinux, []byte("k")))
+	require.ErrorContains(t, err, "longer than 8 bytes")
 }
