@@ -3,7 +3,6 @@ package uki_test
 import (
 	"bytes"
 	"debug/pe"
-	"encoding/binary"
 	"errors"
 	"io"
 	"os"
@@ -13,93 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/internal/uki"
+	"github.com/anvil-metal/anvil/internal/uki/ukitest"
 )
-
-// stubSpec describes a synthetic EFI application: a header page, one .text section, and
-// optionally trailing bytes outside every section (as Debian's stub has).
-type stubSpec struct {
-	pe32          bool   // PE32 (optional header magic 0x10b) instead of PE32+
-	sizeOfHeaders uint32 // 0: 0x400
-	sections      []string
-	trailer       int
-	fileAlign     uint32 // 0: 0x200
-}
-
-// synthStub writes a minimal but valid PE image the way gnu-efi's hand-made headers are
-// laid out: DOS header, "PE\0\0" at 0x40, COFF, optional header with 6 data directories,
-// section table, then each section's data, SectionAlignment 0x1000.
-func synthStub(t testing.TB, spec stubSpec) []byte {
-	t.Helper()
-
-	le := binary.LittleEndian
-	hdrs := spec.sizeOfHeaders
-	if hdrs == 0 {
-		hdrs = 0x400
-	}
-
-	fa := spec.fileAlign
-	if fa == 0 {
-		fa = 0x200
-	}
-
-	names := spec.sections
-	if names == nil {
-		names = []string{".text"}
-	}
-
-	optSize := 0x70 + 6*8 // PE32+ fixed part + 6 data directories
-	magic := uint16(0x20b)
-
-	if spec.pe32 {
-		optSize = 0x60 + 6*8
-		magic = 0x10b
-	}
-
-	buf := make([]byte, hdrs)
-	copy(buf, "MZ")
-	le.PutUint32(buf[0x3c:], 0x40)
-	copy(buf[0x40:], "PE\x00\x00")
-	coff := buf[0x44:]
-	le.PutUint16(coff[0:], 0xaa64)
-	le.PutUint16(coff[2:], uint16(len(names)))
-	le.PutUint16(coff[16:], uint16(optSize))
-	le.PutUint16(coff[18:], 0x206) // executable, line numbers stripped, debug stripped
-
-	opt := buf[0x58:]
-	le.PutUint16(opt[0:], magic)
-	le.PutUint32(opt[16:], 0x1000) // AddressOfEntryPoint
-	le.PutUint32(opt[32:], 0x1000) // SectionAlignment
-	le.PutUint32(opt[36:], fa)     // FileAlignment
-	le.PutUint32(opt[56:], 0x1000+0x1000*uint32(len(names)))
-	le.PutUint32(opt[60:], hdrs)
-	le.PutUint16(opt[68:], 10) // EFI application
-
-	if spec.pe32 {
-		le.PutUint32(opt[92:], 6) // NumberOfRvaAndSizes
-	} else {
-		le.PutUint32(opt[108:], 6)
-	}
-
-	table := 0x58 + optSize
-	fileOff := uint32(len(buf))
-
-	for i, name := range names {
-		h := buf[table+40*i:][:40]
-		copy(h, name)
-		le.PutUint32(h[8:], 0x100)
-		le.PutUint32(h[12:], 0x1000+0x1000*uint32(i))
-		le.PutUint32(h[16:], fa)
-		le.PutUint32(h[20:], fileOff)
-		le.PutUint32(h[36:], 0x60000020)
-		fileOff += fa
-	}
-
-	for i := range names {
-		buf = append(buf, bytes.Repeat([]byte{byte(0xc0 + i)}, int(fa))...)
-	}
-
-	return append(buf, bytes.Repeat([]byte{0xee}, spec.trailer)...)
-}
 
 func TestBuild(t *testing.T) {
 	kernel := bytes.Repeat([]byte("kernel"), 1000)
@@ -114,16 +28,16 @@ func TestBuild(t *testing.T) {
 		err            string
 		notPE          bool
 	}{
-		{name: "all four", stub: synthStub(t, stubSpec{}), kernel: kernel, initrd: initrd, cmdline: "console=ttyAMA0", osrel: "ID=anvil\n", want: []string{".osrel", ".cmdline", ".linux", ".initrd"}},
-		{name: "trailing bytes kept", stub: synthStub(t, stubSpec{trailer: 0x1d4}), kernel: kernel, initrd: initrd, cmdline: "x", osrel: "ID=anvil\n", want: []string{".osrel", ".cmdline", ".linux", ".initrd"}},
-		{name: "kernel only", stub: synthStub(t, stubSpec{}), kernel: kernel, want: []string{".linux"}},
-		{name: "two stub sections, small file alignment", stub: synthStub(t, stubSpec{sections: []string{".text", ".data"}, fileAlign: 0x20}), kernel: kernel, initrd: initrd, cmdline: "c", want: []string{".cmdline", ".linux", ".initrd"}},
-		{name: "header room exact", stub: synthStub(t, stubSpec{sizeOfHeaders: 0xf8 + 5*40}), kernel: kernel, initrd: initrd, cmdline: "c", osrel: "o", want: []string{".osrel", ".cmdline", ".linux", ".initrd"}},
-		{name: "no room for headers", stub: synthStub(t, stubSpec{sizeOfHeaders: 0xf8 + 5*40 - 1}), kernel: kernel, initrd: initrd, cmdline: "c", osrel: "o", err: "no room for 4 more section headers"},
-		{name: "PE32", stub: synthStub(t, stubSpec{pe32: true}), kernel: kernel, err: "not PE32+"},
-		{name: "linux already there", stub: synthStub(t, stubSpec{sections: []string{".text", ".linux"}}), kernel: kernel, err: "already has a .linux section"},
-		{name: "cmdline already there", stub: synthStub(t, stubSpec{sections: []string{".cmdline"}}), kernel: kernel, cmdline: "c", err: "already has a .cmdline section"},
-		{name: "no kernel", stub: synthStub(t, stubSpec{}), err: "kernel is empty"},
+		{name: "all four", stub: ukitest.Stub(t, ukitest.StubSpec{}), kernel: kernel, initrd: initrd, cmdline: "console=ttyAMA0", osrel: "ID=anvil\n", want: []string{".osrel", ".cmdline", ".linux", ".initrd"}},
+		{name: "trailing bytes kept", stub: ukitest.Stub(t, ukitest.StubSpec{Trailer: 0x1d4}), kernel: kernel, initrd: initrd, cmdline: "x", osrel: "ID=anvil\n", want: []string{".osrel", ".cmdline", ".linux", ".initrd"}},
+		{name: "kernel only", stub: ukitest.Stub(t, ukitest.StubSpec{}), kernel: kernel, want: []string{".linux"}},
+		{name: "two stub sections, small file alignment", stub: ukitest.Stub(t, ukitest.StubSpec{Sections: []string{".text", ".data"}, FileAlign: 0x20}), kernel: kernel, initrd: initrd, cmdline: "c", want: []string{".cmdline", ".linux", ".initrd"}},
+		{name: "header room exact", stub: ukitest.Stub(t, ukitest.StubSpec{SizeOfHeaders: 0xf8 + 5*40}), kernel: kernel, initrd: initrd, cmdline: "c", osrel: "o", want: []string{".osrel", ".cmdline", ".linux", ".initrd"}},
+		{name: "no room for headers", stub: ukitest.Stub(t, ukitest.StubSpec{SizeOfHeaders: 0xf8 + 5*40 - 1}), kernel: kernel, initrd: initrd, cmdline: "c", osrel: "o", err: "no room for 4 more section headers"},
+		{name: "PE32", stub: ukitest.Stub(t, ukitest.StubSpec{PE32: true}), kernel: kernel, err: "not PE32+"},
+		{name: "linux already there", stub: ukitest.Stub(t, ukitest.StubSpec{Sections: []string{".text", ".linux"}}), kernel: kernel, err: "already has a .linux section"},
+		{name: "cmdline already there", stub: ukitest.Stub(t, ukitest.StubSpec{Sections: []string{".cmdline"}}), kernel: kernel, cmdline: "c", err: "already has a .cmdline section"},
+		{name: "no kernel", stub: ukitest.Stub(t, ukitest.StubSpec{}), err: "kernel is empty"},
 		{name: "not PE", stub: []byte("#!/bin/sh\necho hello\n" + string(make([]byte, 100))), kernel: kernel, notPE: true, err: "no MZ header"},
 		{name: "MZ without PE", stub: append([]byte("MZ"), make([]byte, 200)...), kernel: kernel, notPE: true, err: "no PE signature"},
 		{name: "empty", kernel: kernel, notPE: true, err: "no MZ header"},
@@ -258,8 +172,8 @@ func TestBuildDebianStub(t *testing.T) {
 // FuzzBuild feeds arbitrary stubs: Build must return an error or an image debug/pe reads
 // back with the kernel in its last section, never panic.
 func FuzzBuild(f *testing.F) {
-	f.Add(synthStub(f, stubSpec{}))
-	f.Add(synthStub(f, stubSpec{pe32: true}))
+	f.Add(ukitest.Stub(f, ukitest.StubSpec{}))
+	f.Add(ukitest.Stub(f, ukitest.StubSpec{PE32: true}))
 
 	kernel := []byte("MZkernel")
 
@@ -289,7 +203,7 @@ func FuzzBuild(f *testing.F) {
 // TestImageReadAt reads a laid-out image in pieces of every alignment, across the head,
 // the padding and each section, and gets what Build returns whole.
 func TestImageReadAt(t *testing.T) {
-	stub := synthStub(t, stubSpec{trailer: 0x1d4})
+	stub := ukitest.Stub(t, ukitest.StubSpec{Trailer: 0x1d4})
 	kernel := bytes.Repeat([]byte("kernel"), 1000)
 	initrd := bytes.Repeat([]byte("initrd!"), 333)
 
@@ -336,7 +250,7 @@ func (r shortReader) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func TestImageShortSection(t *testing.T) {
-	stub := synthStub(t, stubSpec{})
+	stub := ukitest.Stub(t, ukitest.StubSpec{})
 
 	im, err := uki.New(stub,
 		uki.Section{Name: uki.SectionLinux, Data: shortReader{[]byte("kern")}, Size: 100},

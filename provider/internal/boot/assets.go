@@ -10,11 +10,15 @@ import (
 )
 
 // AgentAssetSet is one architecture's agent boot assets, in the layout of Talos
-// boot-asset bundles: vmlinuz-<arch>, initramfs-<arch>.xz (or .zst), cmdline-<arch>.
+// boot-asset bundles: vmlinuz-<arch>, initramfs-<arch>.xz (or .zst), cmdline-<arch>; and
+// uki-stub-<arch>.efi when the imager was given a UKI stub.
 type AgentAssetSet struct {
 	Kernel    string
 	Initramfs string
 	Cmdline   string
+	// UKIStub is the systemd-boot stub each machine's Unified Kernel Image is built on
+	// (for UEFI HTTP boot with no iPXE: arm64); empty when there is none.
+	UKIStub string
 }
 
 // AgentAssets are the agent boot assets found in a directory.
@@ -52,6 +56,11 @@ func LoadAgentAssets(dir string) (*AgentAssets, error) {
 		}
 
 		set.Cmdline = strings.Join(strings.Fields(string(cmdline)), " ")
+
+		if name := "uki-stub-" + arch + ".efi"; exists(filepath.Join(dir, name)) {
+			set.UKIStub = name
+		}
+
 		a.sets[arch] = set
 	}
 

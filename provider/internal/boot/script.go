@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"unicode"
 
@@ -130,27 +131,13 @@ func (s *Scripts) Render(ctx context.Context, req Request, d lifecycle.BootDecis
 }
 
 func (s *Scripts) agent(req Request, claims token.Claims) Script {
-	set, ok := s.Assets.For(req.Arch)
+	set, join, wait, ok := s.agentBoot(req.Arch)
 	if !ok {
-		// No agent for this architecture: say so on the console and try again later, so
-		// the machine boots as soon as the assets are built.
-		return Script{Status: http.StatusOK, Body: "#!ipxe\n" +
-			"echo Anvil: the provider has no agent boot assets for " + req.Arch + " (make agent-initramfs); retrying in 30 s\n" +
-			"sleep 30\n" +
+		retry := strconv.Itoa(wait.retry)
+
+		return Script{Status: http.StatusOK, Body: "#!ipxe\necho Anvil: " + wait.message + "; retrying in " + retry + " s\n" +
+			"sleep " + retry + "\n" +
 			"chain " + s.BaseURL + "/ipxe/start.ipxe\n"}
-	}
-
-	var join []string
-
-	if s.JoinArgs != nil {
-		var ok bool
-
-		if join, ok = s.JoinArgs(); !ok || !safeArgs(join) {
-			return Script{Status: http.StatusOK, Body: "#!ipxe\n" +
-				"echo Anvil: waiting for Omni's join config; retrying in 10 s\n" +
-				"sleep 10\n" +
-				"chain " + s.BaseURL + "/ipxe/start.ipxe\n"}
-		}
 	}
 
 	claims.Kind = token.KindAgent
@@ -161,17 +148,8 @@ func (s *Scripts) agent(req Request, claims token.Claims) Script {
 
 	// One allocation for the script: it is rendered on every agent boot.
 	n := len("#!ipxe\nimgfree\nkernel ") + len(assets) + len(set.Kernel) + len(" initrd=") + len(set.Initramfs) +
-		1 + len(set.Cmdline) + 4*len(" =") + len(bootparams.Provider) + len(s.APIEndpoint) + len(bootparams.CA) +
-		len(s.CAFingerprint) + len(bootparams.MachineID) + len(req.MachineID) + len(bootparams.Token) + len(tok) +
+		s.agentArgsLen(set, join, req.MachineID, tok) +
 		len("\ninitrd ") + len(assets) + len(set.Initramfs) + len("\nboot\n")
-
-	for _, arg := range s.AgentKernelArgs {
-		n += 1 + len(arg)
-	}
-
-	for _, arg := range join {
-		n += 1 + len(arg)
-	}
 
 	var b strings.Builder
 
@@ -182,7 +160,63 @@ func (s *Scripts) agent(req Request, claims token.Claims) Script {
 	// Debian's 2019 iPXE needs initrd=<name> on the kernel line under EFI.
 	b.WriteString(" initrd=")
 	b.WriteString(set.Initramfs)
+	s.writeAgentArgs(&b, set, join, req.MachineID, tok)
+	b.WriteString("\ninitrd ")
+	b.WriteString(assets)
+	b.WriteString(set.Initramfs)
+	b.WriteString("\nboot\n")
 
+	return Script{Status: http.StatusOK, Body: b.String(), AgentToken: claims}
+}
+
+// agentWait says why the agent cannot boot yet, and when to ask again.
+type agentWait struct {
+	message string
+	retry   int // seconds
+}
+
+// agentBoot is what an agent boot of arch needs: its assets and, in Omni mode, Omni's
+// join arguments; or why it must wait.
+func (s *Scripts) agentBoot(arch string) (AgentAssetSet, []string, agentWait, bool) {
+	set, ok := s.Assets.For(arch)
+	if !ok {
+		// No agent for this architecture: say so on the console and try again later, so
+		// the machine boots as soon as the assets are built.
+		return set, nil, agentWait{"the provider has no agent boot assets for " + arch + " (make agent-initramfs)", 30}, false
+	}
+
+	if s.JoinArgs == nil {
+		return set, nil, agentWait{}, true
+	}
+
+	join, ok := s.JoinArgs()
+	if !ok || !safeArgs(join) {
+		return set, nil, agentWait{"waiting for Omni's join config", 10}, false
+	}
+
+	return set, join, agentWait{}, true
+}
+
+// agentArgsLen is the length writeAgentArgs writes.
+func (s *Scripts) agentArgsLen(set AgentAssetSet, join []string, machineID, tok string) int {
+	n := 1 + len(set.Cmdline) + 4*len(" =") + len(bootparams.Provider) + len(s.APIEndpoint) + len(bootparams.CA) +
+		len(s.CAFingerprint) + len(bootparams.MachineID) + len(machineID) + len(bootparams.Token) + len(tok)
+
+	for _, arg := range s.AgentKernelArgs {
+		n += 1 + len(arg)
+	}
+
+	for _, arg := range join {
+		n += 1 + len(arg)
+	}
+
+	return n
+}
+
+// writeAgentArgs writes the agent's kernel arguments, each after a space: the assets'
+// own cmdline, the site's, Omni's join arguments, then where the provider is, its CA,
+// the machine and its token.
+func (s *Scripts) writeAgentArgs(b *strings.Builder, set AgentAssetSet, join []string, machineID, tok string) {
 	if set.Cmdline != "" {
 		b.WriteByte(' ')
 		b.WriteString(set.Cmdline)
@@ -197,20 +231,13 @@ func (s *Scripts) agent(req Request, claims token.Claims) Script {
 
 	for _, kv := range [...][2]string{
 		{bootparams.Provider, s.APIEndpoint}, {bootparams.CA, s.CAFingerprint},
-		{bootparams.MachineID, req.MachineID}, {bootparams.Token, tok},
+		{bootparams.MachineID, machineID}, {bootparams.Token, tok},
 	} {
 		b.WriteByte(' ')
 		b.WriteString(kv[0])
 		b.WriteByte('=')
 		b.WriteString(kv[1])
 	}
-
-	b.WriteString("\ninitrd ")
-	b.WriteString(assets)
-	b.WriteString(set.Initramfs)
-	b.WriteString("\nboot\n")
-
-	return Script{Status: http.StatusOK, Body: b.String(), AgentToken: claims}
 }
 
 func (s *Scripts) talos(req Request, alloc *resources.Allocation) Script {

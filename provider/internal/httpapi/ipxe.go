@@ -30,13 +30,35 @@ func (s *Server) handleBoot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	m, ok := s.bootMachine(w, req)
+	if !ok {
+		return
+	}
+
+	now := time.Now()
+	decision := m.Boot(s.opts.Policy)
+	script := s.opts.Scripts.Render(r.Context(), req, decision, token.Claims{Issued: now})
+
+	s.metrics.scriptsByKind[decision.Boot].Inc()
+	s.recordBoot(r, req, m, decision, now, script.AgentToken.Issued)
+
+	if script.Handoff {
+		s.opts.Trace.Mark(req.MachineID, boottrace.PhaseHandoff, req.Firmware, "ipxe")
+	}
+
+	writeScript(w, script.Status, script.Body)
+}
+
+// bootMachine is what the provider knows of the machine asking to boot; false, with the
+// answer written, while the provider is starting.
+func (s *Server) bootMachine(w http.ResponseWriter, req boot.Request) (lifecycle.Machine, bool) {
 	select {
 	case <-s.opts.View.Ready():
 	default:
 		// Until the view holds the state every machine would look unknown; iPXE retries.
 		http.Error(w, "the provider is starting", http.StatusServiceUnavailable)
 
-		return
+		return lifecycle.Machine{}, false
 	}
 
 	m := lifecycle.Machine{ID: req.MachineID}
@@ -44,26 +66,23 @@ func (s *Server) handleBoot(w http.ResponseWriter, r *http.Request) {
 		m = *e
 	}
 
-	now := time.Now()
+	return m, true
+}
+
+// recordBoot notes what a boot request got: the agent token it carries, the machine's
+// boot timeline, and, when it is news, an observation for the machine's controller.
+func (s *Server) recordBoot(r *http.Request, req boot.Request, m lifecycle.Machine, decision lifecycle.BootDecision, now, agentIssued time.Time) {
 	addr := remoteIP(r)
-	decision := m.Boot(s.opts.Policy)
-	script := s.opts.Scripts.Render(r.Context(), req, decision, token.Claims{Issued: now})
 
-	s.metrics.scriptsByKind[decision.Boot].Inc()
-
-	if !script.AgentToken.Issued.IsZero() {
-		s.opts.View.NoteAgentBoot(req.MachineID, script.AgentToken.Issued)
+	if !agentIssued.IsZero() {
+		s.opts.View.NoteAgentBoot(req.MachineID, agentIssued)
 	}
 
 	s.opts.Trace.MarkScript(req.MachineID, req.MAC, addr, req.Firmware, string(decision.Boot))
 
-	if script.Handoff {
-		s.opts.Trace.Mark(req.MachineID, boottrace.PhaseHandoff, req.Firmware, "ipxe")
-	}
-
 	obs := controllers.PXEObservation{
 		MachineID: req.MachineID, UUID: req.UUID, MAC: req.MAC, Arch: req.Arch, Firmware: req.Firmware,
-		Address: addr, Decision: string(decision.Boot), At: now, AgentIssued: script.AgentToken.Issued,
+		Address: addr, Decision: string(decision.Boot), At: now, AgentIssued: agentIssued,
 	}
 
 	// Most boots repeat what is recorded already: only news goes to the controller.
@@ -76,8 +95,6 @@ func (s *Server) handleBoot(w http.ResponseWriter, r *http.Request) {
 
 		s.observe(obs)
 	}
-
-	writeScript(w, script.Status, script.Body)
 }
 
 func (s *Server) observe(obs controllers.PXEObservation) {

@@ -91,6 +91,7 @@ func New(opts Options) *Server {
 	mux.HandleFunc("GET /ipxe/boot.ipxe", s.handleBoot)
 	mux.HandleFunc("GET /assets/agent/{name}", s.handleAgentAsset)
 	mux.HandleFunc("GET /boot/{name...}", s.handleBootFile)
+	mux.HandleFunc("GET /boot/uki/{arch}/{uuid}/{mac}/boot.efi", s.handleUKI)
 	mux.HandleFunc("GET /assets/talos/{schematic}/{version}/{file}", s.handleTalosAsset)
 	mux.HandleFunc("GET /metadata/{machine}", s.handleMetadata)
 	mux.HandleFunc("GET /healthz", s.handleHealth)

@@ -46,13 +46,27 @@ func (b *Boot) vendorClass() []byte {
 // BootFor decides the boot file for a request. Errors match ErrIgnore (not a PXE or
 // HTTP boot client, an architecture Anvil does not boot) or ErrMalformed.
 func BootFor(cfg *Config, req *dhcpv4.DHCPv4) (Boot, error) {
-	return bootFor(cfg, req.Options.Get(dhcpv4.OptionClassIdentifier),
-		req.Options.Get(dhcpv4.OptionClientSystemArchitectureType), req.Options.Get(dhcpv4.OptionUserClassInformation))
+	return bootFor(cfg, bootOptions{
+		vendorClass: req.Options.Get(dhcpv4.OptionClassIdentifier),
+		arch:        req.Options.Get(dhcpv4.OptionClientSystemArchitectureType),
+		userClass:   req.Options.Get(dhcpv4.OptionUserClassInformation),
+		guid:        req.Options.Get(dhcpv4.OptionClientMachineIdentifier),
+		mac:         req.ClientHWAddr,
+	})
 }
 
-// bootFor is BootFor from the request's vendor class (60), client architecture (93) and
-// user class (77) options, nil when absent.
-func bootFor(cfg *Config, vendorClass, arch, userClass []byte) (Boot, error) {
+// bootOptions are what a boot decision reads of a request: the vendor class (60), client
+// architecture (93), user class (77) and client machine identifier (97) options, nil when
+// absent, and the hardware address.
+type bootOptions struct {
+	vendorClass, arch, userClass, guid []byte
+	mac                                []byte
+}
+
+// bootFor is BootFor from the request's options.
+func bootFor(cfg *Config, o bootOptions) (Boot, error) {
+	vendorClass, arch, userClass := o.vendorClass, o.arch, o.userClass
+
 	httpClient := bytes.HasPrefix(vendorClass, vendorHTTPClient)
 	if !httpClient && !bytes.HasPrefix(vendorClass, vendorPXEClient) {
 		return Boot{}, errNotPXE
@@ -68,7 +82,7 @@ func bootFor(cfg *Config, vendorClass, arch, userClass []byte) (Boot, error) {
 	// The vendor class decides, not option 93: UEFI HTTP boot clients say "HTTPClient"
 	// (and types 16/19), and take only an http(s) URL.
 	if httpClient {
-		return httpBoot(cfg, b)
+		return httpBoot(cfg, b, o)
 	}
 
 	// ROM and chainloaded iPXE both say "iPXE"; handing them a TFTP iPXE binary loops.
@@ -103,8 +117,9 @@ func bootFor(cfg *Config, vendorClass, arch, userClass []byte) (Boot, error) {
 }
 
 // httpBoot is the answer to a UEFI HTTP boot client: the URL of the architecture's EFI
-// boot file (the file PXE firmware gets over TFTP), served over HTTP.
-func httpBoot(cfg *Config, b Boot) (Boot, error) {
+// boot file (the file PXE firmware gets over TFTP), served over HTTP; or, for arm64 with
+// no such file, the URL of the machine's own Unified Kernel Image.
+func httpBoot(cfg *Config, b Boot, o bootOptions) (Boot, error) {
 	if cfg.HTTPBootURL == "" {
 		return b, errHTTPBoot
 	}
@@ -119,11 +134,14 @@ func httpBoot(cfg *Config, b Boot) (Boot, error) {
 
 		b.File = cfg.HTTPBootURL + cfg.UEFIBootFile
 	case ArchARM64:
-		if cfg.ARM64BootFile == "" {
+		switch {
+		case cfg.ARM64BootFile != "":
+			b.File = cfg.HTTPBootURL + cfg.ARM64BootFile
+		case cfg.ARM64UKI:
+			b.File = cfg.HTTPBootURL + UKIPath(ArchARM64, o.guid, o.mac)
+		default:
 			return b, errNoARM64
 		}
-
-		b.File = cfg.HTTPBootURL + cfg.ARM64BootFile
 	default:
 		return b, errUnknownArch
 	}

@@ -80,6 +80,7 @@ func TestAnswer(t *testing.T) {
 		name     string
 		arm64    bool
 		httpBoot bool // the provider serves HTTP boot
+		uki      bool // the provider builds arm64 UKIs
 		bootPort bool
 		req      func(t *testing.T) *dhcpv4.DHCPv4
 		wantType dhcpv4.MessageType
@@ -188,6 +189,35 @@ func TestAnswer(t *testing.T) {
 			wantErr: errNoARM64,
 		},
 		{
+			name:     "UEFI HTTP boot arm64 gets its own UKI",
+			httpBoot: true, uki: true,
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				req := httpBootRequest(t, dhcpv4.MessageTypeDiscover, iana.EFI_ARM64_HTTP)
+				// As OVMF/AAVMF send the SMBIOS UUID 01020304-0506-0708-090a-0b0c0d0e0f10.
+				req.UpdateOption(dhcpv4.OptGeneric(dhcpv4.OptionClientMachineIdentifier,
+					[]byte{0, 4, 3, 2, 1, 6, 5, 8, 7, 9, 10, 11, 12, 13, 14, 15, 16}))
+
+				return req
+			},
+			wantType: dhcpv4.MessageTypeOffer,
+			wantFile: testHTTPBootURL + "uki/arm64/01020304-0506-0708-090a-0b0c0d0e0f10/52-54-00-12-34-56/boot.efi",
+		},
+		{
+			name:     "UEFI HTTP boot arm64 UKI without a UUID",
+			httpBoot: true, uki: true,
+			req: func(t *testing.T) *dhcpv4.DHCPv4 {
+				return httpBootRequest(t, dhcpv4.MessageTypeDiscover, iana.EFI_ARM64_HTTP)
+			},
+			wantType: dhcpv4.MessageTypeOffer,
+			wantFile: testHTTPBootURL + "uki/arm64/00000000-0000-0000-0000-000000000000/52-54-00-12-34-56/boot.efi",
+		},
+		{
+			name:     "arm64 PXE (11) gets no UKI: it cannot take a URL",
+			httpBoot: true, uki: true,
+			req:      func(t *testing.T) *dhcpv4.DHCPv4 { return pxeRequest(t, dhcpv4.MessageTypeDiscover, 11) },
+			wantErr:  errNoARM64,
+		},
+		{
 			name:     "HTTPClient saying BIOS",
 			httpBoot: true,
 			req: func(t *testing.T) *dhcpv4.DHCPv4 {
@@ -280,6 +310,7 @@ func TestAnswer(t *testing.T) {
 			cfg := testConfig(t, tc.arm64)
 			if tc.httpBoot {
 				cfg.HTTPBootURL = testHTTPBootURL
+				cfg.ARM64UKI = tc.uki
 				require.NoError(t, cfg.Validate())
 			}
 
@@ -326,8 +357,8 @@ func TestAnswer(t *testing.T) {
 
 			assert.True(t, resp.ServerIdentifier().Equal(net.IPv4(10, 199, 0, 1)))
 
-			if tc.wantGUID {
-				assert.Equal(t, testGUID, resp.Options.Get(dhcpv4.OptionClientMachineIdentifier))
+			if guid := req.Options.Get(dhcpv4.OptionClientMachineIdentifier); tc.wantGUID || guid != nil {
+				assert.Equal(t, guid, resp.Options.Get(dhcpv4.OptionClientMachineIdentifier), "option 97 comes back")
 			} else {
 				assert.Nil(t, resp.Options.Get(dhcpv4.OptionClientMachineIdentifier))
 			}
@@ -436,5 +467,25 @@ func BenchmarkHandle(b *testing.B) {
 		if out, _ := p.handle(pkt, src, false); out == nil {
 			b.Fatal("no answer")
 		}
+	}
+}
+
+func TestGUIDString(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		name string
+		guid []byte
+		want string
+	}{
+		{"swapped fields", []byte{0, 0x78, 0x56, 0x34, 0x12, 0xbc, 0x9a, 0xf0, 0xde, 1, 2, 3, 4, 5, 6, 7, 8}, "12345678-9abc-def0-0102-030405060708"},
+		{"absent", nil, nullUUID},
+		{"short", []byte{0, 1, 2}, nullUUID},
+		{"not type 0", append([]byte{1}, make([]byte, 16)...), nullUUID},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			assert.Equal(t, tc.want, GUIDString(tc.guid))
+		})
 	}
 }

@@ -43,6 +43,10 @@ type Config struct {
 	// ARM64BootFile is the TFTP file for arm64 UEFI PXE firmware (type 11). Empty: arm64
 	// PXE firmware is not answered (Debian ships no arm64 iPXE).
 	ARM64BootFile string
+	// ARM64UKI, when ARM64BootFile is empty, answers arm64 UEFI HTTP boot clients with
+	// the URL of a Unified Kernel Image the provider builds for the machine
+	// (HTTPBootURL + UKIPath): arm64 HTTP boot starts it with no loader in between.
+	ARM64UKI bool
 	// HTTPBootURL, when set, answers UEFI HTTP boot clients (vendor class "HTTPClient"):
 	// they get this URL with the architecture's EFI boot file name appended
 	// (UEFIBootFile, ARM64BootFile), e.g. http://10.77.0.1:50042/boot/ + ipxe.efi.

@@ -26,7 +26,7 @@ var (
 	errNotPXE         = &ignoreError{reason: "not_pxe"}
 	errNoArch         = &ignoreError{"no_arch", "the PXE client names no architecture (no option 93, no Arch: in its vendor class)"}
 	errUnknownArch    = &ignoreError{"unknown_arch", "the client's architecture (option 93) is one Anvil does not boot"}
-	errNoARM64        = &ignoreError{"arm64_not_configured", "arm64 client: no arm64 boot file is configured (--ipxe-arm64-file)"}
+	errNoARM64        = &ignoreError{"arm64_not_configured", "arm64 client: no arm64 boot file is configured (--ipxe-arm64-file), nor, for HTTP boot, arm64 agent assets with a UKI stub (make agent-arm64)"}
 	errHTTPBoot       = &ignoreError{"uefi_http_boot", "UEFI HTTP boot client: no HTTP boot URL is configured"}
 	errNotForUs       = &ignoreError{reason: "other_server"}
 	errMessageType    = &ignoreError{reason: "message_type"}

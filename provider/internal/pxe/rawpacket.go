@@ -174,7 +174,10 @@ func answerRaw(cfg *Config, req *rawRequest, bootPort bool, out []byte) ([]byte,
 		return nil, 0, errMessageType
 	}
 
-	b, err := bootFor(cfg, req.opts[slotVendorClass], req.opts[slotArch], req.opts[slotUserClass])
+	b, err := bootFor(cfg, bootOptions{
+		vendorClass: req.opts[slotVendorClass], arch: req.opts[slotArch], userClass: req.opts[slotUserClass],
+		guid: req.opts[slotGUID], mac: req.hwAddr(),
+	})
 	if err != nil {
 		return nil, 0, err
 	}

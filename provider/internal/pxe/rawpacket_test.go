@@ -146,7 +146,12 @@ func testConfigs(t *testing.T) []*Config {
 	httpBoot.HTTPBootURL = testHTTPBootURL
 	require.NoError(t, httpBoot.Validate())
 
-	return []*Config{testConfig(t, false), testConfig(t, true), long, mid, httpBoot}
+	uki := testConfig(t, false)
+	uki.HTTPBootURL = testHTTPBootURL
+	uki.ARM64UKI = true
+	require.NoError(t, uki.Validate())
+
+	return []*Config{testConfig(t, false), testConfig(t, true), long, mid, httpBoot, uki}
 }
 
 // The replies read in place must be, byte for byte, those of the decoded way, for every
