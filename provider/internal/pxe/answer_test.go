@@ -214,8 +214,8 @@ func TestAnswer(t *testing.T) {
 		{
 			name:     "arm64 PXE (11) gets no UKI: it cannot take a URL",
 			httpBoot: true, uki: true,
-			req:      func(t *testing.T) *dhcpv4.DHCPv4 { return pxeRequest(t, dhcpv4.MessageTypeDiscover, 11) },
-			wantErr:  errNoARM64,
+			req:     func(t *testing.T) *dhcpv4.DHCPv4 { return pxeRequest(t, dhcpv4.MessageTypeDiscover, 11) },
+			wantErr: errNoARM64,
 		},
 		{
 			name:     "HTTPClient saying BIOS",
