@@ -9,7 +9,8 @@
 // firmware's own PXE over IPv6 and an iPXE ROM, each from Anvil's DHCPv6 answer. Each
 // boots through real firmware to a registered agent. make e2e runs the whole flow on
 // every kind (TestE2E with ANVIL_E2E_FIRMWARE, ANVIL_E2E_NICS, ANVIL_E2E_FULL_DHCP,
-// ANVIL_E2E_IPV6).
+// ANVIL_E2E_IPV6). TestLabBootKindsARM64: an arm64 machine boots the UKI Anvil builds for
+// it by UEFI HTTP boot.
 package bootkinds
 
 import (
@@ -38,14 +39,21 @@ var leaseRe = regexp.MustCompile(`DHCPv4 lease \{"link": "(\w+)", "address": "([
 
 // binaries builds the provider and anvilctl, and finds the agent's boot assets.
 func binaries(t testing.TB) (provider, anvilctl, agent string) {
-	root := labtest.RepoRoot(t)
 	bin := t.TempDir()
+	provider, anvilctl = commands(t, bin)
+
+	return provider, anvilctl, labtest.AgentAssets(t, labtest.RepoRoot(t), bin)
+}
+
+// commands builds the provider and anvilctl into bin.
+func commands(t testing.TB, bin string) (provider, anvilctl string) {
+	root := labtest.RepoRoot(t)
 	provider, anvilctl = filepath.Join(bin, "provider"), filepath.Join(bin, "anvilctl")
 
 	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
 	labtest.GoBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
 
-	return provider, anvilctl, labtest.AgentAssets(t, root, bin)
+	return provider, anvilctl
 }
 
 // labConfig is a lab at dir and prefix of two machines of the kinds given, no power
@@ -143,6 +151,44 @@ func TestLabBootKinds(tt *testing.T) {
 	require.NoError(t, err, out)
 	assert.Equal(t, 1, strings.Count(out, twoPorts.UUID), "one machine, whichever port it boots from:\n%s", out)
 	assert.Len(t, labtest.NonEmptyLines(out), 3, "two machines:\n%s", out)
+}
+
+// TestLabBootKindsARM64: an arm64 server set to UEFI HTTP boot (AAVMF, under TCG) gets
+// from Anvil's ProxyDHCP the URL of a Unified Kernel Image built for it, boots the
+// agent from it with no iPXE, and registers with its arm64 inventory.
+func TestLabBootKindsARM64(tt *testing.T) {
+	t := labtest.Recording(tt)
+
+	labtest.RequireARM64Host(t)
+
+	provider, anvilctl := commands(t, t.TempDir())
+	agent := labtest.ARM64AgentAssets(t, labtest.RepoRoot(t))
+	dir, prefix := labtest.NewLab(t, "anva", nil)
+
+	state, err := lab.Up(t.Context(), labConfig(dir, prefix, provider, agent, machine.ARM64))
+	require.NoError(t, err)
+
+	ctl := labtest.Anvilctl(anvilctl, state.ControlSocket())
+	machines := state.MachineList()
+	require.Len(t, machines, 1)
+
+	m := machines[0]
+	registered(t, ctl, m, m.MAC)
+
+	if t.Failed() {
+		return
+	}
+
+	serial := readSerial(t, m)
+	assert.Contains(t, serial, "Start HTTP Boot over IPv4", "the firmware's HTTP boot")
+	assert.Contains(t, serial, "URI: http://"+labnet.ProviderAddr+":50042/boot/uki/arm64/"+m.UUID+"/"+strings.ReplaceAll(m.MAC, ":", "-")+"/boot.efi",
+		"the URI of the machine's own UKI, from Anvil's answer (the UUID it names is the machine's)")
+	assert.NotContains(t, serial, "iPXE", "no iPXE on the way")
+	assert.Contains(t, serial, "console=ttyAMA0", "the agent's kernel, on the arm64 console")
+
+	yaml, err := ctl("get", "machine", m.UUID, "-o", "yaml")
+	require.NoError(t, err, yaml)
+	assert.True(t, labtest.HasField(yaml, "arch", "arm64"), "the arm64 inventory:\n%s", yaml)
 }
 
 // ipv6Addr is an address of the lab's IPv6 prefix, as the agent and iPXE print it.

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/hack/internal/lab"
+	"github.com/anvil-metal/anvil/hack/internal/machine"
 	"github.com/anvil-metal/anvil/internal/netns"
 )
 
@@ -128,6 +129,57 @@ func AgentAssets(t testing.TB, root, bin string) string {
 	require.NoError(t, err, "building the agent's boot assets: %s", b)
 
 	return out
+}
+
+// ARM64AgentAssets is a directory with the agent's arm64 boot assets and the UKI stub
+// the provider builds arm64 machines' images on: _out/agent, where make agent-arm64
+// puts them (Debian's arm64 kernel, fetched, and the agent, cross-compiled), made first
+// when missing.
+func ARM64AgentAssets(t testing.TB, root string) string {
+	t.Helper()
+
+	made := filepath.Join(root, "_out", "agent")
+	if ARM64AssetsExist(made) {
+		return made
+	}
+
+	cmd := exec.Command("make", "agent-arm64")
+	cmd.Dir = root
+
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "building the agent's arm64 boot assets: %s", b)
+	require.True(t, ARM64AssetsExist(made), "make agent-arm64 made no arm64 assets in %s: %s", made, b)
+
+	return made
+}
+
+// ARM64AssetsExist tells whether dir has the agent's arm64 kernel, initramfs and UKI stub.
+func ARM64AssetsExist(dir string) bool {
+	initramfs, _ := filepath.Glob(filepath.Join(dir, "initramfs-arm64.*"))
+
+	for _, name := range []string{"vmlinuz-arm64", "uki-stub-arm64.efi"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			return false
+		}
+	}
+
+	return len(initramfs) > 0
+}
+
+// RequireARM64Host skips the test, saying why, where arm64 machines cannot run: the
+// lab's needs, and qemu-system-aarch64 with its firmware.
+func RequireARM64Host(t testing.TB) {
+	t.Helper()
+
+	RequireHost(t)
+
+	if _, err := exec.LookPath("qemu-system-aarch64"); err != nil {
+		t.Skip("needs qemu-system-aarch64 (make setup installs qemu-system-arm)")
+	}
+
+	if _, err := os.Stat(machine.AAVMFCode); err != nil {
+		t.Skipf("needs %s (make setup installs qemu-efi-aarch64)", machine.AAVMFCode)
+	}
 }
 
 // DumpLogs prints a lab's logs: the machines' serial consoles, the provider's, the site

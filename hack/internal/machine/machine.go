@@ -37,10 +37,13 @@ const (
 	// UEFIHTTP is OVMF with an empty NIC ROM and its PXE turned off: UEFI HTTP boot only,
 	// as a server set to HTTP boot in its firmware setup. It fetches iPXE over HTTP.
 	UEFIHTTP Firmware = "uefi-http"
+	// ARM64 is an arm64 server (qemu-system-aarch64, virt, AAVMF) set to UEFI HTTP boot:
+	// Debian has no arm64 iPXE, so it boots the UKI the provider builds for it.
+	ARM64 Firmware = "arm64"
 )
 
-// Firmwares are the firmware kinds, in the order the lab hands them out.
-var Firmwares = []Firmware{BIOS, UEFI, UEFIPXE, UEFIHTTP}
+// Firmwares are the firmware kinds a lab machine can have.
+var Firmwares = []Firmware{BIOS, UEFI, UEFIPXE, UEFIHTTP, ARM64}
 
 // Firmware files (Debian's ovmf and ipxe-qemu).
 var (
@@ -48,6 +51,10 @@ var (
 	OVMFVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
 	// NICROM is the virtio-net iPXE ROM QEMU loads by default (BIOS and EFI images).
 	NICROM = "/usr/lib/ipxe/qemu/efi-virtio.rom"
+	// AAVMFCode and AAVMFVars are the arm64 firmware (Debian's qemu-efi-aarch64), each
+	// padded to the 64 MiB of the virt machine's flash banks.
+	AAVMFCode = "/usr/share/AAVMF/AAVMF_CODE.fd"
+	AAVMFVars = "/usr/share/AAVMF/AAVMF_VARS.fd"
 )
 
 // ParseFirmware checks a firmware kind.
@@ -57,12 +64,30 @@ func ParseFirmware(s string) (Firmware, error) {
 		return f, nil
 	}
 
-	return "", fmt.Errorf("unknown firmware %q (bios, uefi, uefi-pxe or uefi-http)", s)
+	return "", fmt.Errorf("unknown firmware %q (bios, uefi, uefi-pxe, uefi-http or arm64)", s)
 }
 
 // OwnROM reports whether the firmware boots the network with its own stack (the NIC has
 // no iPXE option ROM).
-func (f Firmware) OwnROM() bool { return f == UEFIPXE || f == UEFIHTTP }
+func (f Firmware) OwnROM() bool { return f == UEFIPXE || f == UEFIHTTP || f == ARM64 }
+
+// Arch is the machine's architecture, as the provider names it.
+func (f Firmware) Arch() string {
+	if f == ARM64 {
+		return "arm64"
+	}
+
+	return "amd64"
+}
+
+// Console is the kernel's serial console on the machine.
+func (f Firmware) Console() string {
+	if f == ARM64 {
+		return "ttyAMA0"
+	}
+
+	return "ttyS0"
+}
 
 // Vendor is the SMBIOS type 1 identity of a machine.
 type Vendor struct{ Manufacturer, Product string }
@@ -148,12 +173,15 @@ func New(spec Spec) *Machine {
 
 	spec.NICs = min(spec.NICs, maxNICs)
 
-	if spec.QEMU == "" {
-		spec.QEMU = "qemu-system-x86_64"
-	}
-
 	if spec.Firmware == "" {
 		spec.Firmware = BIOS
+	}
+
+	if spec.QEMU == "" {
+		spec.QEMU = "qemu-system-x86_64"
+		if spec.Firmware == ARM64 {
+			spec.QEMU = "qemu-system-aarch64"
+		}
 	}
 
 	sum := sha256.Sum256([]byte(fmt.Sprintf("%s/%s/%d", spec.Seed, spec.Name, spec.Index)))
@@ -316,8 +344,19 @@ func (m *Machine) NextBootNetwork() bool {
 // follows DiskFirst unless a one-shot network boot is pending.
 func (m *Machine) Args() []string {
 	accel := []string{"-accel", "tcg", "-cpu", "max"}
-	if m.KVM {
+
+	switch {
+	case m.Firmware == ARM64:
+		// Not max: TCG emulates pointer authentication for it, and the kernel runs at
+		// half the speed.
+		accel = []string{"-accel", "tcg", "-cpu", "cortex-a72"}
+	case m.KVM:
 		accel = []string{"-accel", "kvm", "-cpu", "host"}
+	}
+
+	machineType, vga := "q35", []string{"-vga", "none"}
+	if m.Firmware == ARM64 {
+		machineType, vga = "virt", nil // virt has no VGA
 	}
 
 	nicIndex, diskIndex := "1", "2"
@@ -329,8 +368,11 @@ func (m *Machine) Args() []string {
 
 	args := append(accel,
 		"-name", m.Seed+"-"+m.Name+",process="+m.Seed+"-"+m.Name,
-		"-machine", "q35", "-m", strconv.Itoa(m.MemoryMB), "-smp", strconv.Itoa(m.CPUs),
-		"-display", "none", "-vga", "none",
+		"-machine", machineType, "-m", strconv.Itoa(m.MemoryMB), "-smp", strconv.Itoa(m.CPUs),
+		"-display", "none",
+	)
+	args = append(args, vga...)
+	args = append(args,
 		"-daemonize", "-pidfile", m.PIDFile(),
 		"-D", m.qemuLog(),
 		// append: the log keeps every boot across power cycles.
@@ -347,7 +389,27 @@ func (m *Machine) Args() []string {
 	)
 
 	if m.IPMIBMC != "" {
-		args = append(args, ipmiArgs(m.IPMIBMC)...)
+		args = append(args, ipmiArgs(m.IPMIBMC, m.Firmware)...)
+	}
+
+	if m.Firmware == ARM64 {
+		ipv6 := "no"
+		if m.IPv6 {
+			ipv6 = "yes"
+		}
+
+		return append(args,
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+AAVMFCode,
+			"-drive", "if=pflash,format=raw,unit=1,file="+m.varsFile(),
+			// The virt machine has no entropy source of its own: without one the kernel's
+			// random pool is not ready for minutes.
+			"-device", "virtio-rng-pci",
+			// A server set to IPv4 (or IPv6) HTTP boot: no PXE, which would TFTP a
+			// binary no arm64 iPXE exists for.
+			"-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=no",
+			"-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=no",
+			"-fw_cfg", "name=opt/org.tianocore/IPv6Support,string="+ipv6,
+		)
 	}
 
 	if m.Firmware == BIOS {
@@ -419,14 +481,20 @@ func (m *Machine) nicArgs(bootIndex string) []string {
 	return args
 }
 
-// ipmiArgs attach the external BMC at addr (host:port) as the guest's KCS interface.
-func ipmiArgs(addr string) []string {
+// ipmiArgs attach the external BMC at addr (host:port) as the guest's KCS interface: on
+// the ISA bus of a PC, on PCI on arm64's virt machine (which has no ISA).
+func ipmiArgs(addr string, fw Firmware) []string {
 	host, port, _ := strings.Cut(addr, ":")
+
+	kcs := "isa-ipmi-kcs,bmc=bmc0"
+	if fw == ARM64 {
+		kcs = "pci-ipmi-kcs,bmc=bmc0"
+	}
 
 	return []string{
 		"-chardev", "socket,id=ipmi0,host=" + host + ",port=" + port + ",reconnect=10",
 		"-device", "ipmi-bmc-extern,id=bmc0,chardev=ipmi0",
-		"-device", "isa-ipmi-kcs,bmc=bmc0",
+		"-device", kcs,
 	}
 }
 
@@ -450,6 +518,10 @@ func (m *Machine) prepare(ctx context.Context) error {
 
 	if _, err := os.Stat(m.varsFile()); err == nil {
 		return nil
+	}
+
+	if m.Firmware == ARM64 {
+		return copyFile(AAVMFVars, m.varsFile())
 	}
 
 	return copyFile(OVMFVars, m.varsFile())

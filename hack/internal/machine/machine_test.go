@@ -47,11 +47,18 @@ func TestArgs(t *testing.T) {
 		{machine.UEFI, false, []string{"if=pflash,format=raw,unit=0,readonly=on,file=" + machine.OVMFCode, "OVMF_VARS.fd", "IPv6Support,string=no", "IPv4PXESupport,string=no"}, []string{"romfile=", "sga"}},
 		{machine.UEFIPXE, true, []string{"-accel kvm", "romfile=", "pflash", "IPv6Support,string=no"}, []string{"tcg", "IPv4PXESupport"}},
 		{machine.UEFIHTTP, false, []string{"romfile=,bootindex=1", "pflash", "IPv6Support,string=no", "IPv4PXESupport,string=no"}, []string{"sga"}},
+		// KVM is for x86 on an x86 host: an arm64 machine is emulated whatever it says.
+		{machine.ARM64, true, []string{"-accel tcg", "-cpu cortex-a72", "file=" + machine.AAVMFCode, "OVMF_VARS.fd", "romfile=,bootindex=1", "virtio-rng-pci", "IPv4PXESupport,string=no", "IPv6PXESupport,string=no", "IPv6Support,string=no"}, []string{"kvm", "sga", "-vga", "q35", machine.OVMFCode}},
 	} {
 		m := machine.New(machine.Spec{Name: string(tc.firmware), Seed: "t", Firmware: tc.firmware, KVM: tc.kvm, Dir: "/lab/m", Tap: "tap0", NetNS: "t-lab"})
 		args := strings.Join(m.Args(), " ")
 
-		for _, w := range append(tc.want, "-machine q35", "-m 1024", "-smp 2", "ifname=tap0", "qmp.sock", "serial.log", "uuid="+m.UUID, "mac="+m.MAC, "-daemonize") {
+		machineType := "-machine q35"
+		if tc.firmware == machine.ARM64 {
+			machineType = "-machine virt"
+		}
+
+		for _, w := range append(tc.want, machineType, "-m 1024", "-smp 2", "ifname=tap0", "qmp.sock", "serial.log", "uuid="+m.UUID, "mac="+m.MAC, "-daemonize") {
 			assert.Contains(t, args, w, tc.firmware)
 		}
 
@@ -73,6 +80,12 @@ func TestIPv6Args(t *testing.T) {
 	assert.NotContains(t, args, "IPv6Support")
 	assert.Contains(t, args, "IPv4PXESupport,string=no", "still HTTP boot only")
 	assert.Contains(t, args, "IPv6PXESupport,string=no", "still HTTP boot only")
+
+	arm := machine.New(machine.Spec{Name: "a", Seed: "t", Firmware: machine.ARM64, Dir: "/lab/a", Tap: "tap1", IPv6: true})
+	assert.Contains(t, strings.Join(arm.Args(), " "), "IPv6Support,string=yes")
+	assert.Equal(t, "qemu-system-aarch64", arm.QEMU)
+	assert.Equal(t, "arm64", arm.Firmware.Arch())
+	assert.Equal(t, "ttyAMA0", arm.Firmware.Console())
 }
 
 // A machine with two ports boots from its second, the first without a boot ROM; its
