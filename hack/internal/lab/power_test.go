@@ -54,15 +54,17 @@ func TestAssignBMC(t *testing.T) {
 		index int
 		want  MachineBMC
 		ipmi  string
+		fw    machine.Firmware
 	}{
-		{"zero value: no owner", nil, 0, MachineBMC{Owner: OwnerNone}, ""},
-		{"api", []PowerOwner{OwnerAPI}, 2, MachineBMC{Owner: OwnerAPI}, ""},
-		{"ipmi first", []PowerOwner{OwnerIPMI, OwnerAPI, OwnerAPI}, 0, MachineBMC{Owner: OwnerIPMI, LANPort: 62300, SerialPort: 62600}, "127.0.0.1:62600"},
-		{"api second", []PowerOwner{OwnerIPMI, OwnerAPI, OwnerAPI}, 1, MachineBMC{Owner: OwnerAPI}, ""},
-		{"in turn", []PowerOwner{OwnerIPMI, OwnerAPI, OwnerAPI}, 3, MachineBMC{Owner: OwnerIPMI, LANPort: 62303, SerialPort: 62603}, "127.0.0.1:62603"},
+		{"zero value: no owner", nil, 0, MachineBMC{Owner: OwnerNone}, "", ""},
+		{"api", []PowerOwner{OwnerAPI}, 2, MachineBMC{Owner: OwnerAPI}, "", ""},
+		{"ipmi first", []PowerOwner{OwnerIPMI, OwnerAPI, OwnerAPI}, 0, MachineBMC{Owner: OwnerIPMI, LANPort: 62300, SerialPort: 62600}, "127.0.0.1:62600", ""},
+		{"api second", []PowerOwner{OwnerIPMI, OwnerAPI, OwnerAPI}, 1, MachineBMC{Owner: OwnerAPI}, "", ""},
+		{"in turn", []PowerOwner{OwnerIPMI, OwnerAPI, OwnerAPI}, 3, MachineBMC{Owner: OwnerIPMI, LANPort: 62303, SerialPort: 62603}, "127.0.0.1:62603", ""},
+		{"arm64 has no IPMI device: the power API", []PowerOwner{OwnerIPMI}, 0, MachineBMC{Owner: OwnerAPI}, "", machine.ARM64},
 	} {
 		s := &State{}
-		spec := machine.Spec{Name: "m", Index: tc.index}
+		spec := machine.Spec{Name: "m", Index: tc.index, Firmware: tc.fw}
 
 		s.assignBMC(Config{BMC: tc.bmc}, &spec)
 
