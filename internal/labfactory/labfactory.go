@@ -36,6 +36,9 @@ const maxSchematic = 1 << 20
 // timer interrupt can miss the kernel's IO-APIC timer check, which then panics.
 const BaseCmdline = "console=ttyS0,115200n8 console=tty0 no_timer_check"
 
+// BaseCmdlineARM64 is BaseCmdline on arm64, whose serial port is a PL011.
+const BaseCmdlineARM64 = "console=ttyAMA0,115200n8 console=tty0 no_timer_check"
+
 // Kernel arguments naming what the stand-in served, so the test "Talos" can report
 // exactly what it was booted as.
 const (
@@ -47,16 +50,23 @@ const (
 // from the machine's disk, as installed Talos.
 const InstalledArg = "anvil.lab.installed"
 
-// DiskImage is the factory's name for the raw metal disk image, and the file served as it.
+// DiskImage is the factory's name for the amd64 raw metal disk image, and the file
+// served as it.
 const DiskImage = "metal-amd64.raw"
+
+// DiskImageFor is the factory's name for an architecture's raw metal disk image.
+func DiskImageFor(arch string) string { return "metal-" + arch + ".raw" }
 
 // assetFallbacks are the imager's names for the factory's files, so the imager's
 // output directory can be served as it is (the kernel reads a zstd initramfs whatever
-// its name says).
+// its name says); an arm64 stand-in's files sit beside the amd64 one's.
 var assetFallbacks = map[string][]string{
-	"kernel-amd64":       {"kernel-amd64", "vmlinuz-amd64"},
-	"initramfs-amd64.xz": {"initramfs-amd64.xz", "initramfs-amd64.zst"},
-	DiskImage:            {DiskImage},
+	"kernel-amd64":        {"kernel-amd64", "vmlinuz-amd64"},
+	"initramfs-amd64.xz":  {"initramfs-amd64.xz", "initramfs-amd64.zst"},
+	DiskImage:             {DiskImage},
+	"kernel-arm64":        {"kernel-arm64", "vmlinuz-arm64"},
+	"initramfs-arm64.xz":  {"initramfs-arm64.xz", "initramfs-arm64.zst"},
+	DiskImageFor("arm64"): {DiskImageFor("arm64")},
 }
 
 var (
@@ -212,18 +222,24 @@ func (f *Factory) pxe(w http.ResponseWriter, r *http.Request) {
 	image := base + "/image/" + id + "/" + version + "/"
 	initramfs := "initramfs-" + arch + ".xz"
 	// Debian's 2019 iPXE needs initrd=<name> on the kernel line under EFI.
-	args := append([]string{"initrd=" + initramfs}, kernelArgs(sc, id, version, platform, base)...)
+	args := append([]string{"initrd=" + initramfs}, kernelArgs(sc, id, version, platform, arch, base)...)
 
 	w.Header().Set("Content-Type", "text/plain")
 	fmt.Fprintf(w, "#!ipxe\nimgfree\nkernel %skernel-%s %s\ninitrd %s%s\nboot\n", image, arch, strings.Join(args, " "), image, initramfs) //nolint:gosec // a text/plain iPXE script, not HTML
 }
 
 // kernelArgs are the arguments the stand-in boots a schematic's Talos with, as the
-// factory's cmdline-<platform>-<arch>: the platform, Talos' defaults (BaseCmdline), what
-// the stand-in served, then the schematic's extra kernel arguments as they are.
-func kernelArgs(sc *schematic.Schematic, id, version, platform, base string) []string {
+// factory's cmdline-<platform>-<arch>: the platform, Talos' defaults (BaseCmdline, its
+// serial console the arm64 one on arm64), what the stand-in served, then the
+// schematic's extra kernel arguments as they are.
+func kernelArgs(sc *schematic.Schematic, id, version, platform, arch, base string) []string {
+	cmdline := BaseCmdline
+	if arch == "arm64" {
+		cmdline = BaseCmdlineARM64
+	}
+
 	return append([]string{
-		"talos.platform=" + platform, BaseCmdline,
+		"talos.platform=" + platform, cmdline,
 		SchematicArg + "=" + id, VersionArg + "=" + version, FactoryArg + "=" + base,
 	}, sc.Customization.ExtraKernelArgs...)
 }
@@ -260,7 +276,7 @@ func (f *Factory) image(w http.ResponseWriter, r *http.Request) {
 
 	if m := cmdlineRe.FindStringSubmatch(parts[2]); m != nil {
 		cw.Header().Set("Content-Type", "text/plain")
-		io.WriteString(cw, strings.Join(kernelArgs(sc, parts[0], parts[1], m[1], f.base(r)), " ")) //nolint:errcheck,gosec // a text/plain cmdline, not HTML; a write error: the client went away
+		io.WriteString(cw, strings.Join(kernelArgs(sc, parts[0], parts[1], m[1], m[2], f.base(r)), " ")) //nolint:errcheck,gosec // a text/plain cmdline, not HTML; a write error: the client went away
 
 		return
 	}

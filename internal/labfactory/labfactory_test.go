@@ -60,6 +60,11 @@ func TestPXEScript(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(assets, "initramfs-amd64.zst"), []byte("INITRAMFS"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(assets, "metal-amd64.raw"), []byte("DISK"), 0o644))
 
+	// An arm64 stand-in's files beside them, under the imager's names.
+	for name, content := range map[string]string{"vmlinuz-arm64": "ARM64-KERNEL", "initramfs-arm64.zst": "ARM64-INITRAMFS", "metal-arm64.raw": "ARM64-DISK"} {
+		require.NoError(t, os.WriteFile(filepath.Join(assets, name), []byte(content), 0o644))
+	}
+
 	f := labfactory.New(labfactory.WithAssets(assets))
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
@@ -96,7 +101,10 @@ func TestPXEScript(t *testing.T) {
 		{"disk image", "/image/" + id + "/v1.9.0/metal-amd64.raw", http.StatusOK, "DISK"},
 		// The PXE script's kernel line without initrd=, as the factory's cmdline is.
 		{"cmdline", "/image/" + id + "/v1.9.0/cmdline-metal-amd64", http.StatusOK, cmdline},
-		{"arm64 cmdline", "/image/" + id + "/v1.9.0/cmdline-metal-arm64", http.StatusOK, cmdline},
+		{"arm64 kernel", "/image/" + id + "/v1.9.0/kernel-arm64", http.StatusOK, "ARM64-KERNEL"},
+		{"arm64 initramfs", "/image/" + id + "/v1.9.0/initramfs-arm64.xz", http.StatusOK, "ARM64-INITRAMFS"},
+		{"arm64 disk", "/image/" + id + "/v1.9.0/" + labfactory.DiskImageFor("arm64"), http.StatusOK, "ARM64-DISK"},
+		{"arm64 cmdline", "/image/" + id + "/v1.9.0/cmdline-metal-arm64", http.StatusOK, strings.Replace(cmdline, labfactory.BaseCmdline, labfactory.BaseCmdlineARM64, 1)}, // its own serial console
 		{"cmdline of an unknown arch", "/image/" + id + "/v1.9.0/cmdline-metal-riscv", http.StatusNotFound, ""},
 		{"cmdline of an unknown schematic", "/image/" + strings.Repeat("0", 64) + "/v1.9.0/cmdline-metal-amd64", http.StatusNotFound, ""},
 		{"schematic document", "/schematics/" + id, http.StatusOK, string(doc)},

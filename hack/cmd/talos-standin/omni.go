@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -228,7 +229,7 @@ func (t *omniTalos) install(config []byte) {
 			return fmt.Errorf("no %s on the kernel line: no disk image to install", labfactory.FactoryArg)
 		}
 
-		url := t.factory + "/image/" + t.schematic + "/" + t.version + "/" + labfactory.DiskImage
+		url := t.factory + "/image/" + t.schematic + "/" + t.version + "/" + labfactory.DiskImageFor(runtime.GOARCH)
 
 		n, err := installImage(ctx, url, t.disk)
 		if err != nil {

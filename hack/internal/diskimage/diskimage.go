@@ -84,6 +84,14 @@ type Options struct {
 	// "console=tty0 console=ttyS0,115200 quiet no_timer_check"; the kernel
 	// takes the last of a repeated setting, so "loglevel=6" undoes quiet.
 	Cmdline string
+	// Arch is the disk's architecture, "" or "amd64", or "arm64": then Kernel and
+	// SystemdBootARM64 are required, the disk system (Init) is built for arm64, its
+	// console is ttyAMA0, and the EFI loader is \EFI\BOOT\BOOTAA64.EFI (the syslinux
+	// boot code stays, unused).
+	Arch string
+	// SystemdBootARM64 is systemd-bootaa64.efi (from Debian's arm64 systemd-boot-efi,
+	// as hack/arm64-assets.sh unpacks it).
+	SystemdBootARM64 string
 }
 
 const (
@@ -120,6 +128,18 @@ func Make(ctx context.Context, path string, opts Options) error {
 		return fmt.Errorf("diskimage: unknown format %q", opts.Format)
 	}
 	var err error
+
+	switch opts.Arch {
+	case "", "amd64":
+		opts.Arch = "amd64"
+	case "arm64":
+		if opts.Kernel == "" || opts.SystemdBootARM64 == "" {
+			return errors.New("diskimage: an arm64 disk needs Options.Kernel and Options.SystemdBootARM64")
+		}
+	default:
+		return fmt.Errorf("diskimage: unknown architecture %q", opts.Arch)
+	}
+
 	if opts.Kernel == "" {
 		if opts.Kernel, err = DefaultKernel(); err != nil {
 			return err
@@ -136,7 +156,7 @@ func Make(ctx context.Context, path string, opts Options) error {
 	if initrd == "" {
 		if opts.Init == "" {
 			opts.Init = filepath.Join(work, "init")
-			if err := BuildInit(ctx, opts.Init); err != nil {
+			if err := BuildInitFor(ctx, opts.Init, opts.Arch); err != nil {
 				return err
 			}
 		}
@@ -201,7 +221,12 @@ func bootFiles(work string, opts Options) ([]bootFile, error) {
 	// console=ttyS0 last: /dev/console, the init's stdout, is the last console.
 	// no_timer_check: the lab's machines are emulated, and on a loaded host the timer
 	// interrupt can miss the kernel's IO-APIC timer check, which then panics.
-	cmdline := strings.TrimSpace("console=tty0 console=ttyS0,115200 quiet no_timer_check " + opts.Cmdline)
+	console, loader, efiName := "ttyS0", SystemdBoot, "/EFI/BOOT/BOOTX64.EFI"
+	if opts.Arch == "arm64" {
+		console, loader, efiName = "ttyAMA0", opts.SystemdBootARM64, "/EFI/BOOT/BOOTAA64.EFI"
+	}
+
+	cmdline := strings.TrimSpace("console=tty0 console=" + console + ",115200 quiet no_timer_check " + opts.Cmdline)
 	texts := map[string]string{
 		"syslinux.cfg": "SERIAL 0 115200\nDEFAULT disk\nPROMPT 0\nTIMEOUT 0\nLABEL disk\n" +
 			"  KERNEL /vmlinuz\n  INITRD /initrd.img\n  APPEND " + cmdline + "\n",
@@ -220,7 +245,7 @@ func bootFiles(work string, opts Options) ([]bootFile, error) {
 		{filepath.Join(work, "syslinux.cfg"), "/syslinux.cfg"},
 		{filepath.Join(work, "loader.conf"), "/loader/loader.conf"},
 		{filepath.Join(work, "disk.conf"), "/loader/entries/disk.conf"},
-		{SystemdBoot, "/EFI/BOOT/BOOTX64.EFI"},
+		{loader, efiName},
 	}, nil
 }
 
@@ -343,9 +368,12 @@ func writeInitramfs(path, init, machine string) error {
 }
 
 // BuildInit builds InitPackage as a static binary at out.
-func BuildInit(ctx context.Context, out string) error {
+func BuildInit(ctx context.Context, out string) error { return BuildInitFor(ctx, out, "amd64") }
+
+// BuildInitFor is BuildInit for an architecture, amd64 or arm64.
+func BuildInitFor(ctx context.Context, out, arch string) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, InitPackage)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("diskimage: building %s: %w: %s", InitPackage, err, bytes.TrimSpace(b))
 	}

@@ -119,10 +119,13 @@ func TestInitramfsOptions(t *testing.T) {
 		opts Options
 		want string
 	}{
-		"no machine":  {Options{Initramfs: initramfs}, "Options.Machine is empty"},
-		"init too":    {Options{Machine: "m", Initramfs: initramfs, Init: initramfs}, "both set"},
-		"missing":     {Options{Machine: "m", Initramfs: filepath.Join(dir, "nothing")}, "no such file"},
-		"a directory": {Options{Machine: "m", Initramfs: dir}, "not a regular file"},
+		"no machine":           {Options{Initramfs: initramfs}, "Options.Machine is empty"},
+		"init too":             {Options{Machine: "m", Initramfs: initramfs, Init: initramfs}, "both set"},
+		"missing":              {Options{Machine: "m", Initramfs: filepath.Join(dir, "nothing")}, "no such file"},
+		"a directory":          {Options{Machine: "m", Initramfs: dir}, "not a regular file"},
+		"arm64, no kernel":     {Options{Machine: "m", Initramfs: initramfs, Arch: "arm64", SystemdBootARM64: initramfs}, "needs Options.Kernel"},
+		"arm64, no loader":     {Options{Machine: "m", Initramfs: initramfs, Arch: "arm64", Kernel: initramfs}, "SystemdBootARM64"},
+		"unknown architecture": {Options{Machine: "m", Initramfs: initramfs, Arch: "riscv64"}, "unknown architecture"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			disk := filepath.Join(dir, "disk.raw")
@@ -134,5 +137,39 @@ func TestInitramfsOptions(t *testing.T) {
 				t.Error("an image was written")
 			}
 		})
+	}
+}
+
+// An arm64 disk: the arm64 loader where AAVMF looks, the arm64 serial console.
+func TestARM64(t *testing.T) {
+	needTools(t)
+	dir := t.TempDir()
+	files := map[string]string{"kernel": "ARM64 KERNEL", "initramfs": "INITRAMFS", "loader.efi": "MZ systemd-boot aa64"}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	disk := filepath.Join(dir, "disk.raw")
+	opts := Options{
+		Machine: "arm-1", Arch: "arm64", Kernel: filepath.Join(dir, "kernel"), Initramfs: filepath.Join(dir, "initramfs"),
+		SystemdBootARM64: filepath.Join(dir, "loader.efi"),
+	}
+	if err := Make(context.Background(), disk, opts); err != nil {
+		t.Fatal(err)
+	}
+	img := fmt.Sprintf("%s@@%d", disk, partStart*sector)
+	for file, want := range map[string]string{
+		"/EFI/BOOT/BOOTAA64.EFI":    files["loader.efi"],
+		"/vmlinuz":                  files["kernel"],
+		"/loader/entries/disk.conf": "options console=tty0 console=ttyAMA0,115200 quiet no_timer_check\n",
+	} {
+		out, err := exec.Command("mtype", "-i", img, "::"+file).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), want) {
+			t.Errorf("%s: %v: %q, want %q in it", file, err, out, want)
+		}
+	}
+	if out, err := exec.Command("mtype", "-i", img, "::/EFI/BOOT/BOOTX64.EFI").CombinedOutput(); err == nil {
+		t.Errorf("an arm64 disk has an x86 loader: %q", out)
 	}
 }

@@ -162,6 +162,93 @@ func BuildStandinAssets(ctx context.Context, root, out string) error {
 	return os.Rename(work, out)
 }
 
+// BuildStandinAssetsARM64 adds the stand-in's arm64 boot assets to out, beside the
+// amd64 ones (BuildStandinAssets makes out anew: call it first): vmlinuz-arm64,
+// initramfs-arm64.zst and the arm64 disk image, from Debian's arm64 kernel tree at
+// kernelRoot (hack/arm64-assets.sh unpacks it, with systemd-boot's arm64 loader),
+// unless out has them for this very stand-in binary and kernel already.
+func BuildStandinAssetsARM64(ctx context.Context, root, kernelRoot, out string) error {
+	kernels, _ := filepath.Glob(filepath.Join(kernelRoot, "boot", "vmlinuz-*-arm64"))
+	if len(kernels) != 1 {
+		return fmt.Errorf("want one arm64 kernel in %s/boot (hack/arm64-assets.sh), have %v", kernelRoot, kernels)
+	}
+
+	kernel := kernels[0]
+	loader := filepath.Join(kernelRoot, "usr", "lib", "systemd", "boot", "efi", "systemd-bootaa64.efi")
+
+	tmp, err := os.MkdirTemp("", "talos-standin-arm64-")
+	if err != nil {
+		return err
+	}
+
+	defer os.RemoveAll(tmp)
+
+	bin := filepath.Join(tmp, "talos-standin")
+	if err := goBuild(ctx, root, bin, "./hack/cmd/talos-standin", "GOARCH=arm64"); err != nil {
+		return err
+	}
+
+	stamp, err := standinStamp(bin, kernel)
+	if err != nil {
+		return err
+	}
+
+	stampFile := filepath.Join(out, "standin-arm64.stamp")
+	if b, err := os.ReadFile(stampFile); err == nil && string(b) == stamp && standinARM64Exist(out) {
+		return nil
+	}
+
+	// Beside out, so that the files are renamed into it (one file system).
+	work := out + ".arm64.tmp"
+	_ = os.RemoveAll(work)
+
+	defer os.RemoveAll(work)
+
+	cmd := exec.CommandContext(ctx, "go", "run", "./imager/cmd/imager", "--arch", "arm64", "--agent", bin,
+		"--kernel-root", kernelRoot, "--out", work, "--zstd-level", "3")
+	cmd.Dir = root
+
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("error building the arm64 stand-in's boot assets: %w: %s", err, b)
+	}
+
+	if err := diskimage.Make(ctx, filepath.Join(work, labfactory.DiskImageFor("arm64")), diskimage.Options{
+		Machine:   "talos-standin",
+		Arch:      "arm64",
+		Kernel:    kernel,
+		Initramfs: filepath.Join(work, "initramfs-arm64.zst"),
+		Format:    diskimage.Raw,
+		Cmdline:   labfactory.InstalledArg + " loglevel=7",
+
+		SystemdBootARM64: loader,
+	}); err != nil {
+		return fmt.Errorf("error building the arm64 stand-in's disk image: %w", err)
+	}
+
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+
+	// The stamp last: a half-moved set is never taken as built.
+	for _, name := range []string{"vmlinuz-arm64", "initramfs-arm64.zst", labfactory.DiskImageFor("arm64")} {
+		if err := os.Rename(filepath.Join(work, name), filepath.Join(out, name)); err != nil {
+			return fmt.Errorf("error placing the arm64 stand-in's %s: %w", name, err)
+		}
+	}
+
+	return os.WriteFile(stampFile, []byte(stamp), 0o644)
+}
+
+func standinARM64Exist(dir string) bool {
+	for _, name := range []string{"vmlinuz-arm64", "initramfs-arm64.zst", labfactory.DiskImageFor("arm64")} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			return false
+		}
+	}
+
+	return true
+}
+
 // standinStamp names what the assets are made of: the stand-in binary's digest and the
 // kernel.
 func standinStamp(bin, kernel string) (string, error) {
@@ -191,10 +278,10 @@ func BootAssetsExist(dir string) bool {
 	return err == nil && len(initramfs) > 0
 }
 
-func goBuild(ctx context.Context, root, out, pkg string) error {
+func goBuild(ctx context.Context, root, out, pkg string, env ...string) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Env = append(append(os.Environ(), "CGO_ENABLED=0"), env...)
 
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("error building %s: %w: %s", pkg, err, b)
