@@ -34,6 +34,8 @@ type TalosBoot struct {
 	KernelSHA256, InitramfsSHA256 string
 	Initramfs                     string
 	Cmdline                       string
+	// KernelPath and InitramfsPath are the cached files, for a UKI built of them.
+	KernelPath, InitramfsPath string
 }
 
 // TalosBoot makes the allocation's Talos boot assets ready in the cache (fetched from
@@ -84,6 +86,7 @@ func (s *Scripts) TalosBoot(ctx context.Context, machineID string, alloc *resour
 		KernelSHA256:    strings.TrimPrefix(blobs[files.Kernel].Digest, "sha256:"),
 		InitramfsSHA256: strings.TrimPrefix(blobs[files.Initramfs].Digest, "sha256:"),
 		Cmdline:         cmdline,
+		KernelPath:      blobs[files.Kernel].Path, InitramfsPath: blobs[files.Initramfs].Path,
 	}, nil
 }
 

@@ -1,12 +1,14 @@
 package boot
 
 import (
+	"context"
 	"net/http"
 	"path/filepath"
 	"strings"
 
 	"github.com/anvil-metal/anvil/internal/token"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // UKI is the answer to a UEFI HTTP boot client asking for its own Unified Kernel Image
@@ -16,8 +18,9 @@ type UKI struct {
 	// disk; 503 says the agent cannot boot yet (Message says why).
 	Status  int
 	Message string
-	// Served is what the image boots: the agent, also for a machine whose decision is
-	// Talos (it has no iPXE to chain Talos with: the agent hands over by kexec).
+	// Served is what the image boots: the agent, or Talos from the provider's cache (a
+	// UKI of the allocation's kernel, initramfs and cmdline). Without a cache a machine
+	// whose decision is Talos gets the agent, which hands over by kexec.
 	Served lifecycle.Boot
 	// Stub, Kernel and Initramfs are the files the image is made of.
 	Stub, Kernel, Initramfs string
@@ -27,10 +30,15 @@ type UKI struct {
 	AgentToken token.Claims
 }
 
-// RenderUKI is Render for a UEFI HTTP boot client that starts a UKI with no loader.
-func (s *Scripts) RenderUKI(req Request, d lifecycle.BootDecision, claims token.Claims) UKI {
+// RenderUKI is Render for a UEFI HTTP boot client that starts a UKI with no loader. A
+// Talos boot from the cache may wait for the assets' download, within ctx.
+func (s *Scripts) RenderUKI(ctx context.Context, req Request, d lifecycle.BootDecision, claims token.Claims) UKI {
 	if d.Boot == lifecycle.BootDisk {
 		return UKI{Status: http.StatusNotFound, Message: "boot from disk", Served: lifecycle.BootDisk}
+	}
+
+	if d.Boot == lifecycle.BootTalos && s.Cache != nil {
+		return s.talosUKI(ctx, req, d.Allocation)
 	}
 
 	set, join, wait, ok := s.agentBoot(req.Arch)
@@ -59,5 +67,31 @@ func (s *Scripts) RenderUKI(req Request, d lifecycle.BootDecision, claims token.
 		Initramfs:  filepath.Join(s.Assets.Dir, set.Initramfs),
 		Cmdline:    b.String()[1:], // writeAgentArgs puts a space before each argument
 		AgentToken: claims,
+	}
+}
+
+// talosUKI is the allocation's Talos as a UKI: the cached kernel and initramfs, and the
+// cmdline the iPXE path boots with, its settings filled in (as a kexec's are).
+func (s *Scripts) talosUKI(ctx context.Context, req Request, alloc *resources.Allocation) UKI {
+	set, ok := s.Assets.For(req.Arch)
+	if !ok || set.UKIStub == "" {
+		return UKI{Status: http.StatusServiceUnavailable, Message: "the provider has no UKI stub for " + req.Arch + " (make agent-arm64)"}
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, scriptWait)
+	defer cancel()
+
+	tb, err := s.TalosBoot(ctx, req.MachineID, alloc, req.Arch)
+	if err != nil {
+		return UKI{Status: http.StatusServiceUnavailable, Message: "the Talos boot assets are not ready: " + err.Error()}
+	}
+
+	return UKI{
+		Status:    http.StatusOK,
+		Served:    lifecycle.BootTalos,
+		Stub:      filepath.Join(s.Assets.Dir, set.UKIStub),
+		Kernel:    tb.KernelPath,
+		Initramfs: tb.InitramfsPath,
+		Cmdline:   s.KexecCmdline(tb, req.MachineID, alloc),
 	}
 }

@@ -2,17 +2,22 @@ package boot_test
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/siderolabs/image-factory/pkg/client"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 
+	"github.com/anvil-metal/anvil/internal/labfactory"
 	"github.com/anvil-metal/anvil/internal/token"
 	"github.com/anvil-metal/anvil/provider/internal/boot"
+	"github.com/anvil-metal/anvil/provider/internal/imagecache"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
@@ -59,7 +64,7 @@ func TestRenderUKI(t *testing.T) {
 		wantMsg    string
 	}{
 		{name: "agent", stub: true, decision: lifecycle.BootDecision{Boot: lifecycle.BootAgent}, wantStatus: http.StatusOK, wantServed: lifecycle.BootAgent},
-		{name: "talos goes through the agent", stub: true, decision: lifecycle.BootDecision{Boot: lifecycle.BootTalos, Allocation: alloc}, wantStatus: http.StatusOK, wantServed: lifecycle.BootAgent},
+		{name: "talos without a cache goes through the agent", stub: true, decision: lifecycle.BootDecision{Boot: lifecycle.BootTalos, Allocation: alloc}, wantStatus: http.StatusOK, wantServed: lifecycle.BootAgent},
 		{name: "disk is a 404", stub: true, decision: lifecycle.BootDecision{Boot: lifecycle.BootDisk}, wantStatus: http.StatusNotFound, wantServed: lifecycle.BootDisk},
 		{name: "no stub", decision: lifecycle.BootDecision{Boot: lifecycle.BootAgent}, wantStatus: http.StatusServiceUnavailable, wantMsg: "no UKI stub for arm64"},
 		{name: "no join config yet", stub: true, join: func() ([]string, bool) { return nil, false }, decision: lifecycle.BootDecision{Boot: lifecycle.BootAgent}, wantStatus: http.StatusServiceUnavailable, wantMsg: "Omni's join config"},
@@ -73,7 +78,7 @@ func TestRenderUKI(t *testing.T) {
 			writeARM64Assets(t, s, tc.stub)
 
 			issued := time.Unix(1700000000, 7)
-			got := s.RenderUKI(arm64Req, tc.decision, token.Claims{Issued: issued})
+			got := s.RenderUKI(t.Context(), arm64Req, tc.decision, token.Claims{Issued: issued})
 
 			require.Equal(t, tc.wantStatus, got.Status)
 			assert.Equal(t, tc.wantServed, got.Served)
@@ -103,4 +108,60 @@ func TestRenderUKI(t *testing.T) {
 			assert.Equal(t, claims, got.AgentToken)
 		})
 	}
+}
+
+// TestRenderTalosUKI: with a cache, an arm64 machine allocated to Talos gets a UKI of the
+// cached arm64 kernel and initramfs, with the cmdline a kexec would get; an allocation
+// the cache cannot serve is a 503, tried again on the next boot.
+func TestRenderTalosUKI(t *testing.T) {
+	t.Parallel()
+
+	assets := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(assets, "vmlinuz-arm64"), []byte("ARM64-TALOS-KERNEL"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(assets, "initramfs-arm64.zst"), []byte("ARM64-TALOS-INITRAMFS"), 0o644))
+
+	srv := httptest.NewServer(labfactory.New(labfactory.WithAssets(assets)))
+	t.Cleanup(srv.Close)
+
+	s := testScripts(t, true)
+	writeARM64Assets(t, s, true)
+
+	sc, err := s.Schematic(nil, nil)
+	require.NoError(t, err)
+
+	c, err := client.New(srv.URL)
+	require.NoError(t, err)
+
+	id, _, err := c.SchematicCreate(t.Context(), sc)
+	require.NoError(t, err)
+
+	cache, err := imagecache.New(imagecache.Options{Dir: t.TempDir(), FactoryBaseURL: srv.URL, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, cache.Close()) })
+
+	s.Cache = cache
+	alloc := &resources.Allocation{ID: "a1", SchematicID: id, TalosVersion: "v1.12.0"}
+
+	got := s.RenderUKI(t.Context(), arm64Req, lifecycle.BootDecision{Boot: lifecycle.BootTalos, Allocation: alloc}, token.Claims{Issued: time.Now()})
+	require.Equal(t, http.StatusOK, got.Status, got.Message)
+	assert.Equal(t, lifecycle.BootTalos, got.Served)
+	assert.True(t, got.AgentToken.Issued.IsZero(), "Talos carries no agent token")
+
+	for path, want := range map[string]string{got.Kernel: "ARM64-TALOS-KERNEL", got.Initramfs: "ARM64-TALOS-INITRAMFS"} {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		assert.Equal(t, want, string(b), "the cached file")
+	}
+
+	tb, err := s.TalosBoot(t.Context(), "m1", alloc, "arm64")
+	require.NoError(t, err)
+	assert.Equal(t, s.KexecCmdline(tb, "m1", alloc), got.Cmdline, "the cmdline a kexec gets")
+	assert.Contains(t, got.Cmdline, "console=ttyAMA0")
+	assert.Contains(t, got.Cmdline, "talos.config=http://10.77.0.1:50042/metadata/m1?token=")
+	assert.NotContains(t, got.Cmdline, "${")
+
+	other := &resources.Allocation{ID: "a2", SchematicID: strings.Repeat("0", 64), TalosVersion: "v1.12.0"}
+	got = s.RenderUKI(t.Context(), arm64Req, lifecycle.BootDecision{Boot: lifecycle.BootTalos, Allocation: other}, token.Claims{})
+	assert.Equal(t, http.StatusServiceUnavailable, got.Status)
+	assert.Contains(t, got.Message, "the Talos boot assets are not ready")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/anvil-metal/anvil/internal/token"
 	"github.com/anvil-metal/anvil/internal/uki"
 	"github.com/anvil-metal/anvil/provider/internal/boot"
+	"github.com/anvil-metal/anvil/provider/internal/boottrace"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 )
 
@@ -43,7 +44,7 @@ func (s *Server) handleUKI(w http.ResponseWriter, r *http.Request) {
 
 	now := time.Now()
 	decision := m.Boot(s.opts.Policy)
-	u := s.opts.Scripts.RenderUKI(req, decision, token.Claims{Issued: now})
+	u := s.opts.Scripts.RenderUKI(r.Context(), req, decision, token.Claims{Issued: now})
 
 	if u.Status != http.StatusOK {
 		if u.Served != "" {
@@ -68,8 +69,13 @@ func (s *Server) handleUKI(w http.ResponseWriter, r *http.Request) {
 	defer closeFiles()
 
 	s.metrics.scriptsByKind[u.Served].Inc()
-	// Recorded as served: a machine allocated to Talos boots the agent, which kexecs it.
+	// Recorded as served: without a cache a machine allocated to Talos boots the agent,
+	// which kexecs it.
 	s.recordBoot(r, req, m, lifecycle.BootDecision{Boot: u.Served, Reason: decision.Reason}, now, u.AgentToken.Issued)
+
+	if u.Served == lifecycle.BootTalos {
+		s.opts.Trace.Mark(req.MachineID, boottrace.PhaseHandoff, req.Firmware, "uki")
+	}
 
 	h := w.Header()
 	h.Set("Content-Type", "application/efi")
