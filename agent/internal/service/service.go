@@ -144,8 +144,12 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	var kexecUnavailable string
-	if opts.Mode == ModeExtension {
+
+	switch {
+	case opts.Mode == ModeExtension:
 		kexecUnavailable = "the agent runs as a Talos extension: Talos keeps kexec to itself"
+	case opts.PID1:
+		kexecUnavailable = kexecFileUnavailable()
 	}
 
 	return session.Run(ctx, session.Options{
