@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,7 +49,8 @@ const (
 	// use with it, so that the suite boots from disk by every method: sanboot works only
 	// under BIOS in Debian's iPXE; under OVMF the firmware goes on to its HTTPv4 boot
 	// option, which Anvil answers with iPXE again (sent back again), then to the disk.
-	defaultDiskMethods = "ipxe-sanboot:bios,ipxe-exit:uefi,http-404:uefi-pxe,ipxe-exit:uefi-http"
+	// arm64 has no iPXE: its UKI's URL answers 404, whatever the provider's method.
+	defaultDiskMethods = "ipxe-sanboot:bios,ipxe-exit:uefi,http-404:uefi-pxe,ipxe-exit:uefi-http,http-404:arm64"
 )
 
 var (
@@ -159,8 +161,24 @@ func TestE2E(tt *testing.T) {
 	labtest.GoBuild(t, root, b.anvilctl, "./provider/cmd/anvilctl")
 	labtest.GoBuild(t, root, b.factory, "./hack/cmd/lab-factory")
 
+	firmware, _, _, _ := labKinds(t)
+
+	arm64 := slices.Contains(firmware, machine.ARM64)
+	if arm64 {
+		labtest.RequireARM64Host(t)
+	}
+
 	b.agent = labtest.AgentAssets(t, root, bin)
-	b.standin = standinAssets(t, root, bin)
+	b.standin = standinAssets(t, root, bin, arm64)
+
+	if arm64 {
+		// One directory of agent assets for the provider: make agent-arm64 adds the arm64
+		// ones to _out/agent.
+		b.agent = labtest.ARM64AgentAssets(t, root)
+		if slices.ContainsFunc(firmware, func(f machine.Firmware) bool { return f != machine.ARM64 }) {
+			require.True(t, lab.BootAssetsExist(b.agent), "a lab of arm64 and amd64 machines needs both in %s: make agent-initramfs agent-arm64", b.agent)
+		}
+	}
 
 	runs := 1
 	if v := os.Getenv("ANVIL_E2E_RUNS"); v != "" {
@@ -272,9 +290,10 @@ func flowRun(t testing.TB, b binaries, withDisk bool) []*result {
 			assert.NoError(t, m.Stop(t.Context()), m.Name)
 
 			if r.bootedOK && r.diskMethod != "" {
-				assert.NoError(t, diskimage.Make(t.Context(), m.Disk(), diskimage.Options{
-					Machine: m.Name, Init: diskInit, Format: diskimage.QCOW2, Size: 8 << 30,
-				}), m.Name)
+				opts, err := diskOptions(t, m, diskInit)
+				if assert.NoError(t, err, m.Name) {
+					assert.NoError(t, diskimage.Make(t.Context(), m.Disk(), opts), m.Name)
+				}
 			}
 		}()
 	}
@@ -326,6 +345,36 @@ func flowRun(t testing.TB, b binaries, withDisk bool) []*result {
 
 	return results
 }
+
+// diskOptions are the disk system of machine m: built from diskInit on amd64; on arm64
+// the arm64 kernel, loader and disk system (built once, beside diskInit). It runs on a
+// machine's goroutine: errors are returned.
+func diskOptions(t testing.TB, m *machine.Machine, diskInit string) (diskimage.Options, error) {
+	opts := diskimage.Options{Machine: m.Name, Init: diskInit, Format: diskimage.QCOW2, Size: 8 << 30}
+	if m.Firmware != machine.ARM64 {
+		return opts, nil
+	}
+
+	tree := arm64KernelRoot(labtest.RepoRoot(t))
+
+	kernels, _ := filepath.Glob(filepath.Join(tree, "boot", "vmlinuz-*-arm64"))
+	if len(kernels) != 1 {
+		return opts, fmt.Errorf("want one arm64 kernel in %s/boot (make agent-arm64), have %v", tree, kernels)
+	}
+
+	opts.Arch, opts.Kernel = "arm64", kernels[0]
+	opts.SystemdBootARM64 = filepath.Join(tree, "usr", "lib", "systemd", "boot", "efi", "systemd-bootaa64.efi")
+	opts.Init = diskInit + "-arm64"
+
+	arm64InitOnce.Do(func() { arm64InitErr = diskimage.BuildInitFor(t.Context(), opts.Init, "arm64") })
+
+	return opts, arm64InitErr
+}
+
+var (
+	arm64InitOnce sync.Once
+	arm64InitErr  error
+)
 
 // flow takes one machine from power-on to "installed".
 func flow(t testing.TB, ctl func(...string) (string, error), m *machine.Machine, poweredOn time.Time, configFile string, r *result) {
@@ -578,12 +627,19 @@ func writeReport(t testing.TB, root string, runs [][]*result) {
 }
 
 // standinAssets is the stand-in Talos' boot assets, built here (they are small and
-// must match the stand-in's source).
-func standinAssets(t testing.TB, root, bin string) string {
+// must match the stand-in's source); with arm64, its arm64 ones too.
+func standinAssets(t testing.TB, root, bin string, arm64 bool) string {
 	t.Helper()
 
 	out := filepath.Join(bin, "talos-standin")
 	require.NoError(t, lab.BuildStandinAssets(t.Context(), root, out))
 
+	if arm64 {
+		require.NoError(t, lab.BuildStandinAssetsARM64(t.Context(), root, arm64KernelRoot(root), out))
+	}
+
 	return out
 }
+
+// arm64KernelRoot is Debian's arm64 kernel tree make agent-arm64 unpacks.
+func arm64KernelRoot(root string) string { return filepath.Join(root, "_out", "arm64", "root") }
