@@ -102,7 +102,7 @@ func TestLabBootKinds(tt *testing.T) {
 	// answer gave it.
 	serial := readSerial(t, httpBoot)
 	assert.Contains(t, serial, "Start HTTP Boot over IPv4", "the firmware's HTTP boot")
-	assert.Contains(t, serial, "URI: http://"+labnet.ProviderAddr+":50042/boot/ipxe.efi", "the boot URI from Anvil's answer")
+	assert.Contains(t, serial, "URI: http://"+labnet.ProviderAddr+":50042/boot/snponly.efi", "the boot URI from Anvil's answer")
 	assert.NotContains(t, serial, "Start PXE over IPv4", "PXE is off on this machine")
 
 	// Every address came from the provider: the site has no DHCP server.
@@ -227,7 +227,7 @@ func TestLabBootKindsIPv6(tt *testing.T) {
 	// The boot answers came from Anvil: the firmware's PXE over IPv6 got the TFTP URL of
 	// iPXE, iPXE the script URL on the provider's IPv6 address.
 	assert.Contains(t, pxe6, "Start PXE over IPv6", "the firmware's own IPv6 PXE")
-	assert.Contains(t, pxe6, "NBP filename is ipxe.efi")
+	assert.Contains(t, pxe6, "NBP filename is snponly.efi")
 	assert.NotContains(t, pxe6, "Start PXE over IPv4", "PXEv4 is off on an IPv6-only network")
 
 	for _, serial := range []string{pxe6, rom} {

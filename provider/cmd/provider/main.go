@@ -102,7 +102,7 @@ func newRootCmd() *cobra.Command {
 	f.StringVar(&opts.TFTPListenAddress, "tftp-listen-address", opts.TFTPListenAddress, "UDP address the TFTP server listens on")
 	f.StringVar(&opts.TFTPRoot, "tftp-root", opts.TFTPRoot, "directory of the iPXE binaries served over TFTP")
 	f.StringVar(&opts.IPXEBIOSFile, "ipxe-bios-file", opts.IPXEBIOSFile, "iPXE binary for BIOS PXE firmware, in --tftp-root")
-	f.StringVar(&opts.IPXEUEFIFile, "ipxe-uefi-file", opts.IPXEUEFIFile, "iPXE binary for x86-64 UEFI PXE firmware, in --tftp-root (ipxe.efi or snponly.efi)")
+	f.StringVar(&opts.IPXEUEFIFile, "ipxe-uefi-file", opts.IPXEUEFIFile, "iPXE binary for x86-64 UEFI PXE firmware, in --tftp-root (snponly.efi or ipxe.efi)")
 	f.StringVar(&opts.IPXEARM64File, "ipxe-arm64-file", opts.IPXEARM64File, "path of an iPXE binary for arm64 UEFI PXE firmware (arm64 PXE is not answered when empty)")
 	f.StringVar(&opts.BootFromDiskMethod, "boot-from-disk-method", opts.BootFromDiskMethod,
 		"how installed and rejected machines are sent to their disk: ipxe-exit, ipxe-sanboot (BIOS) or http-404")

@@ -101,17 +101,17 @@ func TestAnswer(t *testing.T) {
 		{
 			name:     "UEFI EFI BC (7)",
 			req:      func(t *testing.T) *dhcpv4.DHCPv4 { return pxeRequest(t, dhcpv4.MessageTypeDiscover, 7) },
-			wantType: dhcpv4.MessageTypeOffer, wantFile: "ipxe.efi",
+			wantType: dhcpv4.MessageTypeOffer, wantFile: DefaultUEFIBootFile,
 		},
 		{
 			name:     "UEFI x86-64 (9)",
 			req:      func(t *testing.T) *dhcpv4.DHCPv4 { return pxeRequest(t, dhcpv4.MessageTypeDiscover, 9) },
-			wantType: dhcpv4.MessageTypeOffer, wantFile: "ipxe.efi",
+			wantType: dhcpv4.MessageTypeOffer, wantFile: DefaultUEFIBootFile,
 		},
 		{
 			name:     "UEFI IA32 (6)",
 			req:      func(t *testing.T) *dhcpv4.DHCPv4 { return pxeRequest(t, dhcpv4.MessageTypeDiscover, 6) },
-			wantType: dhcpv4.MessageTypeOffer, wantFile: "ipxe.efi",
+			wantType: dhcpv4.MessageTypeOffer, wantFile: DefaultUEFIBootFile,
 		},
 		{
 			name:     "arm64 with binary",
@@ -160,7 +160,7 @@ func TestAnswer(t *testing.T) {
 			req: func(t *testing.T) *dhcpv4.DHCPv4 {
 				return httpBootRequest(t, dhcpv4.MessageTypeDiscover, iana.EFI_X86_64_HTTP)
 			},
-			wantType: dhcpv4.MessageTypeOffer, wantFile: testHTTPBootURL + "ipxe.efi",
+			wantType: dhcpv4.MessageTypeOffer, wantFile: testHTTPBootURL + DefaultUEFIBootFile,
 		},
 		{
 			name:     "UEFI HTTP boot REQUEST on port 4011",
@@ -169,7 +169,7 @@ func TestAnswer(t *testing.T) {
 			req: func(t *testing.T) *dhcpv4.DHCPv4 {
 				return httpBootRequest(t, dhcpv4.MessageTypeRequest, iana.EFI_X86_64_HTTP)
 			},
-			wantType: dhcpv4.MessageTypeAck, wantFile: testHTTPBootURL + "ipxe.efi",
+			wantType: dhcpv4.MessageTypeAck, wantFile: testHTTPBootURL + DefaultUEFIBootFile,
 		},
 		{
 			name:     "UEFI HTTP boot arm64 (19)",
@@ -245,7 +245,7 @@ func TestAnswer(t *testing.T) {
 			req: func(t *testing.T) *dhcpv4.DHCPv4 {
 				return pxeRequest(t, dhcpv4.MessageTypeRequest, 9, withUsAsID, withGUID)
 			},
-			wantType: dhcpv4.MessageTypeAck, wantFile: "ipxe.efi", wantGUID: true,
+			wantType: dhcpv4.MessageTypeAck, wantFile: DefaultUEFIBootFile, wantGUID: true,
 		},
 		{
 			name: "REQUEST to the site server",
@@ -265,7 +265,7 @@ func TestAnswer(t *testing.T) {
 		{
 			name:     "discover echoes option 97",
 			req:      func(t *testing.T) *dhcpv4.DHCPv4 { return pxeRequest(t, dhcpv4.MessageTypeDiscover, 7, withGUID) },
-			wantType: dhcpv4.MessageTypeOffer, wantFile: "ipxe.efi", wantGUID: true,
+			wantType: dhcpv4.MessageTypeOffer, wantFile: DefaultUEFIBootFile, wantGUID: true,
 		},
 		{
 			name:    "RELEASE ignored",

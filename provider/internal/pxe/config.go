@@ -16,7 +16,12 @@ import (
 // Defaults of Config and TFTPConfig.
 const (
 	DefaultBIOSBootFile = "undionly.kpxe"
-	DefaultUEFIBootFile = "ipxe.efi"
+	// DefaultUEFIBootFile is snponly.efi, not ipxe.efi: Debian's 2019 ipxe.efi, once
+	// it exits (the boot-from-disk methods), leaves OVMF's IPv6 stack polling the SNP
+	// interface it installed and freed, in a loop that never ends; the machine never
+	// reaches its disk. snponly.efi drives only the NIC the firmware booted from,
+	// through the firmware's own driver, and hands it back intact.
+	DefaultUEFIBootFile = "snponly.efi"
 	DefaultTFTPRoot     = "/usr/lib/ipxe"
 	DefaultTFTPListen   = ":69"
 	DefaultLeaseTime    = time.Hour
@@ -38,7 +43,8 @@ type Config struct {
 	// Default undionly.kpxe.
 	BIOSBootFile string
 	// UEFIBootFile is the TFTP file for x86 UEFI PXE firmware (types 6, 7, 9).
-	// Default ipxe.efi (snponly.efi also works).
+	// Default snponly.efi (ipxe.efi, with iPXE's own NIC drivers, also boots, but a
+	// machine it sends back to the firmware over IPv6 hangs).
 	UEFIBootFile string
 	// ARM64BootFile is the TFTP file for arm64 UEFI PXE firmware (type 11). Empty: arm64
 	// PXE firmware is not answered (Debian ships no arm64 iPXE).

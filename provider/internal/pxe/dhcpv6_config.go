@@ -28,7 +28,7 @@ type DHCPv6Config struct {
 	// TFTPBootURL, when set, answers UEFI PXE clients over IPv6 with this prefix and the
 	// architecture's boot file, e.g. tftp://[fd77::1]/.
 	TFTPBootURL string
-	// UEFIBootFile is the x86-64 EFI boot file name. Default ipxe.efi.
+	// UEFIBootFile is the x86-64 EFI boot file name. Default snponly.efi.
 	UEFIBootFile string
 	// ARM64BootFile is the arm64 EFI boot file name. Empty: arm64 firmware is not
 	// answered (and logged once per machine).

@@ -253,7 +253,7 @@ func TestLabDHCPv6InformationMode(t *testing.T) {
 
 		adv := resp.(*dhcpv6.Message)
 		assert.Equal(t, dhcpv6.MessageTypeAdvertise, adv.MessageType)
-		assert.Equal(t, testHTTPBootURL6+"ipxe.efi", adv.Options.BootFileURL())
+		assert.Equal(t, testHTTPBootURL6+DefaultUEFIBootFile, adv.Options.BootFileURL())
 		assert.Equal(t, [][]byte{[]byte("HTTPClient")}, adv.Options.VendorClass(enterprisePXE))
 		assert.Equal(t, testClientDUID6.ToBytes(), adv.Options.ClientID().ToBytes())
 		require.NotNil(t, adv.Options.ServerID())
@@ -285,7 +285,7 @@ func TestLabDHCPv6InformationMode(t *testing.T) {
 		require.NoError(t, err)
 
 		adv := resp.(*dhcpv6.Message)
-		assert.Equal(t, testTFTPBootURL6+"ipxe.efi", adv.Options.BootFileURL())
+		assert.Equal(t, testTFTPBootURL6+DefaultUEFIBootFile, adv.Options.BootFileURL())
 		assert.Equal(t, [][]byte{[]byte("PXEClient")}, adv.Options.VendorClass(enterprisePXE))
 	})
 
@@ -306,7 +306,7 @@ func TestLabDHCPv6InformationMode(t *testing.T) {
 
 		reply := resp.(*dhcpv6.Message)
 		assert.Equal(t, dhcpv6.MessageTypeReply, reply.MessageType)
-		assert.Equal(t, testTFTPBootURL6+"ipxe.efi", reply.Options.BootFileURL())
+		assert.Equal(t, testTFTPBootURL6+DefaultUEFIBootFile, reply.Options.BootFileURL())
 		assert.Equal(t, [][]byte{[]byte("PXEClient")}, reply.Options.VendorClass(enterprisePXE))
 	})
 
@@ -333,7 +333,7 @@ func TestLabDHCPv6InformationMode(t *testing.T) {
 
 		inner, err := repl.GetInnerMessage()
 		require.NoError(t, err)
-		assert.Equal(t, testHTTPBootURL6+"ipxe.efi", inner.Options.BootFileURL())
+		assert.Equal(t, testHTTPBootURL6+DefaultUEFIBootFile, inner.Options.BootFileURL())
 	})
 }
 
@@ -394,7 +394,7 @@ func TestLabDHCPv6FullMode(t *testing.T) {
 	assert.Empty(t, reply.Options.BootFileURL())
 
 	bootAddr, reply := solicitRequest(t, kindHTTP, 20, 3)
-	assert.Equal(t, testHTTPBootURL6+"ipxe.efi", reply.Options.BootFileURL())
+	assert.Equal(t, testHTTPBootURL6+DefaultUEFIBootFile, reply.Options.BootFileURL())
 	assert.Equal(t, addr, bootAddr, "same DUID and IAID, same address")
 
 	// A restart keeps no state and changes no address.

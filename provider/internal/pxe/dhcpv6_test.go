@@ -179,8 +179,8 @@ func TestAnswer6(t *testing.T) {
 		reply   = dhcpv6.MessageTypeReply
 	)
 
-	uefiTFTP := testTFTPBootURL6 + "ipxe.efi"
-	uefiHTTP := testHTTPBootURL6 + "ipxe.efi"
+	uefiTFTP := testTFTPBootURL6 + DefaultUEFIBootFile
+	uefiHTTP := testHTTPBootURL6 + DefaultUEFIBootFile
 
 	for _, tc := range []struct {
 		name  string
@@ -586,7 +586,7 @@ func TestDHCPv6Handle(t *testing.T) {
 
 		resp, err := dhcpv6.MessageFromBytes(out)
 		require.NoError(t, err)
-		assert.Equal(t, testHTTPBootURL6+"ipxe.efi", resp.Options.BootFileURL())
+		assert.Equal(t, testHTTPBootURL6+DefaultUEFIBootFile, resp.Options.BootFileURL())
 	})
 
 	t.Run("answers the boot server port to the port asking", func(t *testing.T) {
@@ -606,7 +606,7 @@ func TestDHCPv6Handle(t *testing.T) {
 		resp, err := dhcpv6.MessageFromBytes(out)
 		require.NoError(t, err)
 		assert.Equal(t, dhcpv6.MessageTypeReply, resp.MessageType)
-		assert.Equal(t, testTFTPBootURL6+"ipxe.efi", resp.Options.BootFileURL())
+		assert.Equal(t, testTFTPBootURL6+DefaultUEFIBootFile, resp.Options.BootFileURL())
 		assert.InDelta(t, 1, testutilValue(t, s.boot.reply), 0)
 		assert.InDelta(t, 0, testutilValue(t, s.dhcp.reply), 0)
 

@@ -49,14 +49,14 @@ func TestLabProxyDHCP(t *testing.T) {
 		wantFrom string
 	}{
 		{"BIOS discover", pxeRequest(t, dhcpv4.MessageTypeDiscover, 0), bcast, dhcpv4.MessageTypeOffer, "undionly.kpxe", "10.199.0.1:67"},
-		{"UEFI x86-64 discover", pxeRequest(t, dhcpv4.MessageTypeDiscover, 7), bcast, dhcpv4.MessageTypeOffer, "ipxe.efi", "10.199.0.1:67"},
+		{"UEFI x86-64 discover", pxeRequest(t, dhcpv4.MessageTypeDiscover, 7), bcast, dhcpv4.MessageTypeOffer, DefaultUEFIBootFile, "10.199.0.1:67"},
 		{"arm64 discover", pxeRequest(t, dhcpv4.MessageTypeDiscover, 11), bcast, dhcpv4.MessageTypeOffer, "ipxe-arm64.efi", "10.199.0.1:67"},
 		{"iPXE discover", pxeRequest(t, dhcpv4.MessageTypeDiscover, 9, withIPXE), bcast, dhcpv4.MessageTypeOffer, testScriptURL, "10.199.0.1:67"},
-		{"UEFI request to us", pxeRequest(t, dhcpv4.MessageTypeRequest, 9, withUsAsID, withGUID), bcast, dhcpv4.MessageTypeAck, "ipxe.efi", "10.199.0.1:67"},
+		{"UEFI request to us", pxeRequest(t, dhcpv4.MessageTypeRequest, 9, withUsAsID, withGUID), bcast, dhcpv4.MessageTypeAck, DefaultUEFIBootFile, "10.199.0.1:67"},
 		{
 			"port 4011 request",
 			pxeRequest(t, dhcpv4.MessageTypeRequest, 7, dhcpv4.WithClientIP(net.IP(testClientIP.AsSlice())), dhcpv4.WithBroadcast(false)),
-			netip.AddrPortFrom(testServerIP, 4011), dhcpv4.MessageTypeAck, "ipxe.efi", "10.199.0.1:4011",
+			netip.AddrPortFrom(testServerIP, 4011), dhcpv4.MessageTypeAck, DefaultUEFIBootFile, "10.199.0.1:4011",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,7 +86,7 @@ func TestLabProxyDHCP(t *testing.T) {
 
 		resp, from, err := relay.exchange(req, netip.AddrPortFrom(testServerIP, 67), 3, time.Second)
 		require.NoError(t, err)
-		assert.Equal(t, "ipxe.efi", resp.BootFileName)
+		assert.Equal(t, DefaultUEFIBootFile, resp.BootFileName)
 		assert.Equal(t, "10.199.0.1:67", from.String())
 	})
 }

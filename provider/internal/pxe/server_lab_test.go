@@ -72,7 +72,7 @@ func TestLabDHCPServer(t *testing.T) {
 	addr, ok := addr4(offer.YourIPAddr)
 	require.True(t, ok)
 	assert.Equal(t, "10.199.0.100", addr.String())
-	assert.Equal(t, "ipxe.efi", offer.BootFileName)
+	assert.Equal(t, DefaultUEFIBootFile, offer.BootFileName)
 	assert.Equal(t, "PXEClient", offer.ClassIdentifier())
 	assert.Equal(t, net.CIDRMask(24, 32), offer.SubnetMask())
 	assert.Equal(t, 10*time.Minute, offer.IPAddressLeaseTime(0))
@@ -86,7 +86,7 @@ func TestLabDHCPServer(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, dhcpv4.MessageTypeAck, ack.MessageType())
 	assert.True(t, ack.YourIPAddr.Equal(offer.YourIPAddr))
-	assert.Equal(t, "ipxe.efi", ack.BootFileNameOption())
+	assert.Equal(t, DefaultUEFIBootFile, ack.BootFileNameOption())
 
 	// Durable before the ACK: the lease is in the state now.
 	l, found, err := leases.Lookup(t.Context(), testMAC.String())
