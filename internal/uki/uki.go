@@ -216,7 +216,7 @@ func layOut(stub []byte, sections []Section) (*Image, error) {
 	for i, s := range sections {
 		va := alignUp(nextVA, sa)
 		offset := alignUp(end, fa)
-		size := uint64(s.Size)
+		size := uint64(s.Size) //nolint:gosec // New refused a negative size
 		rawSize := alignUp(size, fa)
 
 		if va+size > math.MaxUint32 || offset+rawSize > math.MaxUint32 {
