@@ -59,9 +59,9 @@ func Stub(t testing.TB, spec StubSpec) []byte {
 
 	opt := buf[0x58:]
 	le.PutUint16(opt[0:], magic)
-	le.PutUint32(opt[16:], 0x1000) // AddressOfEntryPoint
-	le.PutUint32(opt[32:], 0x1000) // SectionAlignment
-	le.PutUint32(opt[36:], fa)     // FileAlignment
+	le.PutUint32(opt[16:], 0x1000)                           // AddressOfEntryPoint
+	le.PutUint32(opt[32:], 0x1000)                           // SectionAlignment
+	le.PutUint32(opt[36:], fa)                               // FileAlignment
 	le.PutUint32(opt[56:], 0x1000+0x1000*uint32(len(names))) //nolint:gosec // a handful of sections
 	le.PutUint32(opt[60:], hdrs)
 	le.PutUint16(opt[68:], 10) // EFI application
