@@ -21,16 +21,7 @@ func (s *Server) handleStart(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) handleBoot(w http.ResponseWriter, r *http.Request) {
-	req, err := boot.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		s.metrics.badRequests.Inc()
-		s.opts.Logger.Debug("refused boot-script request", zap.String("remote", r.RemoteAddr), zap.Error(err))
-		http.Error(w, err.Error(), http.StatusBadRequest)
-
-		return
-	}
-
-	m, ok := s.bootMachine(w, req)
+	req, m, ok := s.bootRequest(w, r, r.URL.RawQuery)
 	if !ok {
 		return
 	}
@@ -49,16 +40,26 @@ func (s *Server) handleBoot(w http.ResponseWriter, r *http.Request) {
 	writeScript(w, script.Status, script.Body)
 }
 
-// bootMachine is what the provider knows of the machine asking to boot; false, with the
-// answer written, while the provider is starting.
-func (s *Server) bootMachine(w http.ResponseWriter, req boot.Request) (lifecycle.Machine, bool) {
+// bootRequest reads a boot request (a boot-script query, or a UKI path put as one) and
+// what the provider knows of the machine; false, with the answer written, for a bad
+// request or while the provider is starting.
+func (s *Server) bootRequest(w http.ResponseWriter, r *http.Request, rawQuery string) (boot.Request, lifecycle.Machine, bool) {
+	req, err := boot.ParseQuery(rawQuery)
+	if err != nil {
+		s.metrics.badRequests.Inc()
+		s.opts.Logger.Debug("refused boot request", zap.String("remote", r.RemoteAddr), zap.String("path", r.URL.Path), zap.Error(err))
+		http.Error(w, err.Error(), http.StatusBadRequest)
+
+		return req, lifecycle.Machine{}, false
+	}
+
 	select {
 	case <-s.opts.View.Ready():
 	default:
 		// Until the view holds the state every machine would look unknown; iPXE retries.
 		http.Error(w, "the provider is starting", http.StatusServiceUnavailable)
 
-		return lifecycle.Machine{}, false
+		return req, lifecycle.Machine{}, false
 	}
 
 	m := lifecycle.Machine{ID: req.MachineID}
@@ -66,7 +67,7 @@ func (s *Server) bootMachine(w http.ResponseWriter, req boot.Request) (lifecycle
 		m = *e
 	}
 
-	return m, true
+	return req, m, true
 }
 
 // recordBoot notes what a boot request got: the agent token it carries, the machine's

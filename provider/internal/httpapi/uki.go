@@ -26,18 +26,9 @@ const ukiOSRelease = "ID=anvil\nNAME=\"Anvil metal agent\"\n"
 // to its disk. The path names the machine as a boot-script query does
 // (pxe.UKIPath); the image is laid out over the asset files, not copied.
 func (s *Server) handleUKI(w http.ResponseWriter, r *http.Request) {
-	req, err := boot.ParseQuery(url.Values{
+	req, m, ok := s.bootRequest(w, r, url.Values{
 		"uuid": {r.PathValue("uuid")}, "mac": {r.PathValue("mac")}, "arch": {r.PathValue("arch")}, "platform": {"efi"},
 	}.Encode())
-	if err != nil {
-		s.metrics.badRequests.Inc()
-		s.opts.Logger.Debug("refused UKI request", zap.String("remote", r.RemoteAddr), zap.Error(err))
-		http.Error(w, err.Error(), http.StatusBadRequest)
-
-		return
-	}
-
-	m, ok := s.bootMachine(w, req)
 	if !ok {
 		return
 	}
@@ -93,11 +84,6 @@ func (s *Server) handleUKI(w http.ResponseWriter, r *http.Request) {
 
 // openUKI lays out the image u names over its files; close closes them.
 func openUKI(u boot.UKI) (*uki.Image, func(), error) {
-	stub, err := os.ReadFile(u.Stub)
-	if err != nil {
-		return nil, nil, fmt.Errorf("error reading the UKI stub: %w", err)
-	}
-
 	var files []*os.File
 
 	closeAll := func() {
@@ -128,7 +114,7 @@ func openUKI(u boot.UKI) (*uki.Image, func(), error) {
 		sections = append(sections, uki.Section{Name: part.name, Data: f, Size: st.Size()})
 	}
 
-	im, err := uki.New(stub, sections...)
+	im, err := uki.New(u.Stub, sections...)
 	if err != nil {
 		closeAll()
 
