@@ -17,8 +17,8 @@ type AgentAssetSet struct {
 	Initramfs string
 	Cmdline   string
 	// UKIStub is the systemd-boot stub each machine's Unified Kernel Image is built on
-	// (for UEFI HTTP boot with no iPXE: arm64); empty when there is none.
-	UKIStub string
+	// (for UEFI HTTP boot with no iPXE: arm64), read once at load; nil when there is none.
+	UKIStub []byte
 }
 
 // AgentAssets are the agent boot assets found in a directory.
@@ -57,8 +57,10 @@ func LoadAgentAssets(dir string) (*AgentAssets, error) {
 
 		set.Cmdline = strings.Join(strings.Fields(string(cmdline)), " ")
 
-		if name := "uki-stub-" + arch + ".efi"; exists(filepath.Join(dir, name)) {
-			set.UKIStub = name
+		if path := filepath.Join(dir, "uki-stub-"+arch+".efi"); exists(path) {
+			if set.UKIStub, err = os.ReadFile(path); err != nil {
+				return nil, fmt.Errorf("error reading the UKI stub for %s: %w", arch, err)
+			}
 		}
 
 		a.sets[arch] = set

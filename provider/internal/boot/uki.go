@@ -22,8 +22,9 @@ type UKI struct {
 	// UKI of the allocation's kernel, initramfs and cmdline). Without a cache a machine
 	// whose decision is Talos gets the agent, which hands over by kexec.
 	Served lifecycle.Boot
-	// Stub, Kernel and Initramfs are the files the image is made of.
-	Stub, Kernel, Initramfs string
+	// Stub is the image's EFI stub; Kernel and Initramfs are the files it carries.
+	Stub              []byte
+	Kernel, Initramfs string
 	// Cmdline is the image's .cmdline: HTTP boot passes it no load options.
 	Cmdline string
 	// AgentToken holds the claims of the agent token Cmdline carries.
@@ -46,7 +47,7 @@ func (s *Scripts) RenderUKI(ctx context.Context, req Request, d lifecycle.BootDe
 		return UKI{Status: http.StatusServiceUnavailable, Message: wait.message}
 	}
 
-	if set.UKIStub == "" {
+	if set.UKIStub == nil {
 		return UKI{Status: http.StatusServiceUnavailable, Message: "the provider has no UKI stub for " + req.Arch + " (make agent-arm64)"}
 	}
 
@@ -62,7 +63,7 @@ func (s *Scripts) RenderUKI(ctx context.Context, req Request, d lifecycle.BootDe
 	return UKI{
 		Status:     http.StatusOK,
 		Served:     lifecycle.BootAgent,
-		Stub:       filepath.Join(s.Assets.Dir, set.UKIStub),
+		Stub:       set.UKIStub,
 		Kernel:     filepath.Join(s.Assets.Dir, set.Kernel),
 		Initramfs:  filepath.Join(s.Assets.Dir, set.Initramfs),
 		Cmdline:    b.String()[1:], // writeAgentArgs puts a space before each argument
@@ -74,7 +75,7 @@ func (s *Scripts) RenderUKI(ctx context.Context, req Request, d lifecycle.BootDe
 // cmdline the iPXE path boots with, its settings filled in (as a kexec's are).
 func (s *Scripts) talosUKI(ctx context.Context, req Request, alloc *resources.Allocation) UKI {
 	set, ok := s.Assets.For(req.Arch)
-	if !ok || set.UKIStub == "" {
+	if !ok || set.UKIStub == nil {
 		return UKI{Status: http.StatusServiceUnavailable, Message: "the provider has no UKI stub for " + req.Arch + " (make agent-arm64)"}
 	}
 
@@ -89,7 +90,7 @@ func (s *Scripts) talosUKI(ctx context.Context, req Request, alloc *resources.Al
 	return UKI{
 		Status:    http.StatusOK,
 		Served:    lifecycle.BootTalos,
-		Stub:      filepath.Join(s.Assets.Dir, set.UKIStub),
+		Stub:      set.UKIStub,
 		Kernel:    tb.KernelPath,
 		Initramfs: tb.InitramfsPath,
 		Cmdline:   s.KexecCmdline(tb, req.MachineID, alloc),

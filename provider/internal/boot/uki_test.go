@@ -91,7 +91,7 @@ func TestRenderUKI(t *testing.T) {
 				return
 			}
 
-			assert.Equal(t, filepath.Join(s.Assets.Dir, "uki-stub-arm64.efi"), got.Stub)
+			assert.Equal(t, []byte("MZ stub"), got.Stub, "the stub, read at load")
 			assert.Equal(t, filepath.Join(s.Assets.Dir, "vmlinuz-arm64"), got.Kernel)
 			assert.Equal(t, filepath.Join(s.Assets.Dir, "initramfs-arm64.zst"), got.Initramfs)
 

@@ -94,7 +94,7 @@ func (env *environment) dhcp(metrics *pxe.Metrics) (*runner, error) {
 
 	if opts.IPXEARM64File != "" {
 		cfg.ARM64BootFile = arm64TFTPName
-	} else if set, ok := env.scripts.Assets.For(pxe.ArchARM64); ok && set.UKIStub != "" {
+	} else if set, ok := env.scripts.Assets.For(pxe.ArchARM64); ok && set.UKIStub != nil {
 		// No arm64 iPXE: arm64 HTTP boot starts the agent as a UKI built for the machine.
 		cfg.ARM64UKI = true
 	}
