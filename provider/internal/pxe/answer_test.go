@@ -358,6 +358,7 @@ func TestAnswer(t *testing.T) {
 			assert.True(t, resp.ServerIdentifier().Equal(net.IPv4(10, 199, 0, 1)))
 
 			if guid := req.Options.Get(dhcpv4.OptionClientMachineIdentifier); tc.wantGUID || guid != nil {
+				require.NotNil(t, guid, "a row that wants option 97 back sends one")
 				assert.Equal(t, guid, resp.Options.Get(dhcpv4.OptionClientMachineIdentifier), "option 97 comes back")
 			} else {
 				assert.Nil(t, resp.Options.Get(dhcpv4.OptionClientMachineIdentifier))
