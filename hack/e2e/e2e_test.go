@@ -356,15 +356,12 @@ func diskOptions(t testing.TB, m *machine.Machine, diskInit string) (diskimage.O
 		return opts, nil
 	}
 
-	tree := arm64KernelRoot(labtest.RepoRoot(t))
-
-	kernels, _ := filepath.Glob(filepath.Join(tree, "boot", "vmlinuz-*-arm64"))
-	if len(kernels) != 1 {
-		return opts, fmt.Errorf("want one arm64 kernel in %s/boot (make agent-arm64), have %v", tree, kernels)
+	kernel, loader, err := lab.ARM64Boot(arm64KernelRoot(labtest.RepoRoot(t)))
+	if err != nil {
+		return opts, err
 	}
 
-	opts.Arch, opts.Kernel = "arm64", kernels[0]
-	opts.SystemdBootARM64 = filepath.Join(tree, "usr", "lib", "systemd", "boot", "efi", "systemd-bootaa64.efi")
+	opts.Arch, opts.Kernel, opts.SystemdBootARM64 = "arm64", kernel, loader
 	opts.Init = diskInit + "-arm64"
 
 	arm64InitOnce.Do(func() { arm64InitErr = diskimage.BuildInitFor(t.Context(), opts.Init, "arm64") })

@@ -168,13 +168,10 @@ func BuildStandinAssets(ctx context.Context, root, out string) error {
 // kernelRoot (hack/arm64-assets.sh unpacks it, with systemd-boot's arm64 loader),
 // unless out has them for this very stand-in binary and kernel already.
 func BuildStandinAssetsARM64(ctx context.Context, root, kernelRoot, out string) error {
-	kernels, _ := filepath.Glob(filepath.Join(kernelRoot, "boot", "vmlinuz-*-arm64"))
-	if len(kernels) != 1 {
-		return fmt.Errorf("want one arm64 kernel in %s/boot (hack/arm64-assets.sh), have %v", kernelRoot, kernels)
+	kernel, loader, err := ARM64Boot(kernelRoot)
+	if err != nil {
+		return err
 	}
-
-	kernel := kernels[0]
-	loader := filepath.Join(kernelRoot, "usr", "lib", "systemd", "boot", "efi", "systemd-bootaa64.efi")
 
 	tmp, err := os.MkdirTemp("", "talos-standin-arm64-")
 	if err != nil {
@@ -237,6 +234,17 @@ func BuildStandinAssetsARM64(ctx context.Context, root, kernelRoot, out string) 
 	}
 
 	return os.WriteFile(stampFile, []byte(stamp), 0o644)
+}
+
+// ARM64Boot is the arm64 kernel and systemd-boot's arm64 loader in Debian's arm64 tree
+// at kernelRoot (hack/arm64-assets.sh unpacks it).
+func ARM64Boot(kernelRoot string) (kernel, loader string, err error) {
+	kernels, _ := filepath.Glob(filepath.Join(kernelRoot, "boot", "vmlinuz-*-arm64"))
+	if len(kernels) != 1 {
+		return "", "", fmt.Errorf("want one arm64 kernel in %s/boot (make agent-arm64), have %v", kernelRoot, kernels)
+	}
+
+	return kernels[0], filepath.Join(kernelRoot, "usr", "lib", "systemd", "boot", "efi", "systemd-bootaa64.efi"), nil
 }
 
 func standinARM64Exist(dir string) bool {
