@@ -273,8 +273,10 @@ type Allocation struct {
 	// The extensions among the above that the machine's hardware called for (the
 	// extensions catalog) rather than the request.
 	DetectedExtensions []string `protobuf:"bytes,8,rep,name=detected_extensions,json=detectedExtensions,proto3" json:"detected_extensions,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Who holds the machine, as the AllocateRequest named it (empty: a person).
+	Owner         string `protobuf:"bytes,9,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Allocation) Reset() {
@@ -361,6 +363,13 @@ func (x *Allocation) GetDetectedExtensions() []string {
 		return x.DetectedExtensions
 	}
 	return nil
+}
+
+func (x *Allocation) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
 }
 
 type AcceptRequest struct {
@@ -566,8 +575,14 @@ type AllocateRequest struct {
 	NoDetectedExtensions bool `protobuf:"varint,6,opt,name=no_detected_extensions,json=noDetectedExtensions,proto3" json:"no_detected_extensions,omitempty"`
 	// exclude_extensions leaves these detected extensions out (a requested one stays).
 	ExcludeExtensions []string `protobuf:"bytes,7,rep,name=exclude_extensions,json=excludeExtensions,proto3" json:"exclude_extensions,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// owner names who claims the machine (the Cluster API manager: capi/<namespace>/<name>/<uid>),
+	// at most 253 characters. It makes the claim idempotent: allocating a machine already
+	// allocated to the same owner keeps that allocation and replaces its machine
+	// configuration with this request's (talos_version and kernel_args must be the same);
+	// allocated to anyone else, it is refused as any allocated machine is.
+	Owner         string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AllocateRequest) Reset() {
@@ -649,6 +664,13 @@ func (x *AllocateRequest) GetExcludeExtensions() []string {
 	return nil
 }
 
+func (x *AllocateRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
 type AllocateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Intent        *MachineIntent         `protobuf:"bytes,1,opt,name=intent,proto3" json:"intent,omitempty"`
@@ -694,8 +716,12 @@ func (x *AllocateResponse) GetIntent() *MachineIntent {
 }
 
 type DeallocateRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MachineId     string                 `protobuf:"bytes,1,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	MachineId string                 `protobuf:"bytes,1,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	// owner, when set, releases only that owner's claim: a machine allocated to another
+	// owner is refused, and one not allocated at all is left as it is (no wipe owed anew),
+	// so that a claim released twice is released once.
+	Owner         string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -733,6 +759,13 @@ func (*DeallocateRequest) Descriptor() ([]byte, []int) {
 func (x *DeallocateRequest) GetMachineId() string {
 	if x != nil {
 		return x.MachineId
+	}
+	return ""
+}
+
+func (x *DeallocateRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
 	}
 	return ""
 }
@@ -1837,7 +1870,7 @@ const file_control_v1_control_proto_rawDesc = "" +
 	" \x01(\tR\tkexecMode\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9a\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb0\x02\n" +
 	"\n" +
 	"Allocation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12#\n" +
@@ -1851,7 +1884,8 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\vconfig_size\x18\x06 \x01(\rR\n" +
 	"configSize\x12!\n" +
 	"\fallocated_at\x18\a \x01(\tR\vallocatedAt\x12/\n" +
-	"\x13detected_extensions\x18\b \x03(\tR\x12detectedExtensions\"Z\n" +
+	"\x13detected_extensions\x18\b \x03(\tR\x12detectedExtensions\x12\x14\n" +
+	"\x05owner\x18\t \x01(\tR\x05owner\"Z\n" +
 	"\rAcceptRequest\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12*\n" +
@@ -1862,7 +1896,7 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\"I\n" +
 	"\x0eRejectResponse\x127\n" +
-	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\"\x93\x02\n" +
+	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\"\xa9\x02\n" +
 	"\x0fAllocateRequest\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12#\n" +
@@ -1874,12 +1908,14 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"kernelArgs\x12\x16\n" +
 	"\x06config\x18\x05 \x01(\fR\x06config\x124\n" +
 	"\x16no_detected_extensions\x18\x06 \x01(\bR\x14noDetectedExtensions\x12-\n" +
-	"\x12exclude_extensions\x18\a \x03(\tR\x11excludeExtensions\"K\n" +
+	"\x12exclude_extensions\x18\a \x03(\tR\x11excludeExtensions\x12\x14\n" +
+	"\x05owner\x18\b \x01(\tR\x05owner\"K\n" +
 	"\x10AllocateResponse\x127\n" +
-	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\"2\n" +
+	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\"H\n" +
 	"\x11DeallocateRequest\x12\x1d\n" +
 	"\n" +
-	"machine_id\x18\x01 \x01(\tR\tmachineId\"M\n" +
+	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\"M\n" +
 	"\x12DeallocateResponse\x127\n" +
 	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\"5\n" +
 	"\x14MarkInstalledRequest\x12\x1d\n" +

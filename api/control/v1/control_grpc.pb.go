@@ -48,7 +48,10 @@ const (
 //
 // Errors: NOT_FOUND when the machine is not known, FAILED_PRECONDITION when the
 // transition is not valid from the machine's current state, INVALID_ARGUMENT when a
-// request field is malformed.
+// request field is malformed. A transition refused because another owner decides it (a
+// provider managed by Omni) is FAILED_PRECONDITION with a google.rpc.ErrorInfo detail of
+// domain "anvil.dev", reason "MANAGED" and metadata "manager" (omni), so that clients
+// can tell it from a refusal of the machine's state.
 type TransitionServiceClient interface {
 	// Accept hands a pending or rejected machine to the provider. Accepting an accepted
 	// machine changes nothing.
@@ -237,7 +240,10 @@ func (c *transitionServiceClient) SetKexecMode(ctx context.Context, in *SetKexec
 //
 // Errors: NOT_FOUND when the machine is not known, FAILED_PRECONDITION when the
 // transition is not valid from the machine's current state, INVALID_ARGUMENT when a
-// request field is malformed.
+// request field is malformed. A transition refused because another owner decides it (a
+// provider managed by Omni) is FAILED_PRECONDITION with a google.rpc.ErrorInfo detail of
+// domain "anvil.dev", reason "MANAGED" and metadata "manager" (omni), so that clients
+// can tell it from a refusal of the machine's state.
 type TransitionServiceServer interface {
 	// Accept hands a pending or rejected machine to the provider. Accepting an accepted
 	// machine changes nothing.

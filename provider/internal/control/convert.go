@@ -49,6 +49,7 @@ func intentToProto(id string, spec *resources.MachineIntentSpec) *controlv1.Mach
 			ConfigSize:         uint32(len(a.Config)), //nolint:gosec // bounded by MaxConfigSize
 			AllocatedAt:        a.AllocatedAt.Format(time.RFC3339),
 			DetectedExtensions: a.DetectedExtensions,
+			Owner:              a.Owner,
 		}
 	}
 

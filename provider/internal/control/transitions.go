@@ -8,6 +8,7 @@ import (
 
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
 	"github.com/anvil-metal/anvil/provider/internal/power"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 	"github.com/anvil-metal/anvil/provider/internal/transitions"
 	"github.com/anvil-metal/anvil/provider/internal/transitions/rpcstatus"
 )
@@ -51,6 +52,7 @@ func (t *Transitions) Allocate(ctx context.Context, req *controlv1.AllocateReque
 	spec, err := t.svc.Allocate(ctx, req.GetMachineId(), transitions.AllocationRequest{
 		TalosVersion: req.GetTalosVersion(), Extensions: req.GetExtensions(), KernelArgs: req.GetKernelArgs(), Config: req.GetConfig(),
 		NoDetectedExtensions: req.GetNoDetectedExtensions(), ExcludeExtensions: req.GetExcludeExtensions(),
+		Owner: req.GetOwner(),
 	})
 	if err != nil {
 		return nil, rpcstatus.Of(err)
@@ -61,7 +63,14 @@ func (t *Transitions) Allocate(ctx context.Context, req *controlv1.AllocateReque
 
 // Deallocate implements controlv1.TransitionServiceServer.
 func (t *Transitions) Deallocate(ctx context.Context, req *controlv1.DeallocateRequest) (*controlv1.DeallocateResponse, error) {
-	spec, err := t.svc.Deallocate(ctx, req.GetMachineId())
+	deallocate := t.svc.Deallocate
+	if req.GetOwner() != "" {
+		deallocate = func(ctx context.Context, id string) (*resources.MachineIntentSpec, error) {
+			return t.svc.Release(ctx, id, req.GetOwner())
+		}
+	}
+
+	spec, err := deallocate(ctx, req.GetMachineId())
 	if err != nil {
 		return nil, rpcstatus.Of(err)
 	}

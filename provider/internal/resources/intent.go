@@ -101,6 +101,10 @@ type Allocation struct {
 	// DetectedExtensions are those of Extensions the machine's hardware called for (the
 	// extensions catalog) rather than the request.
 	DetectedExtensions []string `yaml:"detectedExtensions,omitempty" protobuf:"8"`
+	// Owner names who claimed the machine (the Cluster API manager names its
+	// MetalMachine); empty when a person allocated it. Allocating again for the same
+	// owner keeps the allocation.
+	Owner string `yaml:"owner,omitempty" protobuf:"9"`
 }
 
 // NewMachineIntent returns a pending MachineIntent for the machine.

@@ -1,7 +1,9 @@
 package transitions
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -27,10 +29,17 @@ type AllocationRequest struct {
 	// ExcludeExtensions are left out either way. A requested extension always stays.
 	NoDetectedExtensions bool
 	ExcludeExtensions    []string
+	// Owner names who claims the machine; it makes Allocate idempotent for that owner.
+	Owner string
 }
 
 // Allocate hands an accepted, unallocated, uncordoned machine to Talos. A wipe still
 // owed is done first (the agent sees to it before it boots Talos).
+//
+// A request with an owner is a claim: on a machine that owner holds already, it keeps
+// the allocation (its ID, so the machine's metadata token stays valid) and replaces its
+// machine configuration, so that a claimant that lost track of its claim (restarted) or
+// whose configuration changed asks again rather than asking what it holds.
 func (s *Service) Allocate(ctx context.Context, id string, req AllocationRequest) (*resources.MachineIntentSpec, error) {
 	if err := s.owned("allocate"); err != nil {
 		return nil, err
@@ -43,6 +52,8 @@ func (s *Service) Allocate(ctx context.Context, id string, req AllocationRequest
 
 	return s.transition(ctx, "allocate", id, func(spec *resources.MachineIntentSpec) error {
 		switch {
+		case req.Owner != "" && spec.Allocation != nil && spec.Allocation.Owner == req.Owner:
+			return reclaim(id, spec.Allocation, alloc)
 		case spec.Acceptance != resources.AcceptanceAccepted:
 			return refused(fmt.Sprintf("machine %q is %s: accept it before allocating it", id, spec.Acceptance))
 		case spec.Allocation != nil:
@@ -54,7 +65,20 @@ func (s *Service) Allocate(ctx context.Context, id string, req AllocationRequest
 		spec.Allocation = alloc
 
 		return nil
-	})
+	}, zap.String("owner", req.Owner))
+}
+
+// reclaim is a claim asked again by the owner that holds it: the configuration is the
+// new request's, the rest must be what was allocated.
+func reclaim(id string, cur, next *resources.Allocation) error {
+	if cur.TalosVersion != next.TalosVersion || !slices.Equal(cur.KernelArgs, next.KernelArgs) {
+		return refused(fmt.Sprintf("machine %q is allocated to %s with Talos %s and kernel args %q: release it before asking for Talos %s and %q",
+			id, cur.Owner, cur.TalosVersion, cur.KernelArgs, next.TalosVersion, next.KernelArgs))
+	}
+
+	cur.Config = next.Config
+
+	return nil
 }
 
 // newAllocation validates the request and builds the allocation, schematic ID included.
@@ -71,6 +95,10 @@ func (s *Service) newAllocation(ctx context.Context, id string, req AllocationRe
 
 	args, err := validateKernelArgs(req.KernelArgs)
 	if err != nil {
+		return nil, invalid(err)
+	}
+
+	if err = validateOwner(req.Owner); err != nil {
 		return nil, invalid(err)
 	}
 
@@ -101,6 +129,7 @@ func (s *Service) newAllocation(ctx context.Context, id string, req AllocationRe
 		KernelArgs:         args,
 		Config:             string(req.Config),
 		AllocatedAt:        s.now().UTC().Truncate(time.Second),
+		Owner:              req.Owner,
 	}
 
 	sch, err := s.schematicFor(ctx, id, *alloc)
@@ -162,6 +191,30 @@ func (s *Service) Deallocate(ctx context.Context, id string) (*resources.Machine
 
 		return nil
 	})
+}
+
+// Release takes back the claim owner holds on a machine, as Deallocate does. A machine
+// allocated to another owner (or to a person) is refused; one not allocated is left as
+// it is, so that releasing twice wipes once.
+func (s *Service) Release(ctx context.Context, id, owner string) (*resources.MachineIntentSpec, error) {
+	if err := validateOwner(owner); err != nil || owner == "" {
+		return nil, invalid(cmp.Or(err, errors.New("release: an owner is required")))
+	}
+
+	return s.transition(ctx, "release", id, func(spec *resources.MachineIntentSpec) error {
+		switch {
+		case spec.Allocation == nil:
+			return nil
+		case spec.Allocation.Owner != owner:
+			return refused(fmt.Sprintf("machine %q is allocated to %s, not to %s", id, cmp.Or(spec.Allocation.Owner, "a person"), owner))
+		}
+
+		spec.Allocation = nil
+		spec.WipeID = NewID()
+		spec.RebootID = NewID()
+
+		return nil
+	}, zap.String("owner", owner))
 }
 
 // MarkInstalled records by hand that Talos is installed for the current allocation,

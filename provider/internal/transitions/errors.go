@@ -27,6 +27,8 @@ const (
 type Error struct {
 	Code Code
 	Msg  string
+	// Manager names the other owner of a CodeManaged refusal (omni).
+	Manager string
 }
 
 func (e *Error) Error() string { return e.Msg }

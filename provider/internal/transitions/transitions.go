@@ -126,7 +126,7 @@ func (s *Service) owned(name string) error {
 		return nil
 	}
 
-	return &Error{Code: CodeManaged, Msg: fmt.Sprintf("%s: this provider is managed by %s, which decides it", name, s.managedBy)}
+	return &Error{Code: CodeManaged, Msg: fmt.Sprintf("%s: this provider is managed by %s, which decides it", name, s.managedBy), Manager: s.managedBy}
 }
 
 // transition checks that the machine is known, applies change to its intent (a pending

@@ -2,6 +2,7 @@ package transitions_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/cosi-project/runtime/pkg/safe"
@@ -278,6 +279,8 @@ func TestAllocateValidation(t *testing.T) {
 		{"config not yaml", transitions.AllocationRequest{TalosVersion: "v1.9.0", Config: []byte("secret: [unclosed")}, "not a YAML mapping"},
 		{"config not talos", transitions.AllocationRequest{TalosVersion: "v1.9.0", Config: []byte("secret: x\n")}, "not a Talos config document"},
 		{"config too big", transitions.AllocationRequest{TalosVersion: "v1.9.0", Config: make([]byte, transitions.MaxConfigSize+1)}, "at most"},
+		{"owner with space", transitions.AllocationRequest{TalosVersion: "v1.9.0", Owner: "capi/default/m 0"}, "printable ASCII without spaces"},
+		{"owner too long", transitions.AllocationRequest{TalosVersion: "v1.9.0", Owner: strings.Repeat("o", 254)}, "longer than 253"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -291,6 +294,89 @@ func TestAllocateValidation(t *testing.T) {
 			require.Equal(t, transitions.CodeInvalid, codeOf(err), "error: %v", err)
 			assert.Contains(t, err.Error(), tc.msg)
 			assert.NotContains(t, err.Error(), "secret", "config never echoed")
+		})
+	}
+}
+
+// TestClaims: an owner's allocation is idempotent for that owner (same ID, the newest
+// config) and exclusive against everyone else; Release frees only the owner's claim and
+// wipes once.
+func TestClaims(t *testing.T) {
+	t.Parallel()
+
+	const talos = "v1.9.0"
+
+	cfg := func(s string) []byte { return []byte("version: v1alpha1\nmachine:\n  type: " + s + "\n") }
+
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, tr *transitions.Service)
+	}{
+		{"same owner again keeps the allocation and takes the new config", func(t *testing.T, tr *transitions.Service) {
+			first, err := tr.Allocate(t.Context(), machineID, transitions.AllocationRequest{TalosVersion: talos, Owner: "capi/a", Config: cfg("worker")})
+			require.NoError(t, err)
+
+			again, err := tr.Allocate(t.Context(), machineID, transitions.AllocationRequest{TalosVersion: talos, Owner: "capi/a", Config: cfg("controlplane")})
+			require.NoError(t, err)
+			assert.Equal(t, first.Allocation.ID, again.Allocation.ID)
+			assert.Equal(t, first.WipeID, again.WipeID, "no wipe owed by asking again")
+			assert.Equal(t, string(cfg("controlplane")), again.Allocation.Config)
+			assert.Equal(t, "capi/a", again.Allocation.Owner)
+		}},
+		{"another owner is refused", func(t *testing.T, tr *transitions.Service) {
+			_, err := tr.Allocate(t.Context(), machineID, transitions.AllocationRequest{TalosVersion: talos, Owner: "capi/a"})
+			require.NoError(t, err)
+
+			_, err = tr.Allocate(t.Context(), machineID, transitions.AllocationRequest{TalosVersion: talos, Owner: "capi/b"})
+			assert.Equal(t, transitions.CodeRefused, codeOf(err), "%v", err)
+
+			_, err = tr.Allocate(t.Context(), machineID, transitions.AllocationRequest{TalosVersion: talos})
+			assert.Equal(t, transitions.CodeRefused, codeOf(err), "a person's allocation neither: %v", err)
+		}},
+		{"same owner, other Talos version is refused", func(t *testing.T, tr *transitions.Service) {
+			_, err := tr.Allocate(t.Context(), machineID, transitions.AllocationRequest{TalosVersion: talos, Owner: "capi/a"})
+			require.NoError(t, err)
+
+			_, err = tr.Allocate(t.Context(), machineID, transitions.AllocationRequest{TalosVersion: "v1.10.0", Owner: "capi/a"})
+			assert.Equal(t, transitions.CodeRefused, codeOf(err), "%v", err)
+			assert.Contains(t, err.Error(), "release it before")
+		}},
+		{"a person's allocation is not an owner's", func(t *testing.T, tr *transitions.Service) {
+			_, err := tr.Allocate(t.Context(), machineID, transitions.AllocationRequest{TalosVersion: talos})
+			require.NoError(t, err)
+
+			_, err = tr.Release(t.Context(), machineID, "capi/a")
+			assert.Equal(t, transitions.CodeRefused, codeOf(err), "%v", err)
+			assert.Contains(t, err.Error(), "allocated to a person")
+		}},
+		{"release frees the owner's claim once", func(t *testing.T, tr *transitions.Service) {
+			_, err := tr.Allocate(t.Context(), machineID, transitions.AllocationRequest{TalosVersion: talos, Owner: "capi/a"})
+			require.NoError(t, err)
+
+			_, err = tr.Release(t.Context(), machineID, "capi/b")
+			assert.Equal(t, transitions.CodeRefused, codeOf(err), "%v", err)
+
+			released, err := tr.Release(t.Context(), machineID, "capi/a")
+			require.NoError(t, err)
+			assert.Nil(t, released.Allocation)
+			assert.NotEmpty(t, released.WipeID)
+
+			again, err := tr.Release(t.Context(), machineID, "capi/a")
+			require.NoError(t, err)
+			assert.Equal(t, released.WipeID, again.WipeID, "the second release owes no second wipe")
+
+			_, err = tr.Release(t.Context(), machineID, "")
+			assert.Equal(t, transitions.CodeInvalid, codeOf(err), "%v", err)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			tr := transitions.New(openState(t), transitions.Options{})
+			_, err := tr.Accept(t.Context(), machineID, true)
+			require.NoError(t, err)
+
+			tc.run(t, tr)
 		})
 	}
 }

@@ -180,3 +180,18 @@ func validateMachineID(id string) error {
 
 	return nil
 }
+
+// maxOwnerLen bounds an allocation's owner: a Kubernetes namespace, name and UID fit.
+const maxOwnerLen = 253
+
+// validateOwner checks an allocation's owner: printable, no spaces, bounded ("" is none).
+func validateOwner(owner string) error {
+	switch {
+	case len(owner) > maxOwnerLen:
+		return fmt.Errorf("owner %.32q... is longer than %d bytes", owner, maxOwnerLen)
+	case strings.ContainsFunc(owner, func(r rune) bool { return r > unicode.MaxASCII || !unicode.IsGraphic(r) || unicode.IsSpace(r) }):
+		return fmt.Errorf("owner %q may hold only printable ASCII without spaces", owner)
+	}
+
+	return nil
+}

@@ -40,3 +40,34 @@ func TestOf(t *testing.T) {
 		}
 	}
 }
+
+// TestManaged: a refusal because another owner decides carries that owner in its
+// details, through the gRPC status; no other refusal does.
+func TestManaged(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		err     error
+		manager string
+		managed bool
+	}{
+		{&transitions.Error{Code: transitions.CodeManaged, Msg: "allocate: managed by omni", Manager: "omni"}, "omni", true},
+		{&transitions.Error{Code: transitions.CodeRefused, Msg: "machine \"x\" is already allocated"}, "", false},
+		{errors.New("disk full"), "", false},
+		{nil, "", false},
+	} {
+		var err error
+		if tc.err != nil {
+			err = rpcstatus.Of(tc.err)
+		}
+
+		// Through the wire form, as a client receives it.
+		if st, ok := status.FromError(err); ok && err != nil {
+			err = status.ErrorProto(st.Proto())
+		}
+
+		manager, ok := rpcstatus.Managed(err)
+		assert.Equal(t, tc.managed, ok, "%v", tc.err)
+		assert.Equal(t, tc.manager, manager, "%v", tc.err)
+	}
+}
