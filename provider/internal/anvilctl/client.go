@@ -1,26 +1,11 @@
 package anvilctl
 
 import (
-	"crypto/tls"
-	"crypto/x509"
-	"fmt"
-	"os"
-	"strings"
-
-	"github.com/cosi-project/runtime/api/v1alpha1"
 	"github.com/cosi-project/runtime/pkg/state"
-	"github.com/cosi-project/runtime/pkg/state/protobuf/client"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
-)
-
-// Message size limits, matching the server's: a request carries at most a 1 MiB config.
-const (
-	maxSendMsgSize = 2 << 20
-	maxRecvMsgSize = 4 << 20
+	"github.com/anvil-metal/anvil/provider/internal/controlclient"
 )
 
 // app holds the global flags and the connection, opened on first use.
@@ -38,58 +23,11 @@ func (a *app) connect() (*grpc.ClientConn, error) {
 		return a.conn, nil
 	}
 
-	target, creds, err := a.target()
-	if err != nil {
-		return nil, err
-	}
+	var err error
 
-	a.conn, err = grpc.NewClient(target,
-		grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(maxSendMsgSize), grpc.MaxCallRecvMsgSize(maxRecvMsgSize)),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("error connecting to %s: %w", a.endpoint, err)
-	}
+	a.conn, err = controlclient.Dial(controlclient.Options{Endpoint: a.endpoint, CACert: a.caCert, Cert: a.cert, Key: a.key})
 
-	return a.conn, nil
-}
-
-// target maps the endpoint to a gRPC target and its credentials: a Unix socket is
-// guarded by its file mode, TCP is always TLS.
-func (a *app) target() (string, credentials.TransportCredentials, error) {
-	switch {
-	case strings.HasPrefix(a.endpoint, "unix://"):
-		return a.endpoint, insecure.NewCredentials(), nil
-	case strings.HasPrefix(a.endpoint, "/"):
-		return "unix://" + a.endpoint, insecure.NewCredentials(), nil
-	case strings.HasPrefix(a.endpoint, "tcp://"):
-		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-
-		if a.caCert != "" {
-			pem, err := os.ReadFile(a.caCert)
-			if err != nil {
-				return "", nil, fmt.Errorf("error reading the CA certificate: %w", err)
-			}
-
-			cfg.RootCAs = x509.NewCertPool()
-			if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-				return "", nil, fmt.Errorf("no PEM certificate in %s", a.caCert)
-			}
-		}
-
-		if a.cert != "" || a.key != "" {
-			pair, err := tls.LoadX509KeyPair(a.cert, a.key)
-			if err != nil {
-				return "", nil, fmt.Errorf("error loading the client certificate: %w", err)
-			}
-
-			cfg.Certificates = []tls.Certificate{pair}
-		}
-
-		return "dns:///" + strings.TrimPrefix(a.endpoint, "tcp://"), credentials.NewTLS(cfg), nil
-	default:
-		return "", nil, fmt.Errorf("endpoint %q is neither unix:///path nor tcp://host:port", a.endpoint)
-	}
+	return a.conn, err
 }
 
 func (a *app) state() (state.State, error) {
@@ -98,7 +36,7 @@ func (a *app) state() (state.State, error) {
 		return nil, err
 	}
 
-	return state.WrapCore(client.NewAdapter(v1alpha1.NewStateClient(conn))), nil
+	return controlclient.State(conn), nil
 }
 
 func (a *app) transitions() (controlv1.TransitionServiceClient, error) {
@@ -107,7 +45,7 @@ func (a *app) transitions() (controlv1.TransitionServiceClient, error) {
 		return nil, err
 	}
 
-	return controlv1.NewTransitionServiceClient(conn), nil
+	return controlclient.Transitions(conn), nil
 }
 
 func (a *app) close() error {
