@@ -99,17 +99,31 @@ image: agent-initramfs
 		--agent-assets $(OUT)/agent --image-out $(OUT)/image --image-version=$(IMAGE_VERSION) \
 		--image-revision=$$(git rev-parse HEAD 2>/dev/null) --mtime=$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct 2>/dev/null || echo 0)}$(if $(PUSH), --image-push $(PUSH))
 
-# Protobuf Go code from api/, and the go:generate code (the resources' deep copies).
-generate: tools $(TOOLS)/deep-copy
+# Protobuf Go code from api/, the go:generate code (the resources' deep copies), and the
+# Cluster API provider's Kubernetes code: its types' deep copies, CRDs (deploy/capi/crd)
+# and RBAC (deploy/capi/rbac, from the controllers' markers).
+generate: tools $(TOOLS)/deep-copy $(TOOLS)/controller-gen
 	PATH="$(TOOLS):$$PATH" protoc -I api \
 		--go_out=api --go_opt=paths=source_relative \
 		--go-grpc_out=api --go-grpc_opt=paths=source_relative \
-		$$(find api -name '*.proto' | sort)
+		$$(find api -name '*.proto' -not -path 'api/infrastructure/*' | sort)
 	PATH="$(TOOLS):$$PATH" $(GO) generate ./provider/...
+	$(TOOLS)/controller-gen object paths=./api/infrastructure/...
+	$(TOOLS)/controller-gen crd paths=./api/infrastructure/... output:crd:artifacts:config=deploy/capi/crd
+	$(TOOLS)/controller-gen rbac:roleName=anvil-capi-manager paths=./provider/internal/capi/... output:rbac:artifacts:config=deploy/capi/rbac
 
 # deep-copy, at the version its tools module pins (hack/tools/deep-copy), as Talos uses it.
 $(TOOLS)/deep-copy: hack/tools/deep-copy/go.mod
 	$(GO) build -C hack/tools/deep-copy -o $@ github.com/siderolabs/deep-copy
+
+# controller-gen (CRDs, RBAC and deep copies of Kubernetes API types), at the version its
+# tools module pins (hack/tools/controller-gen: controller-tools v0.21.0, the release on
+# Kubernetes 1.36 libraries, as the main module's k8s.io/* v0.36). To move it:
+#   go get -C hack/tools/controller-gen -tool sigs.k8s.io/controller-tools/cmd/controller-gen@<version>
+$(TOOLS)/controller-gen: hack/tools/controller-gen/go.mod hack/tools/controller-gen/go.sum
+	@mkdir -p $(TOOLS)
+	$(GO) build -C hack/tools/controller-gen -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
+	@touch $@
 
 # A real Omni for the lab and its tests (hack/internal/omnilab), and talosctl to check the
 # agent's maintenance API against: each built from its Go module in a tools module of its
