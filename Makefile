@@ -42,7 +42,7 @@ GOLANGCI_LINT_MOD     := hack/tools/golangci-lint
 
 COMMANDS := provider anvilctl
 
-.PHONY: all setup setup-bench tools build generate lint test unit lab bench chaos fuzz run demo demo-omni e2e figures agent-initramfs agent-extension image omni talosctl clean agent-arm64
+.PHONY: all setup setup-bench tools build generate lint test unit lab bench chaos fuzz run demo demo-omni e2e figures agent-initramfs agent-extension image omni talosctl envtest-assets clean agent-arm64
 
 all: build
 
@@ -149,6 +149,25 @@ $(BIN)/talosctl: $(TALOSCTL_MOD)/go.mod $(TALOSCTL_MOD)/go.sum
 	CGO_ENABLED=0 $(GO) build -C $(TALOSCTL_MOD) -trimpath -ldflags='-s -w' -o $@ github.com/siderolabs/talos/cmd/talosctl
 	@touch $@
 
+# kube-apiserver and etcd for controller-runtime's envtest (the Cluster API tests), built
+# from Go modules in their tools module (hack/tools/kube: k8s.io/kubernetes v1.36.3, its
+# staging modules at v0.36.3, etcd v3.6.8), never in Anvil's go.mod: no prebuilt envtest
+# binaries can be downloaded here; kube-apiserver is stamped with the module's version (its
+# /version, else v0.0.0-master). Long the first time (~15 min on 2 cores), so each is built
+# again only when the tools module's go.mod or go.sum is newer or the binary is missing.
+# Tests find them with KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) (or BinaryAssetsDirectory).
+KUBE_MOD       := hack/tools/kube
+ENVTEST_ASSETS := $(TOOLS)/envtest
+
+envtest-assets: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd
+
+$(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd: $(ENVTEST_ASSETS)/%: $(KUBE_MOD)/go.mod $(KUBE_MOD)/go.sum
+	@mkdir -p $(ENVTEST_ASSETS)
+	v=$$($(GO) -C $(KUBE_MOD) list -m -f '{{.Version}}' k8s.io/kubernetes) && \
+		CGO_ENABLED=0 $(GO) build -C $(KUBE_MOD) -trimpath \
+		-ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$$v" -o $@ ./cmd/$*
+	@touch $@
+
 # What lint needs, nothing from apt: golangci-lint, rebuilt when missing, when its version
 # changed (the stamp names it) or when its module did.
 .PHONY: lint-tools
@@ -186,7 +205,7 @@ test: setup lint unit lab
 unit:
 	$(GO) test -race -count=1 -timeout 15m ./...
 
-lab: setup omni talosctl
+lab: setup omni talosctl envtest-assets
 	$(GO) test -tags lab -count=1 -timeout 45m -run '^($(LAB_TESTS))$$' $(LAB_PKGS)
 
 # Every benchmark (bench/README.md), or those named: make bench BENCH="storm tftp".
