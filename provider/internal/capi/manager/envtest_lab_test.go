@@ -1,0 +1,148 @@
+//go:build lab
+
+package manager_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/anvil-metal/anvil/provider/internal/capi/anvilclient"
+	"github.com/anvil-metal/anvil/provider/internal/capi/manager"
+	"github.com/anvil-metal/anvil/provider/internal/controlclient"
+)
+
+// repoRoot is the repository's root, from this file's path.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+
+	_, file, _, _ := runtime.Caller(0)
+
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "..")
+}
+
+// startAPIServer runs a real kube-apiserver and etcd (make envtest-assets builds them
+// from their Go modules into _out/tools/envtest) with Cluster API's core CRDs, from its
+// Go module, and ours (deploy/capi/crd), until the test ends.
+func startAPIServer(t *testing.T) (*rest.Config, client.Client) {
+	t.Helper()
+
+	root := repoRoot(t)
+
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		assets = filepath.Join(root, "_out", "tools", "envtest")
+	}
+
+	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
+		t.Skipf("no kube-apiserver in %s (make envtest-assets builds it): %v", assets, err)
+	}
+
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/cluster-api").Output()
+	require.NoError(t, err, "finding Cluster API's module")
+
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths: []string{
+			filepath.Join(strings.TrimSpace(string(out)), "core", "config", "crd", "bases"),
+			filepath.Join(root, "deploy", "capi", "crd"),
+		},
+		ErrorIfCRDPathMissing:    true,
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		ControlPlaneStopTimeout:  time.Minute,
+	}
+
+	cfg, err := env.Start()
+	require.NoError(t, err, "starting kube-apiserver and etcd")
+
+	t.Cleanup(func() { require.NoError(t, env.Stop()) })
+
+	scheme, err := manager.Scheme()
+	require.NoError(t, err)
+
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	require.NoError(t, err)
+
+	return cfg, c
+}
+
+// runningManager is one manager, started and stopped by the test.
+type runningManager struct {
+	t    *testing.T
+	stop context.CancelFunc
+	done chan error
+}
+
+// startManager runs a manager against the API server and the control socket until stop
+// or the test's end.
+func startManager(t *testing.T, cfg *rest.Config, socket string) *runningManager {
+	t.Helper()
+
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(testWriter{t})))
+
+	scheme, err := manager.Scheme()
+	require.NoError(t, err)
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		// Several managers run at once in the race: each is its own controller.
+		Controller: controllerConfig(),
+	})
+	require.NoError(t, err)
+
+	conn, err := controlclient.Dial(controlclient.Options{Endpoint: "unix://" + socket})
+	require.NoError(t, err)
+
+	anvil := anvilclient.New(controlclient.State(conn), controlclient.Transitions(conn))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	require.NoError(t, manager.Setup(ctx, mgr, anvil, talosVersion))
+
+	m := &runningManager{t: t, stop: cancel, done: make(chan error, 1)}
+
+	go func() {
+		m.done <- mgr.Start(ctx)
+		conn.Close()
+	}()
+
+	t.Cleanup(m.halt)
+
+	return m
+}
+
+// halt stops the manager and waits for it; stopping twice is stopping once.
+func (m *runningManager) halt() {
+	m.stop()
+
+	if m.done != nil {
+		if err := <-m.done; err != nil {
+			m.t.Errorf("the manager failed: %v", err)
+		}
+
+		m.done = nil
+	}
+}
+
+// testWriter sends the managers' log to the test's.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+
+	return len(p), nil
+}
