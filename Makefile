@@ -42,7 +42,7 @@ GOLANGCI_LINT_MOD     := hack/tools/golangci-lint
 
 COMMANDS := provider anvilctl
 
-.PHONY: all setup setup-bench tools build generate lint test unit lab bench chaos fuzz run demo demo-omni e2e figures agent-initramfs agent-extension image omni talosctl envtest-assets clean agent-arm64
+.PHONY: all release setup setup-bench tools build generate lint test unit lab bench chaos fuzz run demo demo-omni e2e figures agent-initramfs agent-extension image omni talosctl envtest-assets clean agent-arm64
 
 all: build
 
@@ -98,6 +98,20 @@ image: agent-initramfs
 	$(GO) run ./imager/cmd/imager image --provider-bin $(BIN)/image/anvil-provider --omni-adapter-bin $(BIN)/image/omni-adapter \
 		--agent-assets $(OUT)/agent --image-out $(OUT)/image --image-version=$(IMAGE_VERSION) \
 		--image-revision=$$(git rev-parse HEAD 2>/dev/null) --mtime=$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct 2>/dev/null || echo 0)}$(if $(PUSH), --image-push $(PUSH))
+
+# The Cluster API provider's release (docs/capi.md): the manager's OCI image in
+# _out/capi-image (go-containerregistry, as the provider's), and for clusterctl
+# _out/infrastructure-components.yaml (CRDs, RBAC, the manager's Deployment naming the
+# image CAPI_IMAGE_REPO:IMAGE_VERSION) and _out/metadata.yaml. PUSH=<ref> pushes the image.
+CAPI_IMAGE_REPO ?= ghcr.io/anvil-metal/anvil-capi-manager
+
+release:
+	@mkdir -p $(BIN)/image
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(BIN)/image/capi-manager ./provider/cmd/capi-manager
+	$(GO) run ./imager/cmd/imager capi-release --manager-bin $(BIN)/image/capi-manager --manifests deploy/capi \
+		--release-out $(OUT) --image-out $(OUT)/capi-image --image-repository $(CAPI_IMAGE_REPO) \
+		--image-version=$(IMAGE_VERSION) --image-revision=$$(git rev-parse HEAD 2>/dev/null) \
+		--mtime=$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct 2>/dev/null || echo 0)}$(if $(PUSH), --image-push $(PUSH))
 
 # Protobuf Go code from api/, the go:generate code (the resources' deep copies), and the
 # Cluster API provider's Kubernetes code: its types' deep copies, CRDs (deploy/capi/crd)

@@ -97,7 +97,7 @@ func newCommand() *cobra.Command {
 	flags.BoolVar(&opts.Force, "force", false, "recompress even when the archive is unchanged since the last build")
 	flagenv.Annotate(flags)
 
-	cmd.AddCommand(newExtensionCommand(), newImageCommand())
+	cmd.AddCommand(newExtensionCommand(), newImageCommand(), newCAPIReleaseCommand())
 
 	return cmd
 }

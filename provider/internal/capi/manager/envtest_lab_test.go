@@ -4,71 +4,27 @@ package manager_test
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/anvil-metal/anvil/internal/kubetest"
 	"github.com/anvil-metal/anvil/provider/internal/capi/anvilclient"
 	"github.com/anvil-metal/anvil/provider/internal/capi/manager"
 	"github.com/anvil-metal/anvil/provider/internal/controlclient"
 )
 
-// repoRoot is the repository's root, from this file's path.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-
-	_, file, _, _ := runtime.Caller(0)
-
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", "..")
-}
-
-// startAPIServer runs a real kube-apiserver and etcd (make envtest-assets builds them
-// from their Go modules into _out/tools/envtest) with Cluster API's core CRDs, from its
-// Go module, and ours (deploy/capi/crd), until the test ends.
+// startAPIServer runs a real kube-apiserver with Cluster API's CRDs and ours.
 func startAPIServer(t *testing.T) (*rest.Config, client.Client) {
 	t.Helper()
 
-	root := repoRoot(t)
-
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		assets = filepath.Join(root, "_out", "tools", "envtest")
-	}
-
-	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
-		t.Skipf("no kube-apiserver in %s (make envtest-assets builds it): %v", assets, err)
-	}
-
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/cluster-api").Output()
-	require.NoError(t, err, "finding Cluster API's module")
-
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths: []string{
-			filepath.Join(strings.TrimSpace(string(out)), "core", "config", "crd", "bases"),
-			filepath.Join(root, "deploy", "capi", "crd"),
-		},
-		ErrorIfCRDPathMissing:    true,
-		ControlPlaneStartTimeout: 2 * time.Minute,
-		ControlPlaneStopTimeout:  time.Minute,
-	}
-
-	cfg, err := env.Start()
-	require.NoError(t, err, "starting kube-apiserver and etcd")
-
-	t.Cleanup(func() { require.NoError(t, env.Stop()) })
+	cfg := kubetest.Start(t, kubetest.CRDs(t)...)
 
 	scheme, err := manager.Scheme()
 	require.NoError(t, err)
