@@ -31,6 +31,8 @@ const serverNameIndex = "status.serverName"
 
 // Retry periods: errors are conditions and a requeue, never a crash loop.
 const (
+	// reconcileTimeout bounds one reconcile: a hung Anvil is unreachable, not a stuck worker.
+	reconcileTimeout  = 2 * time.Minute
 	noServerRetry     = 30 * time.Second
 	managedRetry      = 5 * time.Minute
 	refusedRetry      = time.Minute
@@ -84,6 +86,9 @@ func (r *MetalMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 
 // Reconcile implements reconcile.Reconciler.
 func (r *MetalMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+	ctx, cancel := context.WithTimeout(ctx, reconcileTimeout)
+	defer cancel()
+
 	var mm infrav1.MetalMachine
 	if err := r.Client.Get(ctx, req.NamespacedName, &mm); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)

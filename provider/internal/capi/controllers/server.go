@@ -48,6 +48,9 @@ func (r *ServerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // Reconcile makes the Server named req.Name what Anvil has of that machine.
 func (r *ServerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, reconcileTimeout)
+	defer cancel()
+
 	m, err := r.Anvil.Get(ctx, req.Name)
 
 	switch {
