@@ -40,11 +40,32 @@ type Fleet struct {
 	done   chan struct{}
 }
 
-// StartFleet builds the simulator (once per test binary) and runs n machines of seed
-// against the provider at providerURL, with args after; it is stopped when the test ends,
-// its events and log printed if the test failed.
+// FleetOptions say what the simulator runs.
+type FleetOptions struct {
+	// N machines of Seed (their identities follow from it).
+	N, Seed int
+	// Args come after the simulator's own: -wipe-fast 1s, -kexec=false…
+	Args []string
+	// OnEvent, when set, hears every event line as the simulator prints it (from the
+	// goroutine that reads them): a test keeping its own record of the machines.
+	OnEvent func(line []byte)
+}
+
+// StartFleet runs n machines of seed against the provider at providerURL, with args
+// after: StartFleetWith without an event hook.
 func StartFleet(t *testing.T, providerURL string, n, seed int, args ...string) *Fleet {
 	t.Helper()
+
+	return StartFleetWith(t, providerURL, FleetOptions{N: n, Seed: seed, Args: args})
+}
+
+// StartFleetWith builds the simulator (once per test binary) and runs it against the
+// provider at providerURL until every machine is listed; it is stopped when the test
+// ends, its events and log printed if the test failed.
+func StartFleetWith(t *testing.T, providerURL string, opts FleetOptions) *Fleet {
+	t.Helper()
+
+	n := opts.N
 
 	fleetBuild.once.Do(func() {
 		_, file, _, _ := runtime.Caller(0)
@@ -64,8 +85,8 @@ func StartFleet(t *testing.T, providerURL string, n, seed int, args ...string) *
 
 	f := &Fleet{stderr: &syncBuffer{}, done: make(chan struct{})}
 	f.cmd = exec.Command(fleetBuild.bin, append([]string{
-		"-provider", providerURL, "-n", fmt.Sprint(n), "-seed", fmt.Sprint(seed), "-listen", "127.0.0.1:0",
-	}, args...)...)
+		"-provider", providerURL, "-n", fmt.Sprint(n), "-seed", fmt.Sprint(opts.Seed), "-listen", "127.0.0.1:0",
+	}, opts.Args...)...)
 	f.cmd.Stderr = f.stderr
 
 	var err error
@@ -79,7 +100,7 @@ func StartFleet(t *testing.T, providerURL string, n, seed int, args ...string) *
 
 	ready := make(chan struct{})
 
-	go f.read(stdout, n, ready)
+	go f.read(stdout, n, ready, opts.OnEvent)
 
 	t.Cleanup(func() {
 		_ = f.cmd.Process.Signal(syscall.SIGTERM) // fails only if it is gone already
@@ -117,6 +138,9 @@ func (f *Fleet) Events() string {
 	return strings.Join(f.events, "\n")
 }
 
+// Log is the simulator's own log (its stderr) so far.
+func (f *Fleet) Log() string { return f.stderr.String() }
+
 // Command sends a control command (poweron, powercut, cut, restore) for a machine.
 func (f *Fleet) Command(cmd, uuid string) error {
 	_, err := fmt.Fprintf(f.stdin, "%s %s\n", cmd, uuid)
@@ -124,7 +148,7 @@ func (f *Fleet) Command(cmd, uuid string) error {
 	return err
 }
 
-func (f *Fleet) read(r io.Reader, n int, ready chan<- struct{}) {
+func (f *Fleet) read(r io.Reader, n int, ready chan<- struct{}, onEvent func([]byte)) {
 	defer close(f.done)
 
 	sc := bufio.NewScanner(r)
@@ -136,6 +160,10 @@ func (f *Fleet) read(r io.Reader, n int, ready chan<- struct{}) {
 			fmt.Fprintf(f.stderr, "testprovider: unreadable fleet event %q: %v\n", sc.Text(), err)
 
 			continue
+		}
+
+		if onEvent != nil {
+			onEvent(sc.Bytes())
 		}
 
 		f.mu.Lock()
