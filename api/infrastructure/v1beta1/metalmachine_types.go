@@ -51,11 +51,12 @@ type ServerReference struct {
 // BMC is how to reach a server's BMC, when Anvil should use other details than it has
 // (given to Anvil when the server is claimed; Anvil keeps the password encrypted).
 type BMC struct {
-	// Kind is ipmi or redfish.
-	// +kubebuilder:validation:Enum=ipmi;redfish
+	// Kind is ipmi, redfish, or api (Anvil's HTTP power API: a power controller of the
+	// site's own that Anvil calls).
+	// +kubebuilder:validation:Enum=ipmi;redfish;api
 	Kind string `json:"kind"`
 
-	// Address is the BMC's host or IP address.
+	// Address is the BMC's host or IP address (api: its base URL).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Address string `json:"address"`
@@ -67,7 +68,7 @@ type BMC struct {
 	Port int32 `json:"port,omitempty"`
 
 	// CredentialsSecretName names a Secret in the MetalMachine's namespace holding
-	// "username" and "password".
+	// "username" and "password" (api: may be empty).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	CredentialsSecretName string `json:"credentialsSecretName"`

@@ -5,6 +5,7 @@ package manager_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -94,10 +95,27 @@ func (m *runningManager) halt() {
 	}
 }
 
-// testWriter sends the managers' log to the test's.
+// managerLog keeps every manager's log, for the tests that check what was logged.
+var managerLog struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func managerLogged() string {
+	managerLog.mu.Lock()
+	defer managerLog.mu.Unlock()
+
+	return managerLog.buf.String()
+}
+
+// testWriter sends the managers' log to the test's, and to managerLog.
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) {
+	managerLog.mu.Lock()
+	managerLog.buf.Write(p)
+	managerLog.mu.Unlock()
+
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 
 	return len(p), nil

@@ -41,6 +41,8 @@ const (
 	// managers' reconciles take seconds; a shared, loaded host takes more.
 	wait = 90 * time.Second
 	tick = 250 * time.Millisecond
+	// bmcPassword must appear in no log.
+	bmcPassword = "s3cr3t-bmc-password"
 )
 
 func TestMain(m *testing.M) { os.Exit(testprovider.Main(m)) }
@@ -103,9 +105,17 @@ func TestLabClusterAPI(t *testing.T) {
 
 	l.createCluster()
 
-	t.Run("claim by reference", func(t *testing.T) {
+	t.Run("claim by reference, with a BMC override", func(t *testing.T) {
+		// The same power API under another name: Anvil must take the MetalMachine's.
+		bmcURL := strings.Replace(fleet.PowerURL, "127.0.0.1", "localhost", 1)
+		require.NoError(t, k.Create(t.Context(), &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "bmc-by-ref", Namespace: namespace},
+			Data:       map[string][]byte{"username": []byte("admin"), "password": []byte(bmcPassword)},
+		}))
+
 		mm := l.createMachine("by-ref", "boot-by-ref", configWith("by-ref"), func(s *infrav1.MetalMachineSpec) {
 			s.ServerRef = &infrav1.ServerReference{Name: m0}
+			s.BMC = &infrav1.BMC{Kind: "api", Address: bmcURL, CredentialsSecretName: "bmc-by-ref"}
 		})
 		mm = l.waitMetalMachine(mm.Name, "claimed", func(mm *infrav1.MetalMachine) bool { return mm.Status.ServerName != "" })
 		require.Equal(t, m0, mm.Status.ServerName)
@@ -118,12 +128,18 @@ func TestLabClusterAPI(t *testing.T) {
 		assert.Contains(t, alloc.Config, "by-ref", "Anvil serves the bootstrap data")
 		assert.Contains(t, alloc.Config, "anvil://"+m0, "with the kubelet's provider ID")
 
+		bmc, err := safe.StateGetByID[*resources.BMCConfig](t.Context(), l.st, m0)
+		require.NoError(t, err)
+		assert.Equal(t, bmcURL, bmc.TypedSpec().Address, "the MetalMachine's BMC details given to Anvil")
+		assert.Equal(t, "admin", bmc.TypedSpec().Username)
+		assert.True(t, bmc.TypedSpec().HasPassword)
+
 		l.waitServer(m0, "allocated to it", func(s *infrav1.Server) bool {
 			return s.Status.Allocation != nil && s.Status.Allocation.Owner == controllers.OwnerOf(mm)
 		})
 
 		// Talos' event sink says installed; MarkInstalled says the same.
-		_, err := l.tr.MarkInstalled(t.Context(), &controlv1.MarkInstalledRequest{MachineId: m0})
+		_, err = l.tr.MarkInstalled(t.Context(), &controlv1.MarkInstalledRequest{MachineId: m0})
 		require.NoError(t, err)
 
 		mm = l.waitMetalMachine(mm.Name, "provisioned", func(mm *infrav1.MetalMachine) bool {
@@ -132,6 +148,9 @@ func TestLabClusterAPI(t *testing.T) {
 		assert.True(t, mm.Status.Ready)
 		assert.NotEmpty(t, mm.Status.Addresses)
 		assert.True(t, apimeta.IsStatusConditionTrue(mm.Status.Conditions, infrav1.ReadyCondition))
+		assert.NotContains(t, p.Log(), bmcPassword, "the BMC password is never logged by the provider")
+		assert.NotContains(t, managerLogged(), bmcPassword, "nor by the managers")
+		assert.NotEmpty(t, managerLogged())
 	})
 
 	t.Run("claim by selector", func(t *testing.T) {
