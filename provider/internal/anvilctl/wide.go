@@ -8,11 +8,16 @@ import (
 )
 
 // wideHeader are the columns -o wide adds to 'get machines': what a person needs to
-// decide whether to accept a pending machine, from its agent's inventory and its BMC.
-var wideHeader = []string{"VENDOR", "MODEL", "SERIAL", "CPU", "MEMORY", "DISKS", "MACS", "BMC", "EXTENSIONS", "KEXEC"}
+// decide whether to accept a pending machine, from its agent's inventory and its BMC,
+// and who holds an allocated one (the Cluster API manager names its MetalMachine).
+var wideHeader = []string{"VENDOR", "MODEL", "SERIAL", "CPU", "MEMORY", "DISKS", "MACS", "BMC", "EXTENSIONS", "KEXEC", "OWNER"}
 
 func wideRow(v fleet.Record) []string {
-	row := []string{"-", "-", "-", "-", "-", "-", "-", "-", "-", "-"}
+	row := []string{"-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"}
+
+	if a := v.Intent.Allocation; a != nil && a.Owner != "" {
+		row[10] = a.Owner
+	}
 
 	if inv := v.Inventory; inv != nil {
 		row[0] = orDash(inv.System.Manufacturer)

@@ -128,6 +128,8 @@ func TestLabClusterAPI(t *testing.T) {
 		assert.Contains(t, alloc.Config, "by-ref", "Anvil serves the bootstrap data")
 		assert.Contains(t, alloc.Config, "anvil://"+m0, "with the kubelet's provider ID")
 
+		assert.Contains(t, p.MustAnvilctl("get", "machines", "-o", "wide"), controllers.OwnerOf(mm), "anvilctl names the owner")
+
 		bmc, err := safe.StateGetByID[*resources.BMCConfig](t.Context(), l.st, m0)
 		require.NoError(t, err)
 		assert.Equal(t, bmcURL, bmc.TypedSpec().Address, "the MetalMachine's BMC details given to Anvil")
