@@ -115,7 +115,14 @@ func (r *MetalMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		}
 	}()
 
-	if annotations.IsPaused(cluster, &mm) {
+	// The MetalMachine can come before its owner (a MachineSet creates it from the template,
+	// then the Machine) or outlive it: with no Cluster, only its own annotation pauses it.
+	paused := annotations.HasPaused(&mm)
+	if cluster != nil {
+		paused = annotations.IsPaused(cluster, &mm)
+	}
+
+	if paused {
 		setCondition(&mm.Status.Conditions, mm.Generation, infrav1.PausedCondition, true, infrav1.PausedReason, "the cluster or the MetalMachine is paused")
 
 		return ctrl.Result{}, nil
