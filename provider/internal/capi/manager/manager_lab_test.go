@@ -155,6 +155,21 @@ func TestLabClusterAPI(t *testing.T) {
 		assert.NotEmpty(t, managerLogged())
 	})
 
+	t.Run("a MetalMachine before its Machine waits", func(t *testing.T) {
+		// As a MachineSet makes them: the MetalMachine from the template first.
+		mm := &infrav1.MetalMachine{ObjectMeta: metav1.ObjectMeta{Name: "orphan", Namespace: namespace}}
+		require.NoError(t, k.Create(t.Context(), mm))
+
+		mm = l.waitMetalMachine(mm.Name, "seen, and left alone", func(mm *infrav1.MetalMachine) bool {
+			return isFalse(mm, infrav1.PausedCondition, infrav1.NotPausedReason)
+		})
+		assert.Empty(t, mm.Status.ServerName)
+		assert.Empty(t, mm.Finalizers, "nothing held, nothing to release")
+
+		require.NoError(t, k.Delete(t.Context(), mm))
+		l.waitGone(mm.Name)
+	})
+
 	t.Run("claim by selector", func(t *testing.T) {
 		p.MustAnvilctl("machine", "label", m1, "rack=r7")
 		l.waitServer(m1, "labelled", func(s *infrav1.Server) bool { return s.Labels["rack"] == "r7" })
