@@ -36,7 +36,7 @@ type Fleet struct {
 	stdin  io.WriteCloser
 	mu     sync.Mutex
 	events []string
-	stderr *syncBuffer
+	stderr *LogBuffer
 	done   chan struct{}
 }
 
@@ -83,7 +83,7 @@ func StartFleetWith(t *testing.T, providerURL string, opts FleetOptions) *Fleet 
 	})
 	require.NoError(t, fleetBuild.err)
 
-	f := &Fleet{stderr: &syncBuffer{}, done: make(chan struct{})}
+	f := &Fleet{stderr: &LogBuffer{}, done: make(chan struct{})}
 	f.cmd = exec.Command(fleetBuild.bin, append([]string{
 		"-provider", providerURL, "-n", fmt.Sprint(n), "-seed", fmt.Sprint(opts.Seed), "-listen", "127.0.0.1:0",
 	}, opts.Args...)...)

@@ -97,7 +97,7 @@ type Provider struct {
 
 	bin, anvilctl string
 	cmd           *exec.Cmd
-	log           *syncBuffer
+	log           *LogBuffer
 }
 
 // Options configure NewWith.
@@ -131,7 +131,7 @@ func NewWith(t *testing.T, opts Options, extra ...string) *Provider {
 
 	p := &Provider{
 		t: t, StateDir: t.TempDir(), AssetsDir: t.TempDir(), HTTPURL: fmt.Sprintf("http://127.0.0.1:%d", httpPort),
-		Factory: factory, FactoryURL: factorySrv.URL, bin: bin, anvilctl: anvilctl, log: &syncBuffer{},
+		Factory: factory, FactoryURL: factorySrv.URL, bin: bin, anvilctl: anvilctl, log: &LogBuffer{},
 	}
 
 	if opts.AgentAssets {
@@ -279,20 +279,20 @@ func FreePort(t *testing.T, network string) int {
 	return port
 }
 
-// syncBuffer is a buffer the provider's output and the test read at once.
-type syncBuffer struct {
+// LogBuffer is a buffer a process writes its output to while a test reads it.
+type LogBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *LogBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *LogBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 
