@@ -278,7 +278,9 @@ run: agent-initramfs
 # firmware kinds on a site without a DHCP server (the provider's full DHCP mode), then the
 # UEFI kinds on an IPv6-only network (the provider's DHCPv6).
 # Then an arm64 machine (AAVMF's HTTP boot of the UKI Anvil builds for it), alone: TCG
-# emulating arm64 is slow. Timings in _out/e2e/report.txt, the last run's.
+# emulating arm64 is slow. Timings in _out/e2e/report.txt, the last run's. Last, the
+# Cluster API provider with Cluster API's own manager and the Talos bootstrap provider
+# (hack/e2e/capi, docs/capi.md).
 E2E_MATRIX := \
 	ANVIL_E2E_FIRMWARE=bios,uefi,uefi-pxe \
 	ANVIL_E2E_FIRMWARE=uefi-http,bios+ANVIL_E2E_NICS=1,2 \
