@@ -34,6 +34,12 @@ type Actions interface {
 // the machine from booting.
 const reportWait = 5 * time.Second
 
+// jumpGrace is how long a kexec waits after its outcome was sent before it jumps. Sent
+// means handed to the transport, not on the wire: a jump at once can take the frame down
+// with the old kernel's network stack (seen in the lab: the provider never heard
+// "loaded"). A second lets it leave and be acknowledged, even under TCG.
+const jumpGrace = time.Second
+
 // queueSize bounds the orders waiting: the provider sends one at a time.
 const queueSize = 16
 
@@ -78,8 +84,8 @@ func (e *Executor) Reported(r *agentv1.OrderResult) {
 	e.touch()
 }
 
-// awaitReported waits until r was sent, or for at most reportWait.
-func (e *Executor) awaitReported(ctx context.Context, r *agentv1.OrderResult) {
+// awaitReported waits until r was sent, or for at most reportWait, and says whether it was.
+func (e *Executor) awaitReported(ctx context.Context, r *agentv1.OrderResult) (sent bool) {
 	timer := time.NewTimer(reportWait)
 	defer timer.Stop()
 
@@ -91,7 +97,7 @@ func (e *Executor) awaitReported(ctx context.Context, r *agentv1.OrderResult) {
 		e.mu.Unlock()
 
 		if sent {
-			return
+			return true
 		}
 
 		select {
@@ -99,9 +105,9 @@ func (e *Executor) awaitReported(ctx context.Context, r *agentv1.OrderResult) {
 		case <-timer.C:
 			e.logger.Warn("the outcome was not sent in time; going on", zap.String("order", r.GetOrderId()))
 
-			return
+			return false
 		case <-ctx.Done():
-			return
+			return false
 		}
 	}
 }
@@ -238,7 +244,13 @@ func (e *Executor) execute(ctx context.Context, o *agentv1.Order) {
 			// Done is said before the jump, while it can still be said.
 			result.Message = "next kernel loaded: jumping"
 			e.set(result)
-			e.awaitReported(ctx, result)
+
+			if e.awaitReported(ctx, result) {
+				select {
+				case <-time.After(jumpGrace):
+				case <-ctx.Done():
+				}
+			}
 
 			if err = e.actions.JumpKexec(ctx); err == nil {
 				return
