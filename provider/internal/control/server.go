@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
@@ -87,6 +88,9 @@ func (s *Server) newGRPC(extra ...grpc.ServerOption) *grpc.Server {
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
 		grpc.MaxSendMsgSize(maxSendMsgSize),
 		grpc.ChainUnaryInterceptor(logUnary(s.logger)),
+		// Long-lived clients (the Cluster API manager's watch) ping an idle connection to
+		// find a half-open one; allow them, at the client's pace.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}, extra...)...)
 
 	v1alpha1.RegisterStateServer(srv, server.NewState(s.state))

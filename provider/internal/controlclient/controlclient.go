@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
 )
@@ -55,6 +56,9 @@ func Dial(opts Options) (*grpc.ClientConn, error) {
 			Backoff:           backoff.Config{BaseDelay: time.Second, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 10 * time.Second},
 			MinConnectTimeout: 10 * time.Second,
 		}),
+		// An idle watch over a half-open TCP connection would wait for TCP to give up
+		// (minutes): pings find it within 40 s. The server allows one per 10 s.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("error connecting to %s: %w", opts.Endpoint, err)
