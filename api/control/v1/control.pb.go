@@ -575,11 +575,13 @@ type AllocateRequest struct {
 	NoDetectedExtensions bool `protobuf:"varint,6,opt,name=no_detected_extensions,json=noDetectedExtensions,proto3" json:"no_detected_extensions,omitempty"`
 	// exclude_extensions leaves these detected extensions out (a requested one stays).
 	ExcludeExtensions []string `protobuf:"bytes,7,rep,name=exclude_extensions,json=excludeExtensions,proto3" json:"exclude_extensions,omitempty"`
-	// owner names who claims the machine (the Cluster API manager: capi/<namespace>/<name>/<uid>),
-	// at most 253 characters. It makes the claim idempotent: allocating a machine already
-	// allocated to the same owner keeps that allocation and replaces its machine
-	// configuration with this request's (talos_version and kernel_args must be the same);
-	// allocated to anyone else, it is refused as any allocated machine is.
+	// owner names who claims the machine (the Cluster API manager: capi/<namespace>/<name>),
+	// at most 512 characters. An owner holds one machine at most: a claim while it holds
+	// another is refused (OWNER_HOLDS, naming it). It makes the claim idempotent:
+	// allocating a machine already allocated to the same owner keeps that allocation and
+	// replaces its machine configuration with this request's (talos_version and
+	// kernel_args must be the same); allocated to anyone else, it is refused as any
+	// allocated machine is.
 	Owner         string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1286,7 +1288,10 @@ type SetBMCRequest struct {
 	// insecure skips TLS verification (redfish).
 	Insecure bool `protobuf:"varint,7,opt,name=insecure,proto3" json:"insecure,omitempty"`
 	// system_id picks the Redfish System; empty: the one with the machine's UUID.
-	SystemId      string `protobuf:"bytes,8,opt,name=system_id,json=systemId,proto3" json:"system_id,omitempty"`
+	SystemId string `protobuf:"bytes,8,opt,name=system_id,json=systemId,proto3" json:"system_id,omitempty"`
+	// owner, when set, sets the BMC only of a machine allocated to that owner: a claimant
+	// never changes the BMC of a machine it does not hold.
+	Owner         string `protobuf:"bytes,9,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1373,6 +1378,13 @@ func (x *SetBMCRequest) GetInsecure() bool {
 func (x *SetBMCRequest) GetSystemId() string {
 	if x != nil {
 		return x.SystemId
+	}
+	return ""
+}
+
+func (x *SetBMCRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
 	}
 	return ""
 }
@@ -1944,7 +1956,7 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\"f\n" +
 	"\x0eRebootResponse\x127\n" +
 	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\x12\x1b\n" +
-	"\treboot_id\x18\x02 \x01(\tR\brebootId\"\xe1\x01\n" +
+	"\treboot_id\x18\x02 \x01(\tR\brebootId\"\xf7\x01\n" +
 	"\rSetBMCRequest\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x12\n" +
@@ -1954,7 +1966,8 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\busername\x18\x05 \x01(\tR\busername\x12\x1a\n" +
 	"\bpassword\x18\x06 \x01(\tR\bpassword\x12\x1a\n" +
 	"\binsecure\x18\a \x01(\bR\binsecure\x12\x1b\n" +
-	"\tsystem_id\x18\b \x01(\tR\bsystemId\"_\n" +
+	"\tsystem_id\x18\b \x01(\tR\bsystemId\x12\x14\n" +
+	"\x05owner\x18\t \x01(\tR\x05owner\"_\n" +
 	"\x0eSetBMCResponse\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x12\n" +

@@ -51,7 +51,9 @@ const (
 // request field is malformed. A transition refused because another owner decides it (a
 // provider managed by Omni) is FAILED_PRECONDITION with a google.rpc.ErrorInfo detail of
 // domain "anvil.dev", reason "MANAGED" and metadata "manager" (omni), so that clients
-// can tell it from a refusal of the machine's state.
+// can tell it from a refusal of the machine's state. A claim refused because its owner
+// holds another machine already is FAILED_PRECONDITION with an ErrorInfo of reason
+// "OWNER_HOLDS" and metadata "machine" (the machine it holds).
 type TransitionServiceClient interface {
 	// Accept hands a pending or rejected machine to the provider. Accepting an accepted
 	// machine changes nothing.
@@ -243,7 +245,9 @@ func (c *transitionServiceClient) SetKexecMode(ctx context.Context, in *SetKexec
 // request field is malformed. A transition refused because another owner decides it (a
 // provider managed by Omni) is FAILED_PRECONDITION with a google.rpc.ErrorInfo detail of
 // domain "anvil.dev", reason "MANAGED" and metadata "manager" (omni), so that clients
-// can tell it from a refusal of the machine's state.
+// can tell it from a refusal of the machine's state. A claim refused because its owner
+// holds another machine already is FAILED_PRECONDITION with an ErrorInfo of reason
+// "OWNER_HOLDS" and metadata "machine" (the machine it holds).
 type TransitionServiceServer interface {
 	// Accept hands a pending or rejected machine to the provider. Accepting an accepted
 	// machine changes nothing.

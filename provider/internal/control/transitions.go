@@ -167,7 +167,7 @@ func (t *Transitions) SetBMC(ctx context.Context, req *controlv1.SetBMCRequest) 
 
 	ep, err := t.svc.SetBMC(ctx, id, transitions.BMC{
 		Backend: power.Backend(req.GetKind()), Address: req.GetAddress(), Port: req.GetPort(), Username: req.GetUsername(),
-		Password: req.GetPassword(), Insecure: req.GetInsecure(), SystemID: req.GetSystemId(),
+		Password: req.GetPassword(), Insecure: req.GetInsecure(), SystemID: req.GetSystemId(), Owner: req.GetOwner(),
 	})
 	if err != nil {
 		return nil, rpcstatus.Of(err)

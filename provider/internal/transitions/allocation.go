@@ -51,9 +51,25 @@ func (s *Service) Allocate(ctx context.Context, id string, req AllocationRequest
 	}
 
 	return s.transition(ctx, "allocate", id, func(spec *resources.MachineIntentSpec) error {
-		switch {
-		case req.Owner != "" && spec.Allocation != nil && spec.Allocation.Owner == req.Owner:
+		if req.Owner != "" && spec.Allocation != nil && spec.Allocation.Owner == req.Owner {
 			return reclaim(id, spec.Allocation, alloc)
+		}
+
+		if req.Owner != "" {
+			// Under the service's lock, as every intent is written: two claimants with
+			// one owner (two managers, a restart) never hold two machines.
+			held, err := s.heldBy(ctx, req.Owner)
+			if err != nil {
+				return err
+			}
+
+			if held != "" {
+				return &Error{Code: CodeRefused, Holding: held,
+					Msg: fmt.Sprintf("%s holds machine %q already: an owner holds one machine", req.Owner, held)}
+			}
+		}
+
+		switch {
 		case spec.Acceptance != resources.AcceptanceAccepted:
 			return refused(fmt.Sprintf("machine %q is %s: accept it before allocating it", id, spec.Acceptance))
 		case spec.Allocation != nil:
@@ -66,6 +82,22 @@ func (s *Service) Allocate(ctx context.Context, id string, req AllocationRequest
 
 		return nil
 	}, zap.String("owner", req.Owner))
+}
+
+// heldBy returns the machine allocated to owner, "" when none is.
+func (s *Service) heldBy(ctx context.Context, owner string) (string, error) {
+	intents, err := safe.StateListAll[*resources.MachineIntent](ctx, s.st)
+	if err != nil {
+		return "", fmt.Errorf("error listing machine intents: %w", err)
+	}
+
+	for intent := range intents.All() {
+		if a := intent.TypedSpec().Allocation; a != nil && a.Owner == owner {
+			return intent.Metadata().ID(), nil
+		}
+	}
+
+	return "", nil
 }
 
 // reclaim is a claim asked again by the owner that holds it: the configuration is the

@@ -27,6 +27,9 @@ type BMC struct {
 	Password string
 	Insecure bool
 	SystemID string
+	// Owner, when set, is a claimant setting the BMC of a machine it holds: refused
+	// unless the machine is allocated to it.
+	Owner string
 }
 
 // SetBMC stores how to reach a machine's BMC, and returns it as an endpoint (without
@@ -42,8 +45,18 @@ func (s *Service) SetBMC(ctx context.Context, id string, bmc BMC) (power.Endpoin
 		return power.Endpoint{}, invalid(err)
 	}
 
+	if err = validateOwner(bmc.Owner); err != nil {
+		return power.Endpoint{}, invalid(err)
+	}
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
+
+	if bmc.Owner != "" {
+		if err = s.holds(ctx, id, bmc.Owner); err != nil {
+			return power.Endpoint{}, err
+		}
+	}
 
 	if _, err := safe.StateModifyWithResult(ctx, s.st, resources.NewBMCSecret(id), func(sec *resources.BMCSecret) error {
 		sec.TypedSpec().Password = bmc.Password
@@ -71,6 +84,20 @@ func (s *Service) SetBMC(ctx context.Context, id string, bmc BMC) (power.Endpoin
 	ep.Password = ""
 
 	return ep, nil
+}
+
+// holds refuses unless machine id is allocated to owner; the caller holds s.mu.
+func (s *Service) holds(ctx context.Context, id, owner string) error {
+	intent, err := s.current(ctx, id)
+	if err != nil {
+		return err
+	}
+
+	if a := intent.Allocation; a == nil || a.Owner != owner {
+		return refused(fmt.Sprintf("machine %q is not allocated to %s: only its holder sets its BMC", id, owner))
+	}
+
+	return nil
 }
 
 // RemoveBMC forgets a machine's BMC and its password: its power is manual from now on.

@@ -29,6 +29,9 @@ type Error struct {
 	Msg  string
 	// Manager names the other owner of a CodeManaged refusal (omni).
 	Manager string
+	// Holding names the machine a claim's owner holds already, when that is why the
+	// claim of another was refused.
+	Holding string
 }
 
 func (e *Error) Error() string { return e.Msg }

@@ -280,7 +280,7 @@ func TestAllocateValidation(t *testing.T) {
 		{"config not talos", transitions.AllocationRequest{TalosVersion: "v1.9.0", Config: []byte("secret: x\n")}, "not a Talos config document"},
 		{"config too big", transitions.AllocationRequest{TalosVersion: "v1.9.0", Config: make([]byte, transitions.MaxConfigSize+1)}, "at most"},
 		{"owner with space", transitions.AllocationRequest{TalosVersion: "v1.9.0", Owner: "capi/default/m 0"}, "printable ASCII without spaces"},
-		{"owner too long", transitions.AllocationRequest{TalosVersion: "v1.9.0", Owner: strings.Repeat("o", 254)}, "longer than 253"},
+		{"owner too long", transitions.AllocationRequest{TalosVersion: "v1.9.0", Owner: strings.Repeat("o", 513)}, "longer than 512"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -304,7 +304,10 @@ func TestAllocateValidation(t *testing.T) {
 func TestClaims(t *testing.T) {
 	t.Parallel()
 
-	const talos = "v1.9.0"
+	const (
+		talos = "v1.9.0"
+		other = "4c4c4544-0000-1000-8000-000000000002"
+	)
 
 	cfg := func(s string) []byte { return []byte("version: v1alpha1\nmachine:\n  type: " + s + "\n") }
 
@@ -341,6 +344,50 @@ func TestClaims(t *testing.T) {
 			assert.Equal(t, transitions.CodeRefused, codeOf(err), "%v", err)
 			assert.Contains(t, err.Error(), "release it before")
 		}},
+		{"an owner holds one machine", func(t *testing.T, tr *transitions.Service) {
+			_, err := tr.Accept(t.Context(), other, true)
+			require.NoError(t, err)
+
+			_, err = tr.Allocate(t.Context(), machineID, transitions.AllocationRequest{TalosVersion: talos, Owner: "capi/a"})
+			require.NoError(t, err)
+
+			_, err = tr.Allocate(t.Context(), other, transitions.AllocationRequest{TalosVersion: talos, Owner: "capi/a"})
+			require.Equal(t, transitions.CodeRefused, codeOf(err), "%v", err)
+
+			var refusal *transitions.Error
+			require.ErrorAs(t, err, &refusal)
+			assert.Equal(t, machineID, refusal.Holding, "the refusal names the machine the owner holds")
+
+			_, err = tr.Allocate(t.Context(), other, transitions.AllocationRequest{TalosVersion: talos, Owner: "capi/b"})
+			require.NoError(t, err, "another owner may")
+
+			_, err = tr.Release(t.Context(), machineID, "capi/a")
+			require.NoError(t, err)
+
+			_, err = tr.Allocate(t.Context(), other, transitions.AllocationRequest{TalosVersion: talos, Owner: "capi/a"})
+			assert.Equal(t, transitions.CodeRefused, codeOf(err), "taken by capi/b: %v", err)
+		}},
+		{"only the holder sets the BMC as a claimant", func(t *testing.T, tr *transitions.Service) {
+			bmc := transitions.BMC{Backend: power.BackendIPMI, Address: "10.0.0.5", Username: "admin", Password: "pw", Owner: "capi/a"}
+
+			_, err := tr.SetBMC(t.Context(), machineID, bmc)
+			assert.Equal(t, transitions.CodeRefused, codeOf(err), "not allocated: %v", err)
+
+			_, err = tr.Allocate(t.Context(), machineID, transitions.AllocationRequest{TalosVersion: talos, Owner: "capi/b"})
+			require.NoError(t, err)
+
+			_, err = tr.SetBMC(t.Context(), machineID, bmc)
+			assert.Equal(t, transitions.CodeRefused, codeOf(err), "held by another: %v", err)
+
+			_, err = tr.Release(t.Context(), machineID, "capi/b")
+			require.NoError(t, err)
+
+			_, err = tr.Allocate(t.Context(), machineID, transitions.AllocationRequest{TalosVersion: talos, Owner: "capi/a"})
+			require.NoError(t, err)
+
+			_, err = tr.SetBMC(t.Context(), machineID, bmc)
+			assert.NoError(t, err, "its holder may")
+		}},
 		{"a person's allocation is not an owner's", func(t *testing.T, tr *transitions.Service) {
 			_, err := tr.Allocate(t.Context(), machineID, transitions.AllocationRequest{TalosVersion: talos})
 			require.NoError(t, err)
@@ -372,7 +419,10 @@ func TestClaims(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 
-			tr := transitions.New(openState(t), transitions.Options{})
+			st := openState(t)
+			require.NoError(t, st.Create(t.Context(), resources.NewMachine(other)))
+
+			tr := transitions.New(st, transitions.Options{})
 			_, err := tr.Accept(t.Context(), machineID, true)
 			require.NoError(t, err)
 

@@ -181,8 +181,9 @@ func validateMachineID(id string) error {
 	return nil
 }
 
-// maxOwnerLen bounds an allocation's owner: a Kubernetes namespace, name and UID fit.
-const maxOwnerLen = 253
+// maxOwnerLen bounds an allocation's owner: a prefix, a Kubernetes namespace (63) and
+// name (253) fit.
+const maxOwnerLen = 512
 
 // validateOwner checks an allocation's owner: printable, no spaces, bounded ("" is none).
 func validateOwner(owner string) error {

@@ -21,7 +21,6 @@ import (
 	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
-	"github.com/anvil-metal/anvil/provider/internal/transitions/rpcstatus"
 )
 
 // Errors the manager tells apart. Each wraps the provider's own message.
@@ -37,6 +36,23 @@ var (
 	// ErrInvalid: Anvil refused the request as malformed.
 	ErrInvalid = errors.New("anvil refused the request")
 )
+
+// callTimeout bounds each call to the control API (a watch excepted): a hung provider is
+// unreachable, and the reconcile still has time to say so.
+const callTimeout = 20 * time.Second
+
+// OwnerHoldsError is a claim refused because its owner holds another machine already:
+// the claimant takes that one (another manager, or itself before a restart, claimed it).
+type OwnerHoldsError struct {
+	// Machine is the machine the owner holds.
+	Machine string
+
+	err error
+}
+
+func (e *OwnerHoldsError) Error() string { return e.err.Error() }
+
+func (e *OwnerHoldsError) Unwrap() error { return e.err }
 
 // Machine is one machine as the manager sees it.
 type Machine struct {
@@ -78,6 +94,9 @@ func New(st state.State, tr controlv1.TransitionServiceClient) *Client {
 // Get reads one machine; ErrNotFound when Anvil has no intent for it (it never booted
 // or was forgotten).
 func (c *Client) Get(ctx context.Context, id string) (Machine, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+
 	m, err := lifecycle.Read(ctx, c.st, id)
 	if err != nil {
 		return Machine{}, classify(fmt.Errorf("error reading machine %q: %w", id, err))
@@ -186,6 +205,9 @@ type Claim struct {
 // ErrTaken when someone else holds it (or it cannot be handed out), ErrManaged when
 // Omni decides.
 func (c *Client) Claim(ctx context.Context, id string, cl Claim) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+
 	resp, err := c.tr.Allocate(ctx, &controlv1.AllocateRequest{
 		MachineId: id, Owner: cl.Owner, TalosVersion: cl.TalosVersion, Extensions: cl.Extensions,
 		KernelArgs: cl.KernelArgs, Config: cl.Config,
@@ -200,6 +222,9 @@ func (c *Client) Claim(ctx context.Context, id string, cl Claim) (string, error)
 // Release takes back the owner's claim: Anvil wipes the machine and hands it out again.
 // A machine not allocated is released already; one Anvil does not know is gone.
 func (c *Client) Release(ctx context.Context, id, owner string) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+
 	_, err := c.tr.Deallocate(ctx, &controlv1.DeallocateRequest{MachineId: id, Owner: owner})
 	if err != nil {
 		return classify(fmt.Errorf("error releasing machine %q: %w", id, err))
@@ -214,13 +239,19 @@ type BMC struct {
 	Port               uint32
 	Username, Password string
 	Insecure           bool
+	// Owner is the claimant: Anvil refuses unless the machine is allocated to it.
+	Owner string
 }
 
-// SetBMC gives Anvil the machine's BMC details (the password is stored encrypted).
+// SetBMC gives Anvil the BMC details of a machine the BMC's owner holds (the password is
+// stored encrypted).
 func (c *Client) SetBMC(ctx context.Context, id string, bmc BMC) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+
 	_, err := c.tr.SetBMC(ctx, &controlv1.SetBMCRequest{
 		MachineId: id, Kind: bmc.Kind, Address: bmc.Address, Port: bmc.Port,
-		Username: bmc.Username, Password: bmc.Password, Insecure: bmc.Insecure,
+		Username: bmc.Username, Password: bmc.Password, Insecure: bmc.Insecure, Owner: bmc.Owner,
 	})
 	if err != nil {
 		// The provider never quotes a password; redacted all the same, as it goes to logs.
@@ -239,8 +270,12 @@ func (c *Client) SetBMC(ctx context.Context, id string, bmc BMC) error {
 
 // classify wraps err with the sentinel the manager acts on.
 func classify(err error) error {
-	if _, managed := rpcstatus.Managed(err); managed {
+	if _, managed := controlv1.ErrorInfo(err, controlv1.ReasonManaged); managed {
 		return errors.Join(ErrManaged, err)
+	}
+
+	if meta, holds := controlv1.ErrorInfo(err, controlv1.ReasonOwnerHolds); holds && meta["machine"] != "" {
+		return &OwnerHoldsError{Machine: meta["machine"], err: err}
 	}
 
 	switch status.Code(err) {
@@ -268,6 +303,9 @@ const RetryAfter = 2 * time.Second
 // OwnedBy returns the machine allocated to owner, "" when none is: what a claimant that
 // lost track of its claim (a restart before it recorded it) finds it by.
 func (c *Client) OwnedBy(ctx context.Context, owner string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+
 	list, err := safe.StateListAll[*resources.MachineIntent](ctx, c.st)
 	if err != nil {
 		return "", classify(fmt.Errorf("error listing machines: %w", err))

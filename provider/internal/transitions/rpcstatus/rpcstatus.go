@@ -10,43 +10,30 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
 	"github.com/anvil-metal/anvil/provider/internal/transitions"
 )
 
-// Domain and reasons of the google.rpc.ErrorInfo details, for clients that must tell one
-// refusal from another without reading its message.
-const (
-	Domain = "anvil.dev"
-	// ReasonManaged: another owner decides the transition; metadata "manager" names it.
-	ReasonManaged = "MANAGED"
-)
-
-// withInfo adds the ErrorInfo detail of the refusals that have one.
+// withInfo adds the ErrorInfo detail of the refusals that have one (controlv1's
+// ErrorInfo reads it).
 func withInfo(st *status.Status, refusal *transitions.Error) *status.Status {
-	if refusal.Code != transitions.CodeManaged {
+	var info *errdetails.ErrorInfo
+
+	switch {
+	case refusal.Code == transitions.CodeManaged:
+		info = &errdetails.ErrorInfo{Domain: controlv1.ErrorDomain, Reason: controlv1.ReasonManaged, Metadata: map[string]string{"manager": refusal.Manager}}
+	case refusal.Holding != "":
+		info = &errdetails.ErrorInfo{Domain: controlv1.ErrorDomain, Reason: controlv1.ReasonOwnerHolds, Metadata: map[string]string{"machine": refusal.Holding}}
+	default:
 		return st
 	}
 
-	detailed, err := st.WithDetails(&errdetails.ErrorInfo{
-		Domain: Domain, Reason: ReasonManaged, Metadata: map[string]string{"manager": refusal.Manager},
-	})
+	detailed, err := st.WithDetails(info)
 	if err != nil { // only when the detail cannot be marshaled: the status still says it
 		return st
 	}
 
 	return detailed
-}
-
-// Managed says whether err is a transition refused because another owner decides it, and
-// names that owner: what a client of the control API reads from the status details.
-func Managed(err error) (manager string, ok bool) {
-	for _, d := range status.Convert(err).Details() {
-		if info, isInfo := d.(*errdetails.ErrorInfo); isInfo && info.GetDomain() == Domain && info.GetReason() == ReasonManaged {
-			return info.GetMetadata()["manager"], true
-		}
-	}
-
-	return "", false
 }
 
 // codeOf maps the transitions' refusals onto gRPC codes.

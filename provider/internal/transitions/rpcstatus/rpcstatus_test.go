@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	controlv1 "github.com/anvil-metal/anvil/api/control/v1"
 	"github.com/anvil-metal/anvil/provider/internal/transitions"
 	"github.com/anvil-metal/anvil/provider/internal/transitions/rpcstatus"
 )
@@ -41,20 +42,22 @@ func TestOf(t *testing.T) {
 	}
 }
 
-// TestManaged: a refusal because another owner decides carries that owner in its
-// details, through the gRPC status; no other refusal does.
-func TestManaged(t *testing.T) {
+// TestErrorInfo: a refusal because another owner decides carries that owner in its
+// details, and one because the claim's owner holds another machine names that machine,
+// through the gRPC status as a client receives it; no other refusal has details.
+func TestErrorInfo(t *testing.T) {
 	t.Parallel()
 
 	for _, tc := range []struct {
-		err     error
-		manager string
-		managed bool
+		err    error
+		reason string
+		meta   map[string]string
 	}{
-		{&transitions.Error{Code: transitions.CodeManaged, Msg: "allocate: managed by omni", Manager: "omni"}, "omni", true},
-		{&transitions.Error{Code: transitions.CodeRefused, Msg: "machine \"x\" is already allocated"}, "", false},
-		{errors.New("disk full"), "", false},
-		{nil, "", false},
+		{&transitions.Error{Code: transitions.CodeManaged, Msg: "allocate: managed by omni", Manager: "omni"}, controlv1.ReasonManaged, map[string]string{"manager": "omni"}},
+		{&transitions.Error{Code: transitions.CodeRefused, Msg: "capi/a/b holds machine \"m1\"", Holding: "m1"}, controlv1.ReasonOwnerHolds, map[string]string{"machine": "m1"}},
+		{&transitions.Error{Code: transitions.CodeRefused, Msg: "machine \"x\" is already allocated"}, "", nil},
+		{errors.New("disk full"), "", nil},
+		{nil, "", nil},
 	} {
 		var err error
 		if tc.err != nil {
@@ -66,8 +69,13 @@ func TestManaged(t *testing.T) {
 			err = status.ErrorProto(st.Proto())
 		}
 
-		manager, ok := rpcstatus.Managed(err)
-		assert.Equal(t, tc.managed, ok, "%v", tc.err)
-		assert.Equal(t, tc.manager, manager, "%v", tc.err)
+		for _, reason := range []string{controlv1.ReasonManaged, controlv1.ReasonOwnerHolds} {
+			meta, ok := controlv1.ErrorInfo(err, reason)
+			assert.Equal(t, reason == tc.reason, ok, "%v: %s", tc.err, reason)
+
+			if reason == tc.reason {
+				assert.Equal(t, tc.meta, meta, "%v", tc.err)
+			}
+		}
 	}
 }
