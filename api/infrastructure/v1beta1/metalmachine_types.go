@@ -36,9 +36,16 @@ const (
 	AnvilUnreachableReason = "AnvilUnreachable"
 	// AnvilRefusedReason: Anvil refused a request as malformed (see the message).
 	AnvilRefusedReason = "AnvilRefused"
-	PausedReason       = "Paused"
-	NotPausedReason    = "NotPaused"
-	DeletingReason     = "Deleting"
+	// InvalidSpecReason: the MetalMachine asks what cannot be done (a bad selector, a
+	// BMC credentials Secret that is missing); the message says which.
+	InvalidSpecReason = "InvalidSpec"
+	// ServerReleasedReason: the server was released behind the manager's back (anvilctl
+	// machine deallocate): the MetalMachine has lost it for good; delete its Machine
+	// (or let a MachineHealthCheck remediate it) to get another.
+	ServerReleasedReason = "ServerReleased"
+	PausedReason         = "Paused"
+	NotPausedReason      = "NotPaused"
+	DeletingReason       = "Deleting"
 )
 
 // ServerReference names a Server: its name is the machine's ID in Anvil (its SMBIOS UUID).
@@ -155,6 +162,12 @@ type MetalMachineStatus struct {
 	// BootstrapDataHash is the SHA-256 of the machine configuration given to Anvil.
 	// +optional
 	BootstrapDataHash string `json:"bootstrapDataHash,omitempty"`
+
+	// BMCApplied names the spec.bmc given to Anvil: a hash of its fields and of its
+	// credentials Secret's UID and resourceVersion (never of the credentials).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	BMCApplied string `json:"bmcApplied,omitempty"`
 
 	// Addresses are the server's, as Anvil saw it boot.
 	// +optional

@@ -24,7 +24,7 @@ const (
 type ServerAllocation struct {
 	// ID is Anvil's allocation ID.
 	ID string `json:"id"`
-	// Owner is the claimant (capi/<namespace>/<name>/<uid> for a MetalMachine); empty
+	// Owner is the claimant (capi/<namespace>/<name> for a MetalMachine); empty
 	// when a person allocated it.
 	// +optional
 	Owner string `json:"owner,omitempty"`

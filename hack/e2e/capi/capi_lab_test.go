@@ -22,7 +22,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	configpatcher "github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -292,9 +294,8 @@ func TestE2EClusterAPI(tt *testing.T) {
 	assert.Contains(t, serial, standin+" schematic=", "the factory's stand-in booted")
 	assert.Contains(t, serial, "version="+talosVersion)
 
-	// Anvil's config is CABPT's with the kubelet's provider ID, as the manager patches it.
-	want := withProviderID(t, bootstrap, "anvil://"+id)
-	assert.Equal(t, sha(want), sha([]byte(served)), "Anvil serves CABPT's config plus the provider ID")
+	// Anvil's config is CABPT's with the kubelet's provider ID.
+	assertWithProviderID(t, bootstrap, []byte(served), "anvil://"+id)
 	assert.Contains(t, served, `provider-id: anvil://`+id)
 	assert.Contains(t, served, "type: worker")
 
@@ -504,21 +505,30 @@ func findConfig(v any) (string, bool) {
 	return "", false
 }
 
-// withProviderID is data with the kubelet's provider-id, patched as Anvil's manager
-// patches it (Talos' strategic merge).
-func withProviderID(t testing.TB, data []byte, providerID string) []byte {
+// assertWithProviderID checks that served is data with the kubelet's provider-id and
+// nothing else changed: Talos' own strategic merge of that provider-id into data, and
+// served, read back and written out by Talos' config loader, are the same.
+func assertWithProviderID(t testing.TB, data, served []byte, providerID string) {
 	t.Helper()
 
 	patch, err := configpatcher.LoadPatch(fmt.Appendf(nil, "machine:\n  kubelet:\n    extraArgs:\n      provider-id: %q\n", providerID))
 	require.NoError(t, err)
 
-	out, err := configpatcher.Apply(configpatcher.WithBytes(data), []configpatcher.Patch{patch})
+	merged, err := configpatcher.Apply(configpatcher.WithBytes(data), []configpatcher.Patch{patch})
 	require.NoError(t, err, "CABPT's data is a Talos machine configuration")
 
-	b, err := out.Bytes()
+	mergedCfg, err := merged.Config()
 	require.NoError(t, err)
 
-	return b
+	want, err := mergedCfg.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+	require.NoError(t, err)
+
+	servedCfg, err := configloader.NewFromBytes(served)
+	require.NoError(t, err, "what Anvil serves loads as a Talos config")
+
+	got, err := servedCfg.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+	require.NoError(t, err)
+	assert.Equal(t, sha(want), sha(got), "Anvil serves CABPT's config plus the provider ID, nothing else changed")
 }
 
 func sha(b []byte) string {

@@ -29,10 +29,17 @@ import (
 // serverNameIndex indexes MetalMachines by the Server they claimed.
 const serverNameIndex = "status.serverName"
 
+// errInvalidSpec: the MetalMachine asks what cannot be done; Anvil was not asked.
+var errInvalidSpec = errors.New("the MetalMachine's spec cannot be met")
+
 // Retry periods: errors are conditions and a requeue, never a crash loop.
 const (
-	// reconcileTimeout bounds one reconcile: a hung Anvil is unreachable, not a stuck worker.
-	reconcileTimeout  = 2 * time.Minute
+	// reconcileTimeout bounds one reconcile: a hung Anvil is unreachable, not a stuck
+	// worker (each call to Anvil is bounded shorter, so the reconcile can say so).
+	reconcileTimeout = 2 * time.Minute
+	// patchTimeout bounds writing the reconcile's outcome, apart from the reconcile's own
+	// bound, so that an outcome found late is still written.
+	patchTimeout      = 30 * time.Second
 	noServerRetry     = 30 * time.Second
 	managedRetry      = 5 * time.Minute
 	refusedRetry      = time.Minute
@@ -52,9 +59,10 @@ const (
 // serves it; Anvil wipes, powers and boots it. It reports the machine provisioned once
 // Talos reports installed, and releases the server (Anvil wipes it) when deleted.
 //
-// A claim is exclusive in Anvil (one allocation per machine, made under Anvil's lock),
-// named by the MetalMachine's UID, and asked again by the same owner it is the same
-// claim: managers racing or restarting never hold one server twice.
+// A claim is exclusive in Anvil (one allocation per machine and one machine per owner,
+// checked under Anvil's lock), named by the MetalMachine's namespace and name, and asked
+// again by the same owner it is the same claim: managers racing or restarting never hold
+// one server twice, nor two servers for one MetalMachine.
 type MetalMachineReconciler struct {
 	Client client.Client
 	Anvil  *anvilclient.Client
@@ -110,8 +118,14 @@ func (r *MetalMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	base := mm.DeepCopy()
 
 	defer func() {
-		if err := r.patch(ctx, base, &mm); err != nil {
+		gone, err := r.patch(ctx, base, &mm)
+		if err != nil {
 			res, retErr = ctrl.Result{}, errors.Join(retErr, err)
+		}
+
+		if gone && mm.Status.ServerName != "" && mm.Status.ServerName != base.Status.ServerName {
+			// Claimed for a MetalMachine deleted meanwhile (a stale cache): give it back.
+			r.releaseOrphan(ctx, &mm)
 		}
 	}()
 
@@ -138,7 +152,11 @@ func (r *MetalMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, nil // Cluster API sets the owner; the Machine's watch brings us back
 	}
 
-	controllerutil.AddFinalizer(&mm, infrav1.MetalMachineFinalizer)
+	// The finalizer is written before anything is claimed: a MetalMachine deleted while
+	// it claims then waits for its release rather than leaving a claim behind.
+	if controllerutil.AddFinalizer(&mm, infrav1.MetalMachineFinalizer) {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
 
 	return r.reconcileNormal(ctx, &mm, machine, cluster)
 }
@@ -180,6 +198,10 @@ func (r *MetalMachineReconciler) reconcileNormal(ctx context.Context, mm *infrav
 		}
 	}
 
+	if err = r.applyBMC(ctx, mm); err != nil {
+		return r.anvilFailed(ctx, mm, err), nil
+	}
+
 	return r.observe(ctx, mm)
 }
 
@@ -188,9 +210,9 @@ func (r *MetalMachineReconciler) reconcileNormal(ctx context.Context, mm *infrav
 func (r *MetalMachineReconciler) claim(ctx context.Context, mm *infrav1.MetalMachine, data []byte) (res ctrl.Result, done bool) {
 	owner := OwnerOf(mm)
 
-	candidates, err := r.candidates(ctx, mm, owner)
+	candidates, held, err := r.candidates(ctx, mm, owner)
 	if err != nil {
-		return r.anvilFailed(mm, err), true
+		return r.anvilFailed(ctx, mm, err), true
 	}
 
 	if len(candidates) == 0 {
@@ -204,30 +226,48 @@ func (r *MetalMachineReconciler) claim(ctx context.Context, mm *infrav1.MetalMac
 		return ctrl.Result{RequeueAfter: noServerRetry}, true
 	}
 
-	for _, id := range candidates {
+	for i := 0; i < len(candidates); i++ {
+		id := candidates[i]
+
+		version, err := r.claimTalosVersion(ctx, mm, id, held)
+		if err != nil {
+			return r.anvilFailed(ctx, mm, err), true
+		}
+
 		config, err := WithProviderID(data, ProviderID(id))
 		if err != nil {
+			// The error names what is wrong, never the data (it carries the cluster's secrets).
 			r.notClaimed(mm, infrav1.WaitingForBootstrapDataReason, err.Error())
 
 			return ctrl.Result{RequeueAfter: refusedRetry}, true
 		}
 
-		if err = r.setBMC(ctx, mm, id); err != nil {
-			return r.anvilFailed(mm, err), true
-		}
-
 		alloc, err := r.Anvil.Claim(ctx, id, anvilclient.Claim{
-			Owner: owner, TalosVersion: r.talosVersion(mm), Extensions: mm.Spec.Extensions,
+			Owner: owner, TalosVersion: version, Extensions: mm.Spec.Extensions,
 			KernelArgs: mm.Spec.KernelArgs, Config: config,
 		})
-		if errors.Is(err, anvilclient.ErrTaken) && mm.Status.ServerName == "" {
+
+		var holds *anvilclient.OwnerHoldsError
+
+		switch {
+		case errors.As(err, &holds) && !held:
+			// Another manager (or this one, before a restart) claimed a server for this
+			// MetalMachine meanwhile: that claim is this one's.
+			log.FromContext(ctx).Info("this MetalMachine holds a server already: taking it", "server", holds.Machine)
+
+			held, candidates, i = true, []string{holds.Machine}, -1
+
+			continue
+		case errors.Is(err, anvilclient.ErrTaken) && mm.Status.ServerName == "" && !held:
 			log.FromContext(ctx).V(1).Info("server taken, trying the next", "server", id, "reason", err.Error())
 
 			continue
+		case err != nil:
+			return r.anvilFailed(ctx, mm, err), true
 		}
 
-		if err != nil {
-			return r.anvilFailed(mm, err), true
+		if mm.Status.ServerName != id {
+			mm.Status.BMCApplied = "" // a BMC given to another server is not this one's
 		}
 
 		mm.Status.ServerName = id
@@ -247,25 +287,25 @@ func (r *MetalMachineReconciler) claim(ctx context.Context, mm *infrav1.MetalMac
 }
 
 // candidates are the servers to try, in order: the one mm holds (in its status, or in
-// Anvil under its owner name after a restart lost the status), else the one its
-// serverRef names, else the free ones its selector matches.
-func (r *MetalMachineReconciler) candidates(ctx context.Context, mm *infrav1.MetalMachine, owner string) ([]string, error) {
+// Anvil under its owner name after a restart lost the status; held says so), else the
+// one its serverRef names, else the free ones its selector matches.
+func (r *MetalMachineReconciler) candidates(ctx context.Context, mm *infrav1.MetalMachine, owner string) (ids []string, held bool, err error) {
 	if mm.Status.ServerName != "" {
-		return []string{mm.Status.ServerName}, nil
+		return []string{mm.Status.ServerName}, true, nil
 	}
 
-	held, err := r.Anvil.OwnedBy(ctx, owner)
+	id, err := r.Anvil.OwnedBy(ctx, owner)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 
-	if held != "" {
-		return []string{held}, nil
+	if id != "" {
+		return []string{id}, true, nil
 	}
 
 	var servers infrav1.ServerList
 	if err = r.Client.List(ctx, &servers); err != nil {
-		return nil, fmt.Errorf("error listing servers: %w", err)
+		return nil, false, fmt.Errorf("error listing servers: %w", err)
 	}
 
 	// A named server is asked for whatever its Server says: Anvil decides, and says why
@@ -273,22 +313,22 @@ func (r *MetalMachineReconciler) candidates(ctx context.Context, mm *infrav1.Met
 	if ref := mm.Spec.ServerRef; ref != nil {
 		for _, s := range servers.Items {
 			if s.Name == ref.Name {
-				return []string{ref.Name}, nil
+				return []string{ref.Name}, false, nil
 			}
 		}
 
-		return nil, nil
+		return nil, false, nil
 	}
 
 	sel := labels.Everything()
 
 	if mm.Spec.ServerSelector != nil {
 		if sel, err = metav1.LabelSelectorAsSelector(mm.Spec.ServerSelector); err != nil {
-			return nil, errors.Join(anvilclient.ErrInvalid, fmt.Errorf("serverSelector: %w", err))
+			return nil, false, errors.Join(errInvalidSpec, fmt.Errorf("serverSelector: %w", err))
 		}
 	}
 
-	return Candidates(owner, sel, servers.Items), nil
+	return Candidates(owner, sel, servers.Items), false, nil
 }
 
 // observe reads the claimed server back from Anvil: provisioned once Talos reports
@@ -296,17 +336,17 @@ func (r *MetalMachineReconciler) candidates(ctx context.Context, mm *infrav1.Met
 func (r *MetalMachineReconciler) observe(ctx context.Context, mm *infrav1.MetalMachine) (ctrl.Result, error) {
 	m, err := r.Anvil.Get(ctx, mm.Status.ServerName)
 	if err != nil {
-		return r.anvilFailed(mm, err), nil
+		return r.anvilFailed(ctx, mm, err), nil
 	}
 
 	if a := m.Allocation(); a == nil || a.Owner != OwnerOf(mm) {
 		// Someone released the server (anvilctl deallocate): this machine has lost it,
 		// for good, as a cloud machine deleted under its Machine has.
 		msg := fmt.Sprintf("server %s is no longer allocated to this MetalMachine in Anvil", mm.Status.ServerName)
-		mm.Status.FailureReason = ptr.To("ServerReleased")
+		mm.Status.FailureReason = ptr.To(infrav1.ServerReleasedReason)
 		mm.Status.FailureMessage = ptr.To(msg)
-		setCondition(&mm.Status.Conditions, mm.Generation, infrav1.ServerClaimedCondition, false, "ServerReleased", msg)
-		setCondition(&mm.Status.Conditions, mm.Generation, infrav1.ReadyCondition, false, "ServerReleased", msg)
+		setCondition(&mm.Status.Conditions, mm.Generation, infrav1.ServerClaimedCondition, false, infrav1.ServerReleasedReason, msg)
+		setCondition(&mm.Status.Conditions, mm.Generation, infrav1.ReadyCondition, false, infrav1.ServerReleasedReason, msg)
 
 		return ctrl.Result{}, nil
 	}
@@ -343,7 +383,7 @@ func (r *MetalMachineReconciler) reconcileDelete(ctx context.Context, mm *infrav
 	if id == "" {
 		held, err := r.Anvil.OwnedBy(ctx, owner)
 		if err != nil {
-			return r.anvilFailed(mm, err), nil
+			return r.anvilFailed(ctx, mm, err), nil
 		}
 
 		id = held
@@ -357,7 +397,7 @@ func (r *MetalMachineReconciler) reconcileDelete(ctx context.Context, mm *infrav
 		case errors.Is(err, anvilclient.ErrTaken):
 			log.FromContext(ctx).Info("server held by another owner: nothing of ours to release", "server", id, "reason", err.Error())
 		default:
-			return r.anvilFailed(mm, err), nil
+			return r.anvilFailed(ctx, mm, err), nil
 		}
 	}
 
@@ -368,13 +408,21 @@ func (r *MetalMachineReconciler) reconcileDelete(ctx context.Context, mm *infrav
 
 // anvilFailed turns a failed call to Anvil into the MetalMachine's condition and a
 // retry: Anvil down, Anvil managed by Omni, or a request Anvil refused.
-func (r *MetalMachineReconciler) anvilFailed(mm *infrav1.MetalMachine, err error) ctrl.Result {
+func (r *MetalMachineReconciler) anvilFailed(ctx context.Context, mm *infrav1.MetalMachine, err error) ctrl.Result {
+	log := log.FromContext(ctx)
+
 	switch {
 	case errors.Is(err, anvilclient.ErrManaged):
 		r.notClaimed(mm, infrav1.AnvilManagedReason,
 			"the Anvil provider is managed by Omni, which decides which machines are allocated: use Omni's own cluster management, or a standalone Anvil")
 
 		return ctrl.Result{RequeueAfter: managedRetry}
+	case errors.Is(err, anvilclient.ErrUnreachable) && ptr.Deref(mm.Status.Initialization.Provisioned, false):
+		// Talos runs without Anvil: a provisioned machine stays Ready, or every Machine
+		// would be unavailable (and rollouts stall) while Anvil restarts.
+		log.Info("Anvil is unreachable; the provisioned machine is left as it is", "reason", err.Error())
+
+		return ctrl.Result{RequeueAfter: unreachableRetry}
 	case errors.Is(err, anvilclient.ErrUnreachable):
 		setCondition(&mm.Status.Conditions, mm.Generation, infrav1.ReadyCondition, false, infrav1.AnvilUnreachableReason, err.Error())
 
@@ -387,6 +435,10 @@ func (r *MetalMachineReconciler) anvilFailed(mm *infrav1.MetalMachine, err error
 		r.notClaimed(mm, infrav1.ServerUnavailableReason, err.Error())
 
 		return ctrl.Result{RequeueAfter: noServerRetry}
+	case errors.Is(err, errInvalidSpec):
+		r.notClaimed(mm, infrav1.InvalidSpecReason, err.Error())
+
+		return ctrl.Result{RequeueAfter: refusedRetry}
 	default:
 		r.notClaimed(mm, infrav1.AnvilRefusedReason, err.Error())
 
@@ -417,39 +469,78 @@ func (r *MetalMachineReconciler) bootstrapData(ctx context.Context, namespace, n
 	return data, nil
 }
 
-// setBMC gives Anvil the MetalMachine's BMC override before it claims server id.
-func (r *MetalMachineReconciler) setBMC(ctx context.Context, mm *infrav1.MetalMachine, id string) error {
+// applyBMC gives Anvil the MetalMachine's BMC override for the server it holds, once
+// per change of the override or of its credentials Secret. Only after the claim: Anvil
+// takes a claimant's BMC for a machine it holds, never for one it might not get.
+func (r *MetalMachineReconciler) applyBMC(ctx context.Context, mm *infrav1.MetalMachine) error {
 	b := mm.Spec.BMC
-	if b == nil {
+	if b == nil || mm.Status.ServerName == "" {
 		return nil
 	}
 
 	var s corev1.Secret
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: mm.Namespace, Name: b.CredentialsSecretName}, &s); err != nil {
-		return errors.Join(anvilclient.ErrInvalid, fmt.Errorf("error reading BMC credentials secret %s: %w", b.CredentialsSecretName, err))
+		return errors.Join(errInvalidSpec, fmt.Errorf("error reading BMC credentials secret %s: %w", b.CredentialsSecretName, err))
 	}
 
-	return r.Anvil.SetBMC(ctx, id, anvilclient.BMC{
+	// What was given, named without the credentials: a hash of a password could be
+	// guessed back.
+	applied := Hash(fmt.Appendf(nil, "%s\x00%s\x00%d\x00%t\x00%s\x00%s\x00%s",
+		b.Kind, b.Address, b.Port, b.Insecure, s.UID, s.ResourceVersion, mm.Status.ServerName))
+	if applied == mm.Status.BMCApplied {
+		return nil
+	}
+
+	if err := r.Anvil.SetBMC(ctx, mm.Status.ServerName, anvilclient.BMC{
 		Kind: b.Kind, Address: b.Address, Port: uint32(max(b.Port, 0)),
 		Username: string(s.Data["username"]), Password: string(s.Data["password"]), Insecure: b.Insecure,
-	})
-}
-
-func (r *MetalMachineReconciler) talosVersion(mm *infrav1.MetalMachine) string {
-	if mm.Spec.TalosVersion != "" {
-		return mm.Spec.TalosVersion
+		Owner: OwnerOf(mm),
+	}); err != nil {
+		return err
 	}
 
-	return r.TalosVersion
+	mm.Status.BMCApplied = applied
+
+	return nil
+}
+
+// claimTalosVersion is the Talos to claim server id with: the MetalMachine's, else, for
+// a server it holds already, the one it was claimed with (the manager's default may have
+// changed since, and Anvil keeps a claim's Talos), else the manager's default.
+func (r *MetalMachineReconciler) claimTalosVersion(ctx context.Context, mm *infrav1.MetalMachine, id string, held bool) (string, error) {
+	if mm.Spec.TalosVersion != "" {
+		return mm.Spec.TalosVersion, nil
+	}
+
+	if held {
+		m, err := r.Anvil.Get(ctx, id)
+		if err != nil {
+			return "", err
+		}
+
+		if a := m.Allocation(); a != nil && a.Owner == OwnerOf(mm) {
+			return a.TalosVersion, nil
+		}
+	}
+
+	return r.TalosVersion, nil
 }
 
 // patch writes what the reconcile changed: metadata and spec (finalizer, providerID),
-// then the status.
-func (r *MetalMachineReconciler) patch(ctx context.Context, base, mm *infrav1.MetalMachine) error {
+// then the status; gone says the MetalMachine is no more. It has a bound of its own: the
+// reconcile's may be spent on a hung Anvil, and its outcome must still be written.
+func (r *MetalMachineReconciler) patch(ctx context.Context, base, mm *infrav1.MetalMachine) (gone bool, err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), patchTimeout)
+	defer cancel()
+
 	status := mm.Status.DeepCopy()
 
-	if err := r.Client.Patch(ctx, mm, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("error patching MetalMachine %s: %w", mm.Name, err)
+	if err = r.Client.Patch(ctx, mm, client.MergeFrom(base)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+
+		return false, fmt.Errorf("error patching MetalMachine %s: %w", mm.Name, err)
 	}
 
 	// The status' patch is against what was read, at the version the first patch left:
@@ -458,11 +549,29 @@ func (r *MetalMachineReconciler) patch(ctx context.Context, base, mm *infrav1.Me
 	statusBase.Status = base.Status
 	mm.Status = *status
 
-	if err := r.Client.Status().Patch(ctx, mm, client.MergeFrom(statusBase)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("error patching the status of MetalMachine %s: %w", mm.Name, err)
+	if err = r.Client.Status().Patch(ctx, mm, client.MergeFrom(statusBase)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+
+		return false, fmt.Errorf("error patching the status of MetalMachine %s: %w", mm.Name, err)
 	}
 
-	return nil
+	return false, nil
+}
+
+// releaseOrphan releases the claim just made for a MetalMachine that is gone.
+func (r *MetalMachineReconciler) releaseOrphan(ctx context.Context, mm *infrav1.MetalMachine) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), patchTimeout)
+	defer cancel()
+
+	if err := r.Anvil.Release(ctx, mm.Status.ServerName, OwnerOf(mm)); err != nil {
+		log.FromContext(ctx).Error(err, "error releasing the claim of a deleted MetalMachine", "server", mm.Status.ServerName)
+
+		return
+	}
+
+	log.FromContext(ctx).Info("released the claim of a MetalMachine deleted while it claimed", "server", mm.Status.ServerName)
 }
 
 func (r *MetalMachineReconciler) clusterToMetalMachines(ctx context.Context, o client.Object) []reconcile.Request {

@@ -226,6 +226,10 @@ func TestLabClusterAPI(t *testing.T) {
 	})
 
 	t.Run("manager restart that lost the status mid-provision", func(t *testing.T) {
+		// m3 matches the selector too: a manager that did not find its claim would take it.
+		p.MustAnvilctl("machine", "label", m3, "rack=r7")
+		l.waitServer(m3, "labelled", func(s *infrav1.Server) bool { return s.Labels["rack"] == "r7" })
+
 		mgrA.halt()
 		mgrB.halt()
 
@@ -241,7 +245,57 @@ func TestLabClusterAPI(t *testing.T) {
 		assert.Equal(t, m1, mm.Status.ServerName)
 		assert.Equal(t, l.allocation(m1).ID, mm.Status.AllocationID)
 		assert.Equal(t, 1, l.held(controllers.OwnerOf(mm)), "one server held, not two")
-		assert.Nil(t, l.allocation(m3), "the free server stays free")
+		assert.Nil(t, l.allocation(m3), "the free server the selector matches stays free")
+	})
+
+	t.Run("clusterctl move: the MetalMachine made again under a new UID keeps its claim", func(t *testing.T) {
+		// What clusterctl move does between management clusters: pause, make each object
+		// again on the target (spec, status; a new UID), drop the source's finalizer and
+		// delete it, unpause.
+		old := l.metalMachine("by-selector")
+		alloc := l.allocation(m1)
+
+		paused := old.DeepCopy()
+		paused.Annotations = map[string]string{clusterv1.PausedAnnotation: "true"}
+		require.NoError(t, k.Patch(t.Context(), paused, client.MergeFrom(old)))
+		l.waitMetalMachine(old.Name, "paused", func(mm *infrav1.MetalMachine) bool {
+			c := apimeta.FindStatusCondition(mm.Status.Conditions, infrav1.PausedCondition)
+
+			return c != nil && c.Status == metav1.ConditionTrue
+		})
+
+		old = l.metalMachine(old.Name)
+		released := old.DeepCopy()
+		released.Finalizers = nil
+		require.NoError(t, k.Patch(t.Context(), released, client.MergeFrom(old)))
+		require.NoError(t, k.Delete(t.Context(), released))
+		l.waitGone(old.Name)
+
+		moved := &infrav1.MetalMachine{ObjectMeta: metav1.ObjectMeta{
+			Name: old.Name, Namespace: old.Namespace, Labels: old.Labels, Annotations: old.Annotations,
+			OwnerReferences: old.OwnerReferences, Finalizers: old.Finalizers,
+		}, Spec: old.Spec}
+		require.NoError(t, k.Create(t.Context(), moved))
+		require.NotEqual(t, old.UID, moved.UID)
+
+		created := moved.DeepCopy()
+		moved.Status = old.Status
+		require.NoError(t, k.Status().Patch(t.Context(), moved, client.MergeFrom(created)))
+
+		unpaused := moved.DeepCopy()
+		unpaused.Annotations = nil
+		require.NoError(t, k.Patch(t.Context(), unpaused, client.MergeFrom(moved)))
+
+		mm := l.waitMetalMachine(old.Name, "unpaused, its claim its own", func(mm *infrav1.MetalMachine) bool {
+			c := apimeta.FindStatusCondition(mm.Status.Conditions, infrav1.PausedCondition)
+
+			return c != nil && c.Status == metav1.ConditionFalse
+		})
+		assert.Nil(t, mm.Status.FailureReason, "not taken for released")
+		assert.Equal(t, m1, mm.Status.ServerName)
+		assert.Equal(t, alloc.ID, l.allocation(m1).ID, "the same claim")
+		assert.Equal(t, 1, l.held(controllers.OwnerOf(mm)))
+		assert.False(t, isFalse(mm, infrav1.ServerClaimedCondition, infrav1.ServerReleasedReason))
 	})
 
 	t.Run("Anvil unreachable", func(t *testing.T) {
