@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -30,12 +29,12 @@ func newCAPIReleaseCommand() *cobra.Command {
 			return flagenv.Apply(cmd.Flags(), nil)
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			epoch, err := sourceDate(mtime)
+			created, err := sourceTime(mtime)
 			if err != nil {
 				return err
 			}
 
-			opts.Created = time.Unix(int64(epoch), 0).UTC() //nolint:gosec // parsed into 32 bits
+			opts.Created = created
 
 			img, err := providerimage.BuildManager(cmd.Context(), opts)
 			if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -39,12 +38,12 @@ func newExtensionCommand() *cobra.Command {
 				return fmt.Errorf("--agent is required: the static metal-agent binary")
 			}
 
-			epoch, err := sourceDate(mtime)
+			created, err := sourceTime(mtime)
 			if err != nil {
 				return err
 			}
 
-			opts.Created = time.Unix(int64(epoch), 0).UTC() //nolint:gosec // parsed into 32 bits
+			opts.Created = created
 
 			img, err := extension.Build(cmd.Context(), opts)
 			if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -33,12 +32,12 @@ func newImageCommand() *cobra.Command {
 			return flagenv.Apply(cmd.Flags(), nil)
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			epoch, err := sourceDate(mtime)
+			created, err := sourceTime(mtime)
 			if err != nil {
 				return err
 			}
 
-			opts.Created = time.Unix(int64(epoch), 0).UTC() //nolint:gosec // parsed into 32 bits
+			opts.Created = created
 
 			img, err := providerimage.Build(cmd.Context(), opts)
 			if err != nil {

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -100,6 +101,16 @@ func newCommand() *cobra.Command {
 	cmd.AddCommand(newExtensionCommand(), newImageCommand(), newCAPIReleaseCommand())
 
 	return cmd
+}
+
+// sourceTime is sourceDate as a time: what an image says it was created at.
+func sourceTime(mtime string) (time.Time, error) {
+	epoch, err := sourceDate(mtime)
+	if err != nil {
+		return time.Time{}, err
+	}
+
+	return time.Unix(int64(epoch), 0).UTC(), nil //nolint:gosec // parsed into 32 bits
 }
 
 // sourceDate reads --mtime, else SOURCE_DATE_EPOCH (the reproducible-builds convention),
