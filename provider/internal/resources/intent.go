@@ -1,12 +1,16 @@
 package resources
 
 import (
+	"context"
+	"fmt"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/resource/meta"
 	"github.com/cosi-project/runtime/pkg/resource/protobuf"
 	"github.com/cosi-project/runtime/pkg/resource/typed"
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
 )
 
 // MachineIntentType is the type of the MachineIntent resource.
@@ -136,4 +140,22 @@ func (MachineIntentExtension) ResourceDefinition() meta.ResourceDefinitionSpec {
 
 func init() {
 	mustRegister(protobuf.RegisterDynamic[MachineIntentSpec](MachineIntentType, &MachineIntent{}))
+}
+
+// MachineHeldBy returns the ID of the machine allocated to owner, "" when none is: how
+// the transitions keep an owner to one machine, and how a claimant that lost track of its
+// claim finds it.
+func MachineHeldBy(ctx context.Context, st state.State, owner string) (resource.ID, error) {
+	intents, err := safe.StateListAll[*MachineIntent](ctx, st)
+	if err != nil {
+		return "", fmt.Errorf("error listing machine intents: %w", err)
+	}
+
+	for intent := range intents.All() {
+		if a := intent.TypedSpec().Allocation; a != nil && a.Owner == owner {
+			return intent.Metadata().ID(), nil
+		}
+	}
+
+	return "", nil
 }

@@ -51,14 +51,14 @@ func (s *Service) Allocate(ctx context.Context, id string, req AllocationRequest
 	}
 
 	return s.transition(ctx, "allocate", id, func(spec *resources.MachineIntentSpec) error {
-		if req.Owner != "" && spec.Allocation != nil && spec.Allocation.Owner == req.Owner {
-			return reclaim(id, spec.Allocation, alloc)
-		}
-
 		if req.Owner != "" {
+			if spec.Allocation != nil && spec.Allocation.Owner == req.Owner {
+				return reclaim(id, spec.Allocation, alloc)
+			}
+
 			// Under the service's lock, as every intent is written: two claimants with
 			// one owner (two managers, a restart) never hold two machines.
-			held, err := s.heldBy(ctx, req.Owner)
+			held, err := resources.MachineHeldBy(ctx, s.st, req.Owner)
 			if err != nil {
 				return err
 			}
@@ -82,22 +82,6 @@ func (s *Service) Allocate(ctx context.Context, id string, req AllocationRequest
 
 		return nil
 	}, zap.String("owner", req.Owner))
-}
-
-// heldBy returns the machine allocated to owner, "" when none is.
-func (s *Service) heldBy(ctx context.Context, owner string) (string, error) {
-	intents, err := safe.StateListAll[*resources.MachineIntent](ctx, s.st)
-	if err != nil {
-		return "", fmt.Errorf("error listing machine intents: %w", err)
-	}
-
-	for intent := range intents.All() {
-		if a := intent.TypedSpec().Allocation; a != nil && a.Owner == owner {
-			return intent.Metadata().ID(), nil
-		}
-	}
-
-	return "", nil
 }
 
 // reclaim is a claim asked again by the owner that holds it: the configuration is the

@@ -306,16 +306,10 @@ func (c *Client) OwnedBy(ctx context.Context, owner string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 
-	list, err := safe.StateListAll[*resources.MachineIntent](ctx, c.st)
+	id, err := resources.MachineHeldBy(ctx, c.st, owner)
 	if err != nil {
-		return "", classify(fmt.Errorf("error listing machines: %w", err))
+		return "", classify(err)
 	}
 
-	for intent := range list.All() {
-		if a := intent.TypedSpec().Allocation; a != nil && a.Owner == owner {
-			return intent.Metadata().ID(), nil
-		}
-	}
-
-	return "", nil
+	return id, nil
 }
