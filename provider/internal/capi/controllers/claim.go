@@ -193,20 +193,20 @@ func isV1Alpha1(n *yaml.Node) bool {
 	return v != nil && v.Kind == yaml.ScalarNode && v.Value == "v1alpha1"
 }
 
-// mappingAt returns the mapping at path under n, making the missing ones.
+// mappingAt returns the mapping at path under n, making the missing (or null) ones.
 func mappingAt(n *yaml.Node, path ...string) (*yaml.Node, error) {
 	for i, key := range path {
 		v := valueOf(n, key)
+		if v == nil {
+			v = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null"}
+			n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key}, v)
+		}
 
-		switch {
-		case v == nil || (v.Kind == yaml.ScalarNode && v.Tag == "!!null"):
-			if v == nil {
-				v = &yaml.Node{}
-				n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key}, v)
-			}
-
+		if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
 			*v = yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-		case v.Kind != yaml.MappingNode:
+		}
+
+		if v.Kind != yaml.MappingNode {
 			return nil, fmt.Errorf("%s is not a mapping", strings.Join(path[:i+1], "."))
 		}
 

@@ -226,48 +226,31 @@ func (r *MetalMachineReconciler) claim(ctx context.Context, mm *infrav1.MetalMac
 		return ctrl.Result{RequeueAfter: noServerRetry}, true
 	}
 
-	for i := 0; i < len(candidates); i++ {
-		id := candidates[i]
-
-		version, err := r.claimTalosVersion(ctx, mm, id, held)
-		if err != nil {
-			return r.anvilFailed(ctx, mm, err), true
-		}
-
-		config, err := WithProviderID(data, ProviderID(id))
-		if err != nil {
-			// The error names what is wrong, never the data (it carries the cluster's secrets).
-			r.notClaimed(mm, infrav1.WaitingForBootstrapDataReason, err.Error())
-
-			return ctrl.Result{RequeueAfter: refusedRetry}, true
-		}
-
-		alloc, err := r.Anvil.Claim(ctx, id, anvilclient.Claim{
-			Owner: owner, TalosVersion: version, Extensions: mm.Spec.Extensions,
-			KernelArgs: mm.Spec.KernelArgs, Config: config,
-		})
+	for _, id := range candidates {
+		alloc, err := r.claimOne(ctx, mm, id, held, data)
 
 		var holds *anvilclient.OwnerHoldsError
-
-		switch {
-		case errors.As(err, &holds) && !held:
+		if errors.As(err, &holds) && !held {
 			// Another manager (or this one, before a restart) claimed a server for this
 			// MetalMachine meanwhile: that claim is this one's.
 			log.FromContext(ctx).Info("this MetalMachine holds a server already: taking it", "server", holds.Machine)
 
-			held, candidates, i = true, []string{holds.Machine}, -1
+			id, held = holds.Machine, true
+			alloc, err = r.claimOne(ctx, mm, id, held, data)
+		}
 
-			continue
-		case errors.Is(err, anvilclient.ErrTaken) && mm.Status.ServerName == "" && !held:
+		switch {
+		case errors.Is(err, ErrNotMachineConfig):
+			// The error names what is wrong, never the data (it carries the cluster's secrets).
+			r.notClaimed(mm, infrav1.WaitingForBootstrapDataReason, err.Error())
+
+			return ctrl.Result{RequeueAfter: refusedRetry}, true
+		case errors.Is(err, anvilclient.ErrTaken) && !held:
 			log.FromContext(ctx).V(1).Info("server taken, trying the next", "server", id, "reason", err.Error())
 
 			continue
 		case err != nil:
 			return r.anvilFailed(ctx, mm, err), true
-		}
-
-		if mm.Status.ServerName != id {
-			mm.Status.BMCApplied = "" // a BMC given to another server is not this one's
 		}
 
 		mm.Status.ServerName = id
@@ -284,6 +267,25 @@ func (r *MetalMachineReconciler) claim(ctx context.Context, mm *infrav1.MetalMac
 	r.notClaimed(mm, infrav1.ServerUnavailableReason, "every matching server was claimed by another owner first")
 
 	return ctrl.Result{RequeueAfter: noServerRetry}, true
+}
+
+// claimOne claims server id for mm with data, the provider ID added; held says mm holds
+// it already. It returns the allocation ID.
+func (r *MetalMachineReconciler) claimOne(ctx context.Context, mm *infrav1.MetalMachine, id string, held bool, data []byte) (string, error) {
+	version, err := r.claimTalosVersion(ctx, mm, id, held)
+	if err != nil {
+		return "", err
+	}
+
+	config, err := WithProviderID(data, ProviderID(id))
+	if err != nil {
+		return "", err
+	}
+
+	return r.Anvil.Claim(ctx, id, anvilclient.Claim{
+		Owner: OwnerOf(mm), TalosVersion: version, Extensions: mm.Spec.Extensions,
+		KernelArgs: mm.Spec.KernelArgs, Config: config,
+	})
 }
 
 // candidates are the servers to try, in order: the one mm holds (in its status, or in
