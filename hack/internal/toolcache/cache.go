@@ -244,7 +244,7 @@ func (c *Cache) lock(keyDir string) (*os.File, error) {
 
 func flock(f *os.File, how int) error {
 	for {
-		err := syscall.Flock(int(f.Fd()), how) //nolint:gosec // a file descriptor fits an int
+		err := syscall.Flock(int(f.Fd()), how)
 		if !errors.Is(err, syscall.EINTR) {
 			return err
 		}
