@@ -3,14 +3,12 @@ package lab
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/anvil-metal/anvil/hack/internal/diskimage"
@@ -312,28 +310,4 @@ func DebianKernel() string {
 	}
 
 	return ""
-}
-
-// KillProvider kills the provider outright (SIGKILL: nothing of its own shutdown runs,
-// as in a crash) and starts it again with cfg on its state.
-func (s *State) KillProvider(ctx context.Context, cfg Config) error {
-	if err := syscall.Kill(s.ProviderPID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("error killing the provider: %w", err)
-	}
-
-	if !proc.WaitGone(ctx, s.ProviderPID, 10*time.Second) {
-		return fmt.Errorf("the provider (pid %d) survived SIGKILL", s.ProviderPID)
-	}
-
-	return s.startProvider(ctx, cfg)
-}
-
-// RestartProvider stops the provider and starts it again with cfg (e.g. other
-// ProviderArgs); its state directory, and so what it knows, is kept.
-func (s *State) RestartProvider(ctx context.Context, cfg Config) error {
-	if err := proc.Stop(ctx, s.ProviderPID, 10*time.Second); err != nil {
-		return fmt.Errorf("error stopping the provider: %w", err)
-	}
-
-	return s.startProvider(ctx, cfg)
 }

@@ -13,7 +13,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -92,7 +91,11 @@ type State struct {
 	ProviderNS  string `json:"providerNamespace"`
 	SiteNS      string `json:"siteNamespace"`
 	ProviderPID int    `json:"providerPid"`
-	DHCPPID     int    `json:"dhcpPid"`
+	// ProviderCommand is the provider's command line as the lab last started it (the
+	// binary's absolute path first; run in ProviderNS): RelaunchProvider starts it again
+	// so, without the Config.
+	ProviderCommand []string `json:"providerCommand,omitempty"`
+	DHCPPID         int      `json:"dhcpPid"`
 	// FullDHCP: the provider hands out the addresses; dnsmasq only advertises the router.
 	FullDHCP bool `json:"fullDhcp,omitempty"`
 	// IPv6Only: no IPv4 DHCP; the provider serves DHCPv6 and advertises its IPv6 address.
@@ -351,112 +354,6 @@ func (s *State) addMachines(cfg Config) error {
 	}
 
 	return s.save()
-}
-
-func (s *State) startProvider(ctx context.Context, cfg Config) error {
-	bin, err := filepath.Abs(cfg.ProviderBin)
-	if err != nil {
-		return fmt.Errorf("error resolving %s: %w", cfg.ProviderBin, err)
-	}
-
-	assets, err := filepath.Abs(cfg.AgentAssetsDir)
-	if err != nil {
-		return fmt.Errorf("error resolving %s: %w", cfg.AgentAssetsDir, err)
-	}
-
-	tftpRoot := filepath.Join(s.Dir, "tftp")
-	if err := fillTFTPRoot(tftpRoot); err != nil {
-		return err
-	}
-
-	_ = os.Remove(s.ControlSocket())
-
-	args := append([]string{
-		// Power in the lab is quick to read and act on; a real BMC wants the defaults.
-		"--power-poll-interval", "5s", "--min-reboot-interval", "5s",
-		// The lab's machines are emulated (TCG): on a loaded host the timer interrupt can
-		// miss the kernel's IO-APIC timer check, which then panics; skip the check.
-		"--agent-kernel-args", "no_timer_check",
-		"--state-dir", s.ProviderStateDir(),
-		"--api-advertise-address", s.AdvertiseAddr(),
-		"--api-port", strconv.Itoa(cfg.APIPort),
-		"--dhcp-proxy-iface-or-ip", labnet.Bridge,
-		"--tftp-root", tftpRoot,
-		"--agent-assets-dir", assets,
-		"--image-factory-base-url", cfg.FactoryURL,
-		"--image-factory-pxe-base-url", cfg.FactoryPXEURL,
-	}, cfg.ProviderArgs...)
-
-	switch {
-	case s.IPv6Only:
-		args = append(args, "--dhcpv6-mode", "full", "--dhcpv6-prefix", labnet.IPv6Prefix)
-	case s.FullDHCP:
-		args = append(args, "--dhcp-full", "--dhcp-range", labnet.DHCPStart+"-"+labnet.DHCPEnd)
-	}
-
-	if s.Omni != nil {
-		omniArgs, err := s.omniProviderArgs(ctx, cfg)
-		if err != nil {
-			return err
-		}
-
-		args = append(args, omniArgs...)
-	}
-
-	cmd := netns.Command(context.WithoutCancel(ctx), s.ProviderNS, bin, args...)
-	if s.ProviderPID, err = proc.StartDaemon(cmd, s.ProviderLog()); err != nil {
-		return fmt.Errorf("error starting the provider: %w", err)
-	}
-
-	if err := s.save(); err != nil {
-		return err
-	}
-
-	// Ready when its control socket exists (the API is in the namespace, unreachable
-	// from here; the socket is on the file system).
-	deadline := time.Now().Add(60 * time.Second)
-
-	for {
-		if _, err := os.Stat(s.ControlSocket()); err == nil {
-			return nil
-		}
-
-		if !proc.Alive(s.ProviderPID) {
-			return fmt.Errorf("the provider exited; see %s", s.ProviderLog())
-		}
-
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the provider did not come up in 60 s; see %s", s.ProviderLog())
-		}
-
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// fillTFTPRoot copies the iPXE binaries the firmware's own PXE fetches, resolved:
-// Debian's /usr/lib/ipxe/ipxe.efi is a symlink to /boot, which the TFTP root must not
-// need.
-func fillTFTPRoot(root string) error {
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return fmt.Errorf("error creating %s: %w", root, err)
-	}
-
-	for _, name := range []string{"ipxe.efi", "snponly.efi", "undionly.kpxe"} {
-		src, err := filepath.EvalSymlinks(filepath.Join("/usr/lib/ipxe", name))
-		if err != nil {
-			continue // missing: the provider reports it when asked for it
-		}
-
-		if err := copyFile(src, filepath.Join(root, name)); err != nil {
-			return err
-		}
-	}
-
-	return nil
 }
 
 // Down stops everything the lab in dir started and removes its namespaces. prefix is
