@@ -107,6 +107,14 @@ type State struct {
 	BMCs map[string]*MachineBMC `json:"bmcs,omitempty"`
 	// BMCPassword is the lab's administrator password on its simulated BMCs.
 	BMCPassword string `json:"bmcPassword,omitempty"`
+	// PowerBin is lab-power (absolute): the power API daemon and the simulated BMCs'
+	// chassis program.
+	PowerBin string `json:"powerBin,omitempty"`
+	// KVM, MemoryMB and DiskSize are the machines' defaults as the lab was first
+	// brought up (Config's), for machines added later (AddMachine).
+	KVM      bool   `json:"kvm,omitempty"`
+	MemoryMB int    `json:"memoryMB,omitempty"`
+	DiskSize string `json:"diskSize,omitempty"`
 
 	// OmniNS is Omni's namespace, Omni what runs there; both empty without Omni.
 	OmniNS string        `json:"omniNamespace,omitempty"`
@@ -211,9 +219,18 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 	s, err := Load(dir)
 	if err != nil {
 		n := labnet.New(cfg.Prefix)
-		s = &State{Dir: dir, Prefix: cfg.Prefix, ProviderNS: n.ProviderNS, SiteNS: n.SiteNS}
+		s = &State{
+			Dir: dir, Prefix: cfg.Prefix, ProviderNS: n.ProviderNS, SiteNS: n.SiteNS,
+			KVM: cfg.KVM, MemoryMB: cfg.MemoryMB, DiskSize: cfg.DiskSize,
+		}
 	} else if s.Prefix != cfg.Prefix {
 		return nil, fmt.Errorf("the lab in %s has prefix %q, not %q: bring it down first", dir, s.Prefix, cfg.Prefix)
+	}
+
+	if cfg.PowerBin != "" {
+		if s.PowerBin, err = filepath.Abs(cfg.PowerBin); err != nil {
+			return nil, fmt.Errorf("error resolving %s: %w", cfg.PowerBin, err)
+		}
 	}
 
 	if s.BMCPassword == "" {
@@ -285,75 +302,17 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 		return s, err
 	}
 
-	if err := s.registerBMCs(ctx, cfg.UnregisteredBMC); err != nil {
+	if err := s.registerBMCs(ctx); err != nil {
 		return s, err
 	}
 
 	for _, m := range s.MachineList() {
-		if m.Index < 100 && !s.FullDHCP && !s.IPv6Only {
-			if err := labnet.ReserveAddress(dir, m.MAC, fmt.Sprintf("10.77.0.%d", 100+m.Index)); err != nil {
-				return s, err
-			}
-		}
-
-		for _, tap := range m.Taps() {
-			if err := s.Net().AddTap(tap); err != nil {
-				return s, err
-			}
-		}
-
-		if s.BMC(m.Name).Owner == OwnerIPMI {
-			if err := s.startBMC(ctx, cfg, m); err != nil {
-				return s, err
-			}
-		}
-
-		// Powered on by its owner: a simulated BMC's machine through that BMC.
-		if p := s.Power(m); !p.Running() {
-			if err := p.Start(ctx); err != nil {
-				return s, fmt.Errorf("error powering on %s: %w", m.Name, err)
-			}
+		if err := s.startMachine(ctx, m); err != nil {
+			return s, err
 		}
 	}
 
 	return s, nil
-}
-
-func (s *State) addMachines(cfg Config) error {
-	firmware := cfg.Firmware
-	if len(firmware) == 0 {
-		firmware = []machine.Firmware{machine.BIOS}
-	}
-
-	for i := len(s.Machines); i < cfg.Machines; i++ {
-		fw := firmware[i%len(firmware)]
-		name := fmt.Sprintf("%s-%d", fw, i)
-
-		nics := 1
-		if len(cfg.NICs) > 0 {
-			nics = cfg.NICs[i%len(cfg.NICs)]
-		}
-
-		if nics > 1 {
-			name = fmt.Sprintf("%s-%dnic-%d", fw, nics, i)
-		}
-
-		spec := machine.Spec{
-			Name: name, Index: i, Seed: s.Prefix, Firmware: fw, NICs: nics,
-			Dir: filepath.Join(s.Dir, "machines", name), NetNS: s.ProviderNS, Tap: fmt.Sprintf("tap%d", i),
-			KVM: cfg.KVM, MemoryMB: cfg.MemoryMB, DiskSize: cfg.DiskSize, IPv6: cfg.IPv6Only,
-		}
-
-		s.assignBMC(cfg, &spec)
-
-		if s.BMC(name).Owner != OwnerNone && cfg.PowerBin == "" {
-			return fmt.Errorf("machine %s's power owner is %s, which needs the lab's power binary (hack/cmd/lab-power)", name, s.BMC(name).Owner)
-		}
-
-		s.Machines = append(s.Machines, spec)
-	}
-
-	return s.save()
 }
 
 // Down stops everything the lab in dir started and removes its namespaces. prefix is
@@ -411,6 +370,18 @@ func Down(ctx context.Context, dir, prefix string) error {
 		errs = append(errs, fmt.Errorf("error removing Omni's directory: %w", err))
 	}
 
+	// The BMC password's copies made for a user (WriteGiveBMC); the machines' logs stay.
+	secrets := []string{s.BMCPasswordFile()}
+	for _, m := range s.MachineList() {
+		secrets = append(secrets, OmniBMCConfigFile(m))
+	}
+
+	for _, f := range secrets {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("error removing %s: %w", f, err))
+		}
+	}
+
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -430,16 +401,17 @@ var daemons = []string{"qemu-system-*", "dnsmasq", "provider", "ip", "lab-factor
 // state file knows them.
 func Processes(dir string) []int { return proc.FindByArg(filepath.Clean(dir)+"/", daemons...) }
 
-// WriteStatus prints what the lab runs.
-func (s *State) WriteStatus(w io.Writer) error {
-	up := func(ok bool) string {
-		if ok {
-			return "running"
-		}
-
-		return "stopped"
+// up names a process's state in the lab's status.
+func up(ok bool) string {
+	if ok {
+		return "running"
 	}
 
+	return "stopped"
+}
+
+// WriteStatus prints what the lab runs.
+func (s *State) WriteStatus(w io.Writer) error {
 	var b strings.Builder
 
 	fmt.Fprintf(&b, "lab %s (prefix %s)\n", s.Dir, s.Prefix)
@@ -473,21 +445,45 @@ func (s *State) WriteStatus(w io.Writer) error {
 	}
 
 	for _, m := range s.MachineList() {
-		fmt.Fprintf(&b, "machine %-12s %-8s pid %-8d %s  uuid %s  mac %s  %s %s  serial log %s\n",
-			m.Name, m.Firmware, m.PID(), up(m.Running()), m.UUID, strings.Join(m.MACs, ","), m.Vendor.Manufacturer, m.Vendor.Product, m.SerialLog())
-
-		switch bmc := s.BMC(m.Name); bmc.Owner {
-		case OwnerIPMI:
-			fmt.Fprintf(&b, "  power: ipmi_sim pid %d %s  lan %s:%d  user %s  log %s\n", bmc.PID, up(proc.Alive(bmc.PID)),
-				labnet.ProviderAddr, bmc.LANPort, LabBMCUser, filepath.Join(m.Dir, "bmc", "ipmi_sim.log"))
-		default:
-			fmt.Fprintf(&b, "  power: %s\n", bmc.Owner)
-		}
+		s.writeMachineStatus(&b, m)
 	}
 
 	_, err := io.WriteString(w, b.String())
 
 	return err
+}
+
+// WriteMachineStatus prints machine m's lines of the lab's status: its QEMU, identity,
+// memory, serial log and power owner.
+func (s *State) WriteMachineStatus(w io.Writer, m *machine.Machine) error {
+	var b strings.Builder
+
+	s.writeMachineStatus(&b, m)
+
+	_, err := io.WriteString(w, b.String())
+
+	return err
+}
+
+func (s *State) writeMachineStatus(b *strings.Builder, m *machine.Machine) {
+	fmt.Fprintf(b, "machine %-12s %-8s pid %-8d %s  uuid %s  mac %s  %s %s  %d MiB  serial log %s\n",
+		m.Name, m.Firmware, m.PID(), up(m.Running()), m.UUID, strings.Join(m.MACs, ","), m.Vendor.Manufacturer, m.Vendor.Product,
+		m.MemoryMB, m.SerialLog())
+
+	bmc := s.BMC(m.Name)
+
+	elsewhere := ""
+	if bmc.Elsewhere {
+		elsewhere = fmt.Sprintf("  (the lab does not give it to the provider: lab machine bmc %s says how)", m.Name)
+	}
+
+	switch bmc.Owner {
+	case OwnerIPMI:
+		fmt.Fprintf(b, "  power: ipmi_sim pid %d %s  lan %s:%d  user %s  log %s%s\n", bmc.PID, up(proc.Alive(bmc.PID)),
+			labnet.ProviderAddr, bmc.LANPort, LabBMCUser, filepath.Join(m.Dir, "bmc", "ipmi_sim.log"), elsewhere)
+	default:
+		fmt.Fprintf(b, "  power: %s%s\n", bmc.Owner, elsewhere)
+	}
 }
 
 func copyFile(src, dst string) error {

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -84,6 +82,10 @@ type MachineBMC struct {
 	// Registered: the provider was told this BMC. Not told again: a second SetBMC
 	// would replace the credentials the agent provisioned.
 	Registered bool `json:"registered,omitempty"`
+	// Elsewhere: the lab never tells the provider this BMC; it is given another way, as
+	// a user gives a real one (anvilctl machine bmc set, Omni's InfraMachineBMCConfig:
+	// WriteGiveBMC says how).
+	Elsewhere bool `json:"elsewhere,omitempty"`
 }
 
 // BMC is the power owner of the machine named name (none when unknown).
@@ -199,18 +201,19 @@ func waitLog(ctx context.Context, pid int, log, line, what string, timeout time.
 
 // startBMC writes machine m's simulated BMC's config and runs its ipmi_sim in the
 // provider's namespace, unless it runs.
-func (s *State) startBMC(ctx context.Context, cfg Config, m *machine.Machine) error {
+func (s *State) startBMC(ctx context.Context, m *machine.Machine) error {
 	b := s.BMCs[m.Name]
 	if proc.Alive(b.PID) {
 		return nil
 	}
 
-	bin, err := filepath.Abs(cfg.PowerBin)
-	if err != nil {
-		return fmt.Errorf("error resolving %s: %w", cfg.PowerBin, err)
+	if s.PowerBin == "" {
+		return fmt.Errorf("the simulated BMC of %s needs the lab's power binary (hack/cmd/lab-power)", m.Name)
 	}
 
-	sim := s.BMCConfig(m, bin)
+	sim := s.BMCConfig(m, s.PowerBin)
+
+	var err error
 
 	if b.PID, err = ipmisim.StartDaemon(sim, s.ProviderNS); err != nil {
 		return fmt.Errorf("error starting the BMC of %s: %w", m.Name, err)
@@ -230,15 +233,15 @@ func (s *State) startBMC(ctx context.Context, cfg Config, m *machine.Machine) er
 // registerBMCs tells the provider, through its control socket, how to reach each
 // machine's power that it was not told yet, as a user supplies BMC details: the power
 // API's URL, or the simulated BMC's address and port without credentials (the agent
-// provisions them in-band after acceptance).
-func (s *State) registerBMCs(ctx context.Context, skip []PowerOwner) error {
+// provisions them in-band after acceptance). A BMC given elsewhere is not told.
+func (s *State) registerBMCs(ctx context.Context) error {
 	var reqs []*controlv1.SetBMCRequest
 
 	var names []string
 
 	for _, m := range s.MachineList() {
 		b := s.BMCs[m.Name]
-		if b == nil || b.Registered || b.Owner == OwnerNone || slices.Contains(skip, b.Owner) {
+		if b == nil || b.Registered || b.Elsewhere || b.Owner == OwnerNone {
 			continue
 		}
 
@@ -284,33 +287,6 @@ func (s *State) registerBMCs(ctx context.Context, skip []PowerOwner) error {
 	}
 
 	return nil
-}
-
-// assignBMC gives a new machine of index i its power owner (owners in turn) and, for a
-// simulated BMC, its ports.
-func (s *State) assignBMC(cfg Config, spec *machine.Spec) {
-	owner := OwnerNone
-	if len(cfg.BMC) > 0 {
-		owner = cfg.BMC[spec.Index%len(cfg.BMC)]
-	}
-
-	if owner == OwnerIPMI && spec.Firmware == machine.ARM64 {
-		// ipmi_sim reaches its machine through an IPMI device in the guest, and Debian's
-		// qemu-system-aarch64 has none: the power API stands in for the arm64 BMC.
-		owner = OwnerAPI
-	}
-
-	if s.BMCs == nil {
-		s.BMCs = map[string]*MachineBMC{}
-	}
-
-	b := &MachineBMC{Owner: owner}
-	if owner == OwnerIPMI {
-		b.LANPort, b.SerialPort = BMCLANPortBase+spec.Index, BMCSerialPortBase+spec.Index
-		spec.IPMIBMC = ipmisim.SerialAddr + ":" + strconv.Itoa(b.SerialPort)
-	}
-
-	s.BMCs[spec.Name] = b
 }
 
 // newPassword is a random password for the lab's BMC administrator.

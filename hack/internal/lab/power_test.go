@@ -45,30 +45,39 @@ func TestParsePowerOwner(t *testing.T) {
 	assert.Equal(t, "none", OwnerNone.String())
 }
 
-func TestAssignBMC(t *testing.T) {
+func TestAddMachinesBMC(t *testing.T) {
 	t.Parallel()
 
 	for _, tc := range []struct {
-		name  string
-		bmc   []PowerOwner
-		index int
-		want  MachineBMC
-		ipmi  string
-		fw    machine.Firmware
+		name      string
+		bmc       []PowerOwner
+		elsewhere []PowerOwner
+		index     int
+		want      MachineBMC
+		ipmi      string
+		fw        machine.Firmware
 	}{
-		{"zero value: no owner", nil, 0, MachineBMC{Owner: OwnerNone}, "", ""},
-		{"api", []PowerOwner{OwnerAPI}, 2, MachineBMC{Owner: OwnerAPI}, "", ""},
-		{"ipmi first", []PowerOwner{OwnerIPMI, OwnerAPI, OwnerAPI}, 0, MachineBMC{Owner: OwnerIPMI, LANPort: 62300, SerialPort: 62600}, "127.0.0.1:62600", ""},
-		{"api second", []PowerOwner{OwnerIPMI, OwnerAPI, OwnerAPI}, 1, MachineBMC{Owner: OwnerAPI}, "", ""},
-		{"in turn", []PowerOwner{OwnerIPMI, OwnerAPI, OwnerAPI}, 3, MachineBMC{Owner: OwnerIPMI, LANPort: 62303, SerialPort: 62603}, "127.0.0.1:62603", ""},
-		{"arm64 has no IPMI device: the power API", []PowerOwner{OwnerIPMI}, 0, MachineBMC{Owner: OwnerAPI}, "", machine.ARM64},
+		{"zero value: no owner", nil, nil, 0, MachineBMC{Owner: OwnerNone}, "", ""},
+		{"api", []PowerOwner{OwnerAPI}, nil, 2, MachineBMC{Owner: OwnerAPI}, "", ""},
+		{"ipmi first", []PowerOwner{OwnerIPMI, OwnerAPI, OwnerAPI}, nil, 0, MachineBMC{Owner: OwnerIPMI, LANPort: 62300, SerialPort: 62600}, "127.0.0.1:62600", ""},
+		{"api second", []PowerOwner{OwnerIPMI, OwnerAPI, OwnerAPI}, nil, 1, MachineBMC{Owner: OwnerAPI}, "", ""},
+		{"in turn", []PowerOwner{OwnerIPMI, OwnerAPI, OwnerAPI}, nil, 3, MachineBMC{Owner: OwnerIPMI, LANPort: 62303, SerialPort: 62603}, "127.0.0.1:62603", ""},
+		{"arm64 has no IPMI device: the power API", []PowerOwner{OwnerIPMI}, nil, 0, MachineBMC{Owner: OwnerAPI}, "", machine.ARM64},
+		{"api given elsewhere", []PowerOwner{OwnerIPMI, OwnerAPI}, []PowerOwner{OwnerAPI}, 1, MachineBMC{Owner: OwnerAPI, Elsewhere: true}, "", ""},
+		{"ipmi given elsewhere", []PowerOwner{OwnerIPMI, OwnerAPI}, []PowerOwner{OwnerIPMI}, 0, MachineBMC{Owner: OwnerIPMI, LANPort: 62300, SerialPort: 62600, Elsewhere: true}, "127.0.0.1:62600", ""},
+		{"no owner, nothing to give", nil, []PowerOwner{OwnerNone}, 0, MachineBMC{Owner: OwnerNone}, "", ""},
 	} {
-		s := &State{}
-		spec := machine.Spec{Name: "m", Index: tc.index, Firmware: tc.fw}
+		s := &State{Dir: t.TempDir(), Prefix: "t", PowerBin: "/bin/lab-power"}
 
-		s.assignBMC(Config{BMC: tc.bmc}, &spec)
+		var firmware []machine.Firmware
+		if tc.fw != "" {
+			firmware = []machine.Firmware{tc.fw}
+		}
 
-		assert.Equal(t, tc.want, s.BMC("m"), tc.name)
+		require.NoError(t, s.addMachines(Config{Machines: tc.index + 1, Firmware: firmware, BMC: tc.bmc, UnregisteredBMC: tc.elsewhere}), tc.name)
+
+		spec := s.Machines[tc.index]
+		assert.Equal(t, tc.want, s.BMC(spec.Name), tc.name)
 		assert.Equal(t, tc.ipmi, spec.IPMIBMC, tc.name)
 	}
 
@@ -78,9 +87,9 @@ func TestAssignBMC(t *testing.T) {
 func TestBMCConfig(t *testing.T) {
 	t.Parallel()
 
-	s := &State{Dir: "/lab", BMCPassword: "lab-0123456789ab"}
-	spec := machine.Spec{Name: "bios-0", Index: 0, Seed: "p", Dir: "/lab/machines/bios-0"}
-	s.assignBMC(Config{BMC: []PowerOwner{OwnerIPMI}}, &spec)
+	s := &State{Dir: "/lab", Prefix: "p", BMCPassword: "lab-0123456789ab", PowerBin: "/bin/lab-power"}
+	spec, err := s.appendMachine(0, MachineConfig{Firmware: machine.BIOS, BMC: OwnerIPMI}, false)
+	require.NoError(t, err)
 
 	m := machine.New(spec)
 	c := s.BMCConfig(m, "/bin/lab-power")
@@ -146,7 +155,7 @@ func TestRegisterBMCs(t *testing.T) {
 
 	t.Cleanup(func() { os.RemoveAll(dir) })
 
-	s := &State{Dir: dir, Prefix: "t"}
+	s := &State{Dir: dir, Prefix: "t", PowerBin: "/bin/lab-power"}
 	require.NoError(t, os.MkdirAll(s.ProviderStateDir(), 0o755))
 
 	l, err := net.Listen("unix", s.ControlSocket())
@@ -160,9 +169,9 @@ func TestRegisterBMCs(t *testing.T) {
 
 	t.Cleanup(srv.Stop)
 
-	cfg := Config{Machines: 3, BMC: []PowerOwner{OwnerIPMI, OwnerAPI, OwnerNone}, PowerBin: "/bin/lab-power"}
+	cfg := Config{Machines: 3, BMC: []PowerOwner{OwnerIPMI, OwnerAPI, OwnerNone}}
 	require.NoError(t, s.addMachines(cfg))
-	require.NoError(t, s.registerBMCs(t.Context(), nil))
+	require.NoError(t, s.registerBMCs(t.Context()))
 
 	ms := s.MachineList()
 
@@ -179,8 +188,16 @@ func TestRegisterBMCs(t *testing.T) {
 	assert.Equal(t, "http://10.77.0.1:8090", rec.reqs[1].GetAddress())
 
 	// Told once: again would replace the credentials the agent provisioned.
-	require.NoError(t, s.registerBMCs(t.Context(), nil))
+	require.NoError(t, s.registerBMCs(t.Context()))
 	assert.Len(t, rec.reqs, 2)
+
+	// Machines whose BMCs are given elsewhere are never told, even by a later lab up
+	// that does not say so any more.
+	require.NoError(t, s.addMachines(Config{Machines: 5, BMC: []PowerOwner{OwnerAPI}, UnregisteredBMC: []PowerOwner{OwnerAPI}}))
+	require.NoError(t, s.addMachines(Config{Machines: 6, BMC: []PowerOwner{OwnerAPI}}))
+	require.NoError(t, s.registerBMCs(t.Context()))
+	require.Len(t, rec.reqs, 3, "only the sixth machine, whose BMC is the lab's to give")
+	assert.Equal(t, s.MachineList()[5].UUID, rec.reqs[2].GetMachineId())
 
 	saved, err := Load(dir)
 	require.NoError(t, err)

@@ -171,7 +171,7 @@ func New(spec Spec) *Machine {
 		spec.DiskSize = "8G"
 	}
 
-	spec.NICs = min(spec.NICs, maxNICs)
+	spec.NICs = min(spec.NICs, MaxNICs)
 
 	if spec.Firmware == "" {
 		spec.Firmware = BIOS
@@ -213,8 +213,8 @@ func New(spec Spec) *Machine {
 	return m
 }
 
-// maxNICs bounds NICs: their MACs come from the identity hash.
-const maxNICs = 3
+// MaxNICs bounds a machine's NICs: their MACs come from the identity hash.
+const MaxNICs = 3
 
 // bootNIC is the index of the port the firmware boots from.
 func (m *Machine) bootNIC() int {
