@@ -18,6 +18,7 @@ import (
 
 	"github.com/anvil-metal/anvil/hack/internal/lab"
 	"github.com/anvil-metal/anvil/hack/internal/labtest"
+	"github.com/anvil-metal/anvil/internal/proc"
 )
 
 // registerDeadline is generous: under TCG power-on to the agent is ~15–20 s, and the
@@ -134,4 +135,147 @@ func TestLabSmoke(t *testing.T) {
 	require.NoError(t, err, out)
 	assert.Contains(t, out, m.SerialLog())
 	assert.Regexp(t, `provider\s+pid \d+\s+running`, out)
+}
+
+// TestLabMachineAddAndProviderRestart drives a running lab as a user does, from the
+// CLI: a machine added whose simulated IPMI BMC the lab keeps from the provider (the
+// provider has no BMC for it; the CLI says how to give it, the password only by file),
+// then the provider restarted, gracefully and by SIGKILL, on its state with the same
+// command line — a new pid in the state file, its control API answering, every machine
+// still running in the same QEMU. Down then leaves nothing. No machine needs to boot.
+func TestLabMachineAddAndProviderRestart(t *testing.T) {
+	labtest.RequireHost(t)
+
+	for _, tool := range []string{"ipmi_sim", "ipmitool"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s (make setup installs it)", tool)
+		}
+	}
+
+	root := labtest.RepoRoot(t)
+	bin := t.TempDir()
+	labBin, provider, anvilctl, power := filepath.Join(bin, "lab"), filepath.Join(bin, "provider"), filepath.Join(bin, "anvilctl"), filepath.Join(bin, "lab-power")
+
+	labtest.GoBuild(t, root, labBin, "./hack/cmd/lab")
+	labtest.GoBuild(t, root, power, "./hack/cmd/lab-power")
+	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
+	labtest.GoBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
+
+	down := func(ctx context.Context, dir, prefix string) error {
+		out, err := exec.CommandContext(ctx, labBin, "--dir", dir, "--prefix", prefix, "down").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+
+		return nil
+	}
+
+	dir, prefix := labtest.NewLab(t, "anva", down)
+
+	runLab := func(args ...string) (string, error) {
+		out, err := exec.Command(labBin, append([]string{"--dir", dir, "--prefix", prefix}, args...)...).CombinedOutput()
+
+		return string(out), err
+	}
+
+	// No agent assets: the machines need not boot.
+	out, err := runLab("up", "--machines", "1", "--firmware", "bios", "--memory", "512", "--provider-bin", provider,
+		"--agent-assets-dir", t.TempDir(), "--factory=false", "--power-bin", power)
+	require.NoError(t, err, "lab up: %s", out)
+
+	out, err = runLab("machine", "add", "--bmc", "ipmi", "--register-bmc=false", "--memory", "768")
+	require.NoError(t, err, "lab machine add: %s", out)
+	t.Logf("lab machine add:\n%s", out)
+
+	state, err := lab.Load(dir)
+	require.NoError(t, err)
+	require.Len(t, state.Machines, 2)
+
+	ms := state.MachineList()
+	added := ms[1]
+
+	assert.Equal(t, "bios-1", added.Name)
+	assert.Equal(t, lab.MachineBMC{Owner: lab.OwnerIPMI, LANPort: 62301, SerialPort: 62601, PID: state.BMC(added.Name).PID, Elsewhere: true},
+		state.BMC(added.Name))
+	assert.Contains(t, out, "machine bmc set "+added.UUID+" --kind ipmi --address 10.77.0.1 --port 62301 --username admin --password-file "+state.BMCPasswordFile())
+	assert.NotContains(t, out, state.BMCPassword, "the password only by file")
+
+	for _, m := range ms {
+		require.True(t, m.Running(), m.Name)
+	}
+
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", added.PID()))
+	require.NoError(t, err)
+	assert.Contains(t, string(cmdline), "\x00-m\x00768\x00", "its own memory")
+	assert.True(t, state.Power(added).Running(), "its BMC powered it on")
+
+	ctl := labtest.Anvilctl(anvilctl, state.ControlSocket())
+
+	bmcs, err := ctl("get", "bmcs")
+	require.NoError(t, err, bmcs)
+	assert.Contains(t, bmcs, ms[0].UUID, "the lab gave the first machine's BMC")
+	assert.NotContains(t, bmcs, added.UUID, "nobody gave the added machine's BMC")
+
+	out, err = runLab("machine", "bmc", added.Name)
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "--password-file "+state.BMCPasswordFile())
+
+	// The user gives it as printed.
+	var set []string
+
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == "_out/bin/anvilctl" {
+			set = f[3:] // after --endpoint unix://…
+		}
+	}
+
+	require.NotEmpty(t, set, out)
+
+	given, err := ctl(set...)
+	require.NoError(t, err, given)
+
+	bmc, err := ctl("get", "bmc", added.UUID, "-o", "yaml")
+	require.NoError(t, err, bmc)
+	assert.True(t, labtest.HasField(bmc, "username", "admin"), bmc)
+	assert.True(t, labtest.HasField(bmc, "hasPassword", "true"), bmc)
+	assert.NotContains(t, bmc, state.BMCPassword)
+
+	qemu := map[string]int{}
+	for _, m := range ms {
+		qemu[m.Name] = m.PID()
+	}
+
+	for _, restart := range [][]string{{"provider", "restart"}, {"provider", "restart", "--kill"}} {
+		before, err := lab.Load(dir)
+		require.NoError(t, err)
+
+		out, err := runLab(restart...)
+		require.NoError(t, err, "%v: %s", restart, out)
+
+		after, err := lab.Load(dir)
+		require.NoError(t, err)
+
+		assert.NotEqual(t, before.ProviderPID, after.ProviderPID, "%v: a new provider", restart)
+		assert.False(t, proc.Alive(before.ProviderPID), "%v: the old provider is gone", restart)
+		assert.True(t, proc.Alive(after.ProviderPID), "%v", restart)
+		assert.Equal(t, before.ProviderCommand, after.ProviderCommand, "%v: the same command line", restart)
+		assert.Contains(t, out, fmt.Sprintf("pid %d, serving", after.ProviderPID), "%v", restart)
+
+		list, err := ctl("get", "machines")
+		assert.NoError(t, err, "%v: the control API answers: %s", restart, list)
+
+		for _, m := range ms {
+			assert.Equal(t, qemu[m.Name], m.PID(), "%v: %s runs in the same QEMU", restart, m.Name)
+		}
+	}
+
+	pids := []int{state.BMC(added.Name).PID, ms[0].PID(), added.PID()}
+
+	require.NoError(t, down(t.Context(), dir, prefix))
+
+	for _, pid := range pids {
+		assert.False(t, proc.Alive(pid), "pid %d is left", pid)
+	}
+
+	assert.NoFileExists(t, state.BMCPasswordFile())
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -53,20 +52,21 @@ func newRootCmd() *cobra.Command {
 		return flagenv.Apply(cmd.Flags(), nil)
 	}
 
-	root.AddCommand(newUpCmd(&dir, &prefix), newDownCmd(&dir, &prefix), newStatusCmd(&dir), newMachineCmd(&dir), newOmnictlCmd(&dir), newConsoleCmd(&dir))
+	root.AddCommand(newUpCmd(&dir, &prefix), newDownCmd(&dir, &prefix), newStatusCmd(&dir), newMachineCmd(&dir), newProviderCmd(&dir),
+		newOmnictlCmd(&dir), newConsoleCmd(&dir))
 	annotate(root)
 
 	return root
 }
 
+// annotate names each flag's variable in its usage, on every command (lab machine add's
+// too); the root's persistent flags once.
 func annotate(cmd *cobra.Command) {
 	flagenv.Annotate(cmd.LocalNonPersistentFlags())
 
-	if cmd.HasParent() {
-		return
+	if !cmd.HasParent() {
+		flagenv.Annotate(cmd.PersistentFlags())
 	}
-
-	flagenv.Annotate(cmd.PersistentFlags())
 
 	for _, c := range cmd.Commands() {
 		annotate(c)
@@ -75,11 +75,12 @@ func annotate(cmd *cobra.Command) {
 
 func newUpCmd(dir, prefix *string) *cobra.Command {
 	var (
-		cfg      lab.Config
-		firmware []string
-		bmcs     []string
-		factory  bool
-		omni     bool
+		cfg       lab.Config
+		firmware  []string
+		bmcs      []string
+		elsewhere []string
+		factory   bool
+		omni      bool
 	)
 
 	cmd := &cobra.Command{
@@ -107,6 +108,19 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 				cfg.BMC = append(cfg.BMC, owner)
 			}
 
+			for _, b := range elsewhere {
+				owner, err := lab.ParsePowerOwner(b)
+				if err != nil {
+					return fmt.Errorf("--bmc-elsewhere: %w", err)
+				}
+
+				if owner == lab.OwnerNone {
+					return fmt.Errorf("--bmc-elsewhere: a machine whose power owner is none has no BMC to give")
+				}
+
+				cfg.UnregisteredBMC = append(cfg.UnregisteredBMC, owner)
+			}
+
 			if err := buildPower(cmd.Context(), cfg); err != nil {
 				return err
 			}
@@ -126,7 +140,11 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 				return fmt.Errorf("%w (lab down removes what was started)", err)
 			}
 
-			return s.WriteStatus(cmd.OutOrStdout())
+			if err := s.WriteStatus(cmd.OutOrStdout()); err != nil {
+				return err
+			}
+
+			return writeGiveBMCs(cmd.OutOrStdout(), s)
 		},
 	}
 
@@ -149,6 +167,7 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 	f.StringVar(&cfg.FactoryAssetsDir, "factory-assets-dir", "_out/talos-standin", "the stand-in Talos boot assets the factory serves (empty: none)")
 	f.StringArrayVar(&cfg.ProviderArgs, "provider-arg", nil, "extra provider argument (repeatable)")
 	f.StringSliceVar(&bmcs, "bmc", []string{"api"}, "power owner of the machines, in turn: api (the lab's power API), ipmi (a simulated IPMI BMC, ipmi_sim, of its own) or none")
+	f.StringSliceVar(&elsewhere, "bmc-elsewhere", nil, "power owners (api, ipmi) whose BMCs the lab does not give the provider: a user gives them (anvilctl machine bmc set, Omni's InfraMachineBMCConfig; up prints how)")
 	f.StringVar(&cfg.PowerBin, "power-bin", "_out/bin/lab-power", "the power API daemon and simulated BMCs' chassis program (built from hack/cmd/lab-power when missing)")
 	f.BoolVar(&omni, "omni", false, "run a real Omni in namespace <prefix>-omni on 10.77.0.3, with the factory stand-in's Talos and Kubernetes versions (make omni builds it)")
 	f.StringVar(&cfg.OmniBin, "omni-bin", "_out/bin/omni", "the Omni binary (make omni)")
@@ -276,52 +295,6 @@ func newOmnictlCmd(dir *string) *cobra.Command {
 	}
 
 	cmd.Flags().StringVar(&bin, "omnictl-bin", "_out/bin/omnictl", "the omnictl binary (make omni)")
-
-	return cmd
-}
-
-func newMachineCmd(dir *string) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "machine",
-		Short: "Power a lab machine: start, stop, reset (through its simulated BMC when it has one)",
-	}
-
-	actions := map[string]func(lab.Power, context.Context) error{
-		"start": lab.Power.Start,
-		"stop":  lab.Power.Stop,
-		"reset": lab.Power.Reset,
-	}
-
-	for _, name := range []string{"start", "stop", "reset"} {
-		action := actions[name]
-
-		cmd.AddCommand(&cobra.Command{
-			Use:   name + " <machine>...",
-			Short: strings.ToUpper(name[:1]) + name[1:] + " machines (by name, UUID or MAC)",
-			Args:  cobra.MinimumNArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				s, err := lab.Load(*dir)
-				if err != nil {
-					return fmt.Errorf("no lab in %s: %w", *dir, err)
-				}
-
-				for _, a := range args {
-					m, err := s.Machine(a)
-					if err != nil {
-						return err
-					}
-
-					// One power owner per machine: a simulated BMC's machine is powered
-					// through that BMC.
-					if err := action(s.Power(m), cmd.Context()); err != nil {
-						return err
-					}
-				}
-
-				return nil
-			},
-		})
-	}
 
 	return cmd
 }
