@@ -42,7 +42,21 @@ GOLANGCI_LINT_MOD     := hack/tools/golangci-lint
 
 COMMANDS := provider anvilctl
 
-.PHONY: all release setup setup-bench tools build generate lint test unit lab bench chaos fuzz run demo demo-omni e2e figures agent-initramfs agent-extension image omni talosctl envtest-assets capi-tools clean agent-arm64
+.PHONY: all release setup setup-bench tools build generate lint test unit lab bench chaos fuzz run demo demo-omni e2e figures agent-initramfs agent-extension image omni talosctl talos-bins envtest-assets capi-tools clean agent-arm64
+
+# Every binary built from a Go tools module (hack/tools/<module>, apart from Anvil's
+# go.mod) goes through toolcache (hack/cmd/toolcache): a cache outside the clone,
+# $ANVIL_CACHE_DIR, else $XDG_CACHE_HOME/anvil or ~/.cache/anvil, where each binary is
+# kept under the SHA-256 of its tools module's files (go.mod, go.sum), go env (Go version,
+# GOOS/GOARCH, CGO_ENABLED…), the package and the go build flags; the newest two keys per
+# binary stay. A hit is a copy (a fresh clone of CI's on this machine links nothing
+# again), a miss builds into the cache first. The targets below run it every time, so a
+# binary in _out never outlives a change of its module.
+TOOLCACHE := $(TOOLS)/toolcache
+
+$(TOOLCACHE): $(wildcard hack/cmd/toolcache/*.go hack/internal/toolcache/*.go)
+	@mkdir -p $(TOOLS)
+	@$(GO) build -o $@ ./hack/cmd/toolcache
 
 all: build
 
@@ -127,91 +141,99 @@ generate: tools $(TOOLS)/deep-copy $(TOOLS)/controller-gen
 	$(TOOLS)/controller-gen rbac:roleName=anvil-capi-manager paths=./provider/internal/capi/... output:rbac:artifacts:config=deploy/capi/rbac
 
 # deep-copy, at the version its tools module pins (hack/tools/deep-copy), as Talos uses it.
-$(TOOLS)/deep-copy: hack/tools/deep-copy/go.mod
-	$(GO) build -C hack/tools/deep-copy -o $@ github.com/siderolabs/deep-copy
+.PHONY: $(TOOLS)/deep-copy $(TOOLS)/controller-gen
+$(TOOLS)/deep-copy: $(TOOLCACHE)
+	@$(TOOLCACHE) build --module hack/tools/deep-copy --pkg github.com/siderolabs/deep-copy --out $@
 
 # controller-gen (CRDs, RBAC and deep copies of Kubernetes API types), at the version its
 # tools module pins (hack/tools/controller-gen: controller-tools v0.21.0, the release on
 # Kubernetes 1.36 libraries, as the main module's k8s.io/* v0.36). To move it:
 #   go get -C hack/tools/controller-gen -tool sigs.k8s.io/controller-tools/cmd/controller-gen@<version>
-$(TOOLS)/controller-gen: hack/tools/controller-gen/go.mod hack/tools/controller-gen/go.sum
-	@mkdir -p $(TOOLS)
-	$(GO) build -C hack/tools/controller-gen -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
-	@touch $@
+$(TOOLS)/controller-gen: $(TOOLCACHE)
+	@$(TOOLCACHE) build --module hack/tools/controller-gen --pkg sigs.k8s.io/controller-tools/cmd/controller-gen --out $@
 
 # A real Omni for the lab and its tests (hack/internal/omnilab), and talosctl to check the
-# agent's maintenance API against: each built from its Go module in a tools module of its
-# own (hack/tools/omni: omni and omnictl v1.9.3; hack/tools/talosctl: v1.13.9), never in
-# Anvil's go.mod. Long the first time (Omni ~10-15 min, talosctl ~8 min on 2 cores), so
-# each is built again only when its tools module's go.mod or go.sum is newer than the
-# binary, or the binary is missing (the recipe touches it: go build leaves an up-to-date
-# binary as it was).
-OMNI_MOD     := hack/tools/omni
-TALOSCTL_MOD := hack/tools/talosctl
+# agent's maintenance API against: each built from its Go module in a tools module, never
+# in Anvil's go.mod (hack/tools/omni: omni and omnictl v1.9.3; hack/tools/talos: Talos
+# v1.13.9, talosctl and the Talos binaries below), through toolcache. Long the first time
+# on a machine (Omni ~10-15 min, talosctl ~8 min on 2 cores), a copy after.
+OMNI_MOD  := hack/tools/omni
+TALOS_MOD := hack/tools/talos
 
 omni: $(BIN)/omni $(BIN)/omnictl
 
-$(BIN)/omni $(BIN)/omnictl: $(BIN)/%: $(OMNI_MOD)/go.mod $(OMNI_MOD)/go.sum
-	@mkdir -p $(BIN)
-	$(GO) build -C $(OMNI_MOD) -trimpath -ldflags='-s -w' -o $@ github.com/siderolabs/omni/cmd/$*
-	@touch $@
+.PHONY: $(BIN)/omni $(BIN)/omnictl $(BIN)/talosctl
+$(BIN)/omni $(BIN)/omnictl: $(BIN)/%: $(TOOLCACHE)
+	@$(TOOLCACHE) build --module $(OMNI_MOD) --pkg github.com/siderolabs/omni/cmd/$* --out $@ -- -trimpath -ldflags='-s -w'
 
 talosctl: $(BIN)/talosctl
 
-$(BIN)/talosctl: $(TALOSCTL_MOD)/go.mod $(TALOSCTL_MOD)/go.sum
-	@mkdir -p $(BIN)
-	CGO_ENABLED=0 $(GO) build -C $(TALOSCTL_MOD) -trimpath -ldflags='-s -w' -o $@ github.com/siderolabs/talos/cmd/talosctl
-	@touch $@
+$(BIN)/talosctl: $(TOOLCACHE)
+	@$(TOOLCACHE) build --module $(TALOS_MOD) --env CGO_ENABLED=0 --pkg github.com/siderolabs/talos/cmd/talosctl --out $@ \
+		-- -trimpath -ldflags='-s -w'
+
+# Talos' own binaries, from the same tools module and cache, into _out/talos/bin: machined
+# and init, the installer, and containerd with its runc shim, built as Talos builds them
+# (static; containerd without the CRI and the snapshotters Talos leaves out).
+TALOS_BINS := $(OUT)/talos/bin
+
+talos-bins: $(TOOLCACHE)
+	@$(TOOLCACHE) build --module $(TALOS_MOD) --env CGO_ENABLED=0 --pkg github.com/siderolabs/talos/internal/app/machined \
+		--out $(TALOS_BINS)/machined -- -trimpath -ldflags='-s -w -X golang.zx2c4.com/wireguard/ipc.socketDirectory=/system/wireguard-sock'
+	@$(TOOLCACHE) build --module $(TALOS_MOD) --env CGO_ENABLED=0 --pkg github.com/siderolabs/talos/internal/app/init \
+		--out $(TALOS_BINS)/init -- -trimpath -ldflags='-s -w'
+	@$(TOOLCACHE) build --module $(TALOS_MOD) --env CGO_ENABLED=0 --pkg github.com/siderolabs/talos/cmd/installer \
+		--out $(TALOS_BINS)/installer -- -trimpath -ldflags='-s -w'
+	@$(TOOLCACHE) build --module $(TALOS_MOD) --env CGO_ENABLED=0 --pkg github.com/containerd/containerd/v2/cmd/containerd \
+		--out $(TALOS_BINS)/containerd -- -trimpath -tags 'no_btrfs no_zfs no_cri no_devmapper'
+	@$(TOOLCACHE) build --module $(TALOS_MOD) --env CGO_ENABLED=0 --pkg github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+		--out $(TALOS_BINS)/containerd-shim-runc-v2 -- -trimpath
 
 # kube-apiserver and etcd for controller-runtime's envtest (the Cluster API tests), built
 # from Go modules in their tools module (hack/tools/kube: k8s.io/kubernetes v1.36.3, its
 # staging modules at v0.36.3, etcd v3.6.8), never in Anvil's go.mod: no prebuilt envtest
 # binaries can be downloaded here; kube-apiserver is stamped with the module's version (its
-# /version, else v0.0.0-master). Long the first time (~15 min on 2 cores), so each is built
-# again only when the tools module's go.mod or go.sum is newer or the binary is missing.
-# Tests find them with KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) (or BinaryAssetsDirectory).
+# /version, else v0.0.0-master). Long the first time (~15 min on 2 cores), a copy after
+# (toolcache). Tests find them with KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) (or
+# BinaryAssetsDirectory).
 KUBE_MOD       := hack/tools/kube
 ENVTEST_ASSETS := $(TOOLS)/envtest
 
 envtest-assets: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd
 
-$(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd: $(ENVTEST_ASSETS)/%: $(KUBE_MOD)/go.mod $(KUBE_MOD)/go.sum
-	@mkdir -p $(ENVTEST_ASSETS)
-	v=$$($(GO) -C $(KUBE_MOD) list -m -f '{{.Version}}' k8s.io/kubernetes) && \
-		CGO_ENABLED=0 $(GO) build -C $(KUBE_MOD) -trimpath \
-		-ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$$v" -o $@ ./cmd/$*
-	@touch $@
+.PHONY: $(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd
+$(ENVTEST_ASSETS)/kube-apiserver $(ENVTEST_ASSETS)/etcd: $(ENVTEST_ASSETS)/%: $(TOOLCACHE)
+	@v=$$($(GO) -C $(KUBE_MOD) list -m -f '{{.Version}}' k8s.io/kubernetes) && \
+		$(TOOLCACHE) build --module $(KUBE_MOD) --env CGO_ENABLED=0 --pkg ./cmd/$* --out $@ \
+		-- -trimpath -ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$$v"
 
 # Cluster API's core manager and the Talos bootstrap provider (CABPT) for the Cluster API
 # end-to-end test (hack/e2e/capi), each built from its Go module in a tools module of its
 # own (hack/tools/cluster-api: sigs.k8s.io/cluster-api v1.14.0; hack/tools/cabpt: CABPT
-# v0.6.11), never in Anvil's go.mod. ~6 min each the first time on two cores, so each is
-# built again only when its tools module's go.mod or go.sum is newer or the binary is
-# missing. The test builds them the same way when they are not made.
+# v0.6.11), never in Anvil's go.mod. ~6 min each the first time on two cores, a copy
+# after (toolcache). The test builds them through make capi-tools when they are missing.
 CAPI_MOD  := hack/tools/cluster-api
 CABPT_MOD := hack/tools/cabpt
 
 capi-tools: $(TOOLS)/capi-core-manager $(TOOLS)/cabpt-manager
 
-$(TOOLS)/capi-core-manager: $(CAPI_MOD)/go.mod $(CAPI_MOD)/go.sum
-	@mkdir -p $(TOOLS)
-	v=$$($(GO) -C $(CAPI_MOD) list -m -f '{{.Version}}' sigs.k8s.io/cluster-api) && \
-		CGO_ENABLED=0 $(GO) build -C $(CAPI_MOD) -trimpath \
-		-ldflags="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=$$v" -o $@ sigs.k8s.io/cluster-api/core
-	@touch $@
+.PHONY: $(TOOLS)/capi-core-manager $(TOOLS)/cabpt-manager
+$(TOOLS)/capi-core-manager: $(TOOLCACHE)
+	@v=$$($(GO) -C $(CAPI_MOD) list -m -f '{{.Version}}' sigs.k8s.io/cluster-api) && \
+		$(TOOLCACHE) build --module $(CAPI_MOD) --env CGO_ENABLED=0 --pkg sigs.k8s.io/cluster-api/core --out $@ \
+		-- -trimpath -ldflags="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=$$v"
 
-$(TOOLS)/cabpt-manager: $(CABPT_MOD)/go.mod $(CABPT_MOD)/go.sum
-	@mkdir -p $(TOOLS)
-	CGO_ENABLED=0 $(GO) build -C $(CABPT_MOD) -trimpath -ldflags="-s -w" -o $@ github.com/siderolabs/cluster-api-bootstrap-provider-talos
-	@touch $@
+$(TOOLS)/cabpt-manager: $(TOOLCACHE)
+	@$(TOOLCACHE) build --module $(CABPT_MOD) --env CGO_ENABLED=0 --pkg github.com/siderolabs/cluster-api-bootstrap-provider-talos \
+		--out $@ -- -trimpath -ldflags="-s -w"
 
-# What lint needs, nothing from apt: golangci-lint, rebuilt when missing, when its version
-# changed (the stamp names it) or when its module did.
-.PHONY: lint-tools
+# What lint needs, nothing from apt: golangci-lint through toolcache, its version checked
+# against the Makefile's once per version (the stamp names it).
+.PHONY: lint-tools $(GOLANGCI_LINT)
 lint-tools: $(GOLANGCI_LINT)
 
-$(GOLANGCI_LINT): $(TOOLS)/golangci-lint.$(GOLANGCI_LINT_VERSION).stamp $(GOLANGCI_LINT_MOD)/go.mod $(GOLANGCI_LINT_MOD)/go.sum
-	$(GO) build -C $(GOLANGCI_LINT_MOD) -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+$(GOLANGCI_LINT): $(TOOLS)/golangci-lint.$(GOLANGCI_LINT_VERSION).stamp $(TOOLCACHE)
+	@$(TOOLCACHE) build --module $(GOLANGCI_LINT_MOD) --pkg github.com/golangci/golangci-lint/v2/cmd/golangci-lint --out $@
 
 $(TOOLS)/golangci-lint.$(GOLANGCI_LINT_VERSION).stamp:
 	@v=$$($(GO) -C $(GOLANGCI_LINT_MOD) list -m -f '{{.Version}}' github.com/golangci/golangci-lint/v2); \

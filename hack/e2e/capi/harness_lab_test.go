@@ -24,56 +24,29 @@ import (
 	"github.com/anvil-metal/anvil/internal/testprovider"
 )
 
-// tool is a manager built from its tools module (hack/tools/<dir>) into _out/tools, as the
-// Makefile's targets build it: again only when the module's go.mod or go.sum is newer
-// than the binary, or the binary is missing (the first build is long: ~6 min each on two
-// cores).
+// tool is a manager built from its tools module (hack/tools/<dir>) into _out/tools by the
+// Makefile's target of the same path (make capi-tools makes both): through the tool
+// cache, so ~6 min each the first time on two cores, a copy after.
 type tool struct {
-	name, dir, pkg, ldflags string
+	name, dir string
 }
 
 var (
-	capiCore = tool{
-		name: "capi-core-manager", dir: "hack/tools/cluster-api", pkg: "sigs.k8s.io/cluster-api/core",
-		ldflags: "-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=v1.14.0",
-	}
-	cabpt = tool{
-		name: "cabpt-manager", dir: "hack/tools/cabpt", pkg: "github.com/siderolabs/cluster-api-bootstrap-provider-talos",
-		ldflags: "-s -w",
-	}
+	capiCore = tool{name: "capi-core-manager", dir: "hack/tools/cluster-api"}
+	cabpt    = tool{name: "cabpt-manager", dir: "hack/tools/cabpt"}
 )
 
-// build returns the tool's binary, built first when missing or stale.
+// build returns the tool's binary, made by make.
 func (tl tool) build(t testing.TB, root string) string {
 	t.Helper()
 
 	out := filepath.Join(root, "_out", "tools", tl.name)
 
-	if st, err := os.Stat(out); err == nil {
-		fresh := true
-
-		for _, f := range []string{"go.mod", "go.sum"} {
-			if m, err := os.Stat(filepath.Join(root, tl.dir, f)); err != nil || m.ModTime().After(st.ModTime()) {
-				fresh = false
-			}
-		}
-
-		if fresh {
-			return out
-		}
-	}
-
-	t.Logf("building %s from %s (minutes the first time)", tl.name, tl.dir)
-
-	cmd := exec.Command("go", "build", "-C", tl.dir, "-trimpath", "-ldflags", tl.ldflags, "-o", out, tl.pkg)
+	cmd := exec.Command("make", "--no-print-directory", out)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 
 	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, "building %s: %s", tl.name, b)
-
-	now := time.Now()
-	require.NoError(t, os.Chtimes(out, now, now))
+	require.NoError(t, err, "make %s: %s", out, b)
 
 	return out
 }

@@ -76,8 +76,8 @@ func BuildProvider(t testing.TB, root, bin string) string {
 }
 
 // OmniBinaries are Omni and omnictl, _out/bin/omni and _out/bin/omnictl, made by "make
-// omni" when missing or older than their tools module (10-15 min the first time on two
-// cores, instant after).
+// omni" from their tools module through the tool cache (10-15 min the first time on two
+// cores, a copy after).
 func OmniBinaries(t testing.TB, root string) (omni, omnictl string) {
 	t.Helper()
 
@@ -86,8 +86,9 @@ func OmniBinaries(t testing.TB, root string) (omni, omnictl string) {
 	return filepath.Join(root, "_out", "bin", "omni"), filepath.Join(root, "_out", "bin", "omnictl")
 }
 
-// Talosctl is _out/bin/talosctl, made by "make talosctl" when missing or older than its
-// tools module (~8 min the first time on two cores, instant after).
+// Talosctl is _out/bin/talosctl, made by "make talosctl" from the Talos tools module
+// (hack/tools/talos) through the tool cache (~8 min the first time on two cores, a copy
+// after).
 func Talosctl(t testing.TB, root string) string {
 	t.Helper()
 
