@@ -1,7 +1,8 @@
 # Anvil: bare-metal provisioning for Talos Linux.
 #
 #   make demo   the main job: the lab's machines PXE-boot, appear, are accepted and handed to Talos
-#   make test   lint, the unit tests and the lab tests (installs what is missing first)
+#   make test   lint, the unit tests and the lab tests (installs what is missing first), then
+#               a table of where the time went (_out/test-times.txt)
 #   make unit   every package's fast tests, with the race detector
 #   make lab    the lab tests alone
 #   make e2e    the end-to-end flow on every machine kind (firmware, ports, DHCP mode)
@@ -13,6 +14,7 @@
 # QEMU, network namespaces, loop devices or Debian's daemons (make setup installs them).
 # Their test functions are named TestLab... (the end-to-end flow's keep their names).
 
+SHELL     := /bin/bash
 GO        ?= go
 OUT       := $(CURDIR)/_out
 BIN       := $(OUT)/bin
@@ -42,7 +44,7 @@ GOLANGCI_LINT_MOD     := hack/tools/golangci-lint
 
 COMMANDS := provider anvilctl
 
-.PHONY: all release setup setup-bench tools build generate lint test unit lab bench chaos fuzz run demo demo-omni e2e figures agent-initramfs agent-extension image omni talosctl talos-bins envtest-assets capi-tools clean agent-arm64
+.PHONY: all release setup setup-bench tools build generate lint test unit lab lab-tools bench chaos fuzz run demo demo-omni e2e figures agent-initramfs agent-extension image omni talosctl talos-bins envtest-assets capi-tools clean agent-arm64
 
 # Every binary built from a Go tools module (hack/tools/<module>, apart from Anvil's
 # go.mod) goes through toolcache (hack/cmd/toolcache): a cache outside the clone,
@@ -262,13 +264,39 @@ LAB_FILES = $(shell grep -rl --include='*_test.go' '^//go:build lab' . | grep -v
 LAB_PKGS  = $(sort $(dir $(LAB_FILES)))
 LAB_TESTS = $(shell sed -n 's/^func \(Test[A-Za-z0-9_]*\)([a-z]* \*testing\.T).*/\1/p' $(LAB_FILES) | sort -u | paste -sd'|')
 
-test: setup lint unit lab
+# make test runs its phases one after another, as make would (stopping at the first that
+# fails, unless make -k), stamping each one's start, end and exit status into
+# _out/test-logs/phases; then, whether they passed or not, it prints the time table, each
+# phase's wall time and go test's time per package of the unit and lab runs (from their
+# output, which unit and lab tee into _out/test-logs/{unit,lab}.log), writes it to
+# _out/test-times.txt as well, and exits with the failed phase's status.
+TEST_PHASES := setup lint unit lab-tools lab
+TEST_LOGS   := $(OUT)/test-logs
+MODULE      := github.com/anvil-metal/anvil
+KEEP_GOING   = $(findstring k,$(firstword -$(MAKEFLAGS)))
+
+test:
+	@mkdir -p $(TEST_LOGS) && rm -f $(TEST_LOGS)/phases $(TEST_LOGS)/unit.log $(TEST_LOGS)/lab.log
+	@status=0; for phase in $(TEST_PHASES); do \
+		start=$$(date +%s.%N); rc=0; \
+		$(MAKE) --no-print-directory $$phase || rc=$$?; \
+		echo "$$phase $$start $$(date +%s.%N) $$rc" >> $(TEST_LOGS)/phases; \
+		if [ $$rc -ne 0 ]; then [ $$status -ne 0 ] || status=$$rc; [ -n "$(KEEP_GOING)" ] || break; fi; \
+	done; \
+	echo; $(GO) run ./hack/cmd/testtimes -phases $(TEST_LOGS)/phases -module $(MODULE) -out $(OUT)/test-times.txt \
+		-run unit=$(TEST_LOGS)/unit.log -run lab=$(TEST_LOGS)/lab.log; \
+	exit $$status
 
 unit:
-	$(GO) test -race -count=1 -timeout 15m ./...
+	@mkdir -p $(TEST_LOGS)
+	set -o pipefail; $(GO) test -race -count=1 -timeout 15m ./... 2>&1 | tee $(TEST_LOGS)/unit.log
 
-lab: setup omni talosctl envtest-assets
-	$(GO) test -tags lab -count=1 -timeout 45m -run '^($(LAB_TESTS))$$' $(LAB_PKGS)
+# What the lab tests run beside the lab: Omni, omnictl, talosctl, kube-apiserver and etcd.
+lab-tools: omni talosctl envtest-assets
+
+lab: setup lab-tools
+	@mkdir -p $(TEST_LOGS)
+	set -o pipefail; $(GO) test -tags lab -count=1 -timeout 45m -run '^($(LAB_TESTS))$$' $(LAB_PKGS) 2>&1 | tee $(TEST_LOGS)/lab.log
 
 # Every benchmark (bench/README.md), or those named: make bench BENCH="storm tftp".
 BENCH ?= all
