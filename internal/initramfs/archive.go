@@ -1,6 +1,6 @@
-// Package initramfs builds the agent's initramfs: a newc cpio archive, written in a
-// reproducible way (sorted entries, fixed mtime, uid/gid 0, sequential inodes), then
-// compressed with xz (CRC32, which the kernel requires) or zstd.
+// Package initramfs writes initramfs archives (the agent's, the lab's real Talos and its
+// extension layers): newc cpio, written in a reproducible way (sorted entries, fixed mtime,
+// uid/gid 0, sequential inodes), then compressed with xz (CRC32, which the kernel requires) or zstd.
 package initramfs
 
 import (

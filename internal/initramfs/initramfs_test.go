@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/u-root/u-root/pkg/cpio"
 
-	"github.com/anvil-metal/anvil/imager/internal/initramfs"
+	"github.com/anvil-metal/anvil/internal/initramfs"
 )
 
 func TestArchive(t *testing.T) {

@@ -17,8 +17,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/anvil-metal/anvil/imager/internal/initramfs"
 	"github.com/anvil-metal/anvil/imager/internal/kmod"
+	"github.com/anvil-metal/anvil/internal/initramfs"
 	"github.com/anvil-metal/anvil/internal/modules"
 )
 

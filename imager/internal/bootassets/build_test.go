@@ -16,9 +16,9 @@ import (
 	"github.com/u-root/u-root/pkg/cpio"
 
 	"github.com/anvil-metal/anvil/imager/internal/bootassets"
-	"github.com/anvil-metal/anvil/imager/internal/initramfs"
 	"github.com/anvil-metal/anvil/imager/internal/kmod"
 	"github.com/anvil-metal/anvil/imager/internal/kmod/kmodtest"
+	"github.com/anvil-metal/anvil/internal/initramfs"
 	"github.com/anvil-metal/anvil/internal/modules"
 )
 

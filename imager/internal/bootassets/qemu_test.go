@@ -19,8 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/imager/internal/bootassets"
-	"github.com/anvil-metal/anvil/imager/internal/initramfs"
 	"github.com/anvil-metal/anvil/imager/internal/kmod"
+	"github.com/anvil-metal/anvil/internal/initramfs"
 	"github.com/anvil-metal/anvil/internal/testprovider"
 )
 

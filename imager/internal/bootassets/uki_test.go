@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/imager/internal/bootassets"
-	"github.com/anvil-metal/anvil/imager/internal/initramfs"
 	"github.com/anvil-metal/anvil/imager/internal/kmod"
 	"github.com/anvil-metal/anvil/imager/internal/kmod/kmodtest"
+	"github.com/anvil-metal/anvil/internal/initramfs"
 	"github.com/anvil-metal/anvil/internal/modules"
 )
 

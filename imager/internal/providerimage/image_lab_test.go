@@ -39,9 +39,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/anvil-metal/anvil/imager/internal/bootassets"
-	"github.com/anvil-metal/anvil/imager/internal/initramfs"
 	"github.com/anvil-metal/anvil/imager/internal/kmod"
 	"github.com/anvil-metal/anvil/imager/internal/providerimage"
+	"github.com/anvil-metal/anvil/internal/initramfs"
 	"github.com/anvil-metal/anvil/internal/netns"
 )
 
