@@ -16,9 +16,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/anvil-metal/anvil/imager/internal/bootassets"
-	"github.com/anvil-metal/anvil/imager/internal/initramfs"
 	"github.com/anvil-metal/anvil/imager/internal/kmod"
 	"github.com/anvil-metal/anvil/internal/flagenv"
+	"github.com/anvil-metal/anvil/internal/initramfs"
 )
 
 func main() {
@@ -98,7 +98,7 @@ func newCommand() *cobra.Command {
 	flags.BoolVar(&opts.Force, "force", false, "recompress even when the archive is unchanged since the last build")
 	flagenv.Annotate(flags)
 
-	cmd.AddCommand(newExtensionCommand(), newImageCommand(), newCAPIReleaseCommand())
+	cmd.AddCommand(newExtensionCommand(), newImageCommand(), newCAPIReleaseCommand(), newTalosCommand())
 
 	return cmd
 }
