@@ -82,6 +82,10 @@ type Factory struct {
 
 	talosVersions, kubernetesVersions []string
 
+	// talos is real Talos, served for its version (WithTalos); the stand-in's assets
+	// serve the others.
+	talos *Talos
+
 	mu         sync.Mutex
 	schematics map[string][]byte
 	order      []string
@@ -221,11 +225,27 @@ func (f *Factory) pxe(w http.ResponseWriter, r *http.Request) {
 	base := f.base(r)
 	image := base + "/image/" + id + "/" + version + "/"
 	initramfs := "initramfs-" + arch + ".xz"
-	// Debian's 2019 iPXE needs initrd=<name> on the kernel line under EFI.
-	args := append([]string{"initrd=" + initramfs}, kernelArgs(sc, id, version, platform, arch, base)...)
+
+	cmdline, err := f.cmdline(sc, id, version, platform, arch, base)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+
+		return
+	}
 
 	w.Header().Set("Content-Type", "text/plain")
-	fmt.Fprintf(w, "#!ipxe\nimgfree\nkernel %skernel-%s %s\ninitrd %s%s\nboot\n", image, arch, strings.Join(args, " "), image, initramfs) //nolint:gosec // a text/plain iPXE script, not HTML
+	// Debian's 2019 iPXE needs initrd=<name> on the kernel line under EFI.
+	fmt.Fprintf(w, "#!ipxe\nimgfree\nkernel %skernel-%s initrd=%s %s\ninitrd %s%s\nboot\n", image, arch, initramfs, cmdline, image, initramfs) //nolint:gosec // a text/plain iPXE script, not HTML
+}
+
+// cmdline is a schematic's kernel command line for a version: the real factory's for real
+// Talos, the stand-in's own (naming what it served) for the stand-in.
+func (f *Factory) cmdline(sc *schematic.Schematic, id, version, platform, arch, base string) (string, error) {
+	if f.talos.serves(version) {
+		return TalosCmdline(version, platform, arch, sc.Customization.ExtraKernelArgs)
+	}
+
+	return strings.Join(kernelArgs(sc, id, version, platform, arch, base), " "), nil
 }
 
 // kernelArgs are the arguments the stand-in boots a schematic's Talos with, as the
@@ -275,8 +295,31 @@ func (f *Factory) image(w http.ResponseWriter, r *http.Request) {
 	defer f.count(r, cw)
 
 	if m := cmdlineRe.FindStringSubmatch(parts[2]); m != nil {
+		cmdline, err := f.cmdline(sc, parts[0], parts[1], m[1], m[2], f.base(r))
+		if err != nil {
+			http.Error(cw, err.Error(), http.StatusBadRequest)
+
+			return
+		}
+
 		cw.Header().Set("Content-Type", "text/plain")
-		io.WriteString(cw, strings.Join(kernelArgs(sc, parts[0], parts[1], m[1], m[2], f.base(r)), " ")) //nolint:errcheck,gosec // a text/plain cmdline, not HTML; a write error: the client went away
+		io.WriteString(cw, cmdline) //nolint:errcheck,gosec // a text/plain cmdline, not HTML; a write error: the client went away
+
+		return
+	}
+
+	if f.talos.serves(parts[1]) {
+		path, err := f.talos.file(r.Context(), parts[0], sc, f.base(r), parts[2])
+
+		switch {
+		case err != nil:
+			http.Error(cw, err.Error(), http.StatusInternalServerError)
+		case path == "":
+			http.NotFound(cw, r)
+		default:
+			cw.Header().Set("Content-Type", "application/octet-stream")
+			http.ServeFile(cw, r, path)
+		}
 
 		return
 	}

@@ -83,6 +83,14 @@ func (f *Factory) registry(w http.ResponseWriter, r *http.Request) {
 
 	m := tagsPathRe.FindStringSubmatch(r.URL.Path)
 
+	// Real Talos' installer images are in a registry of their own; kubelet's and the
+	// installer's tag lists stay the stand-in's.
+	if f.talos != nil && (m == nil || (m[1] != kubeletRepo && m[1] != installerRepo)) {
+		f.talos.registry(w, r, f)
+
+		return
+	}
+
 	switch {
 	case m == nil:
 	case m[1] == kubeletRepo:

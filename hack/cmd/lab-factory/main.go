@@ -26,6 +26,8 @@ func main() {
 	assets := flag.String("assets", "_out/talos-standin", "boot assets: vmlinuz-amd64 and initramfs-amd64.zst (the imager's output) and metal-amd64.raw; empty: none (schematics and versions only)")
 	baseURL := flag.String("base-url", "", "base of the asset URLs in the PXE script (default: the Host the client used)")
 	talos := flag.String("talos-versions", strings.Join(labfactory.DefaultTalosVersions, ","), "Talos versions offered (GET /versions), comma-separated")
+	talosAssets := flag.String("talos-assets", "", "real Talos (make talos: _out/talos/assets), served for the version its talos.json names beside the stand-in's; empty: none")
+	talosWork := flag.String("talos-work", "", "where per-schematic initramfs and installer layers of real Talos are made (default: a temporary directory)")
 	kubernetes := flag.String("kubernetes-versions", strings.Join(labfactory.DefaultKubernetesVersions, ","), "Kubernetes versions offered (the registry's siderolabs/kubelet tags), comma-separated")
 	flag.Parse()
 
@@ -36,6 +38,29 @@ func main() {
 
 	if *assets != "" {
 		opts = append(opts, labfactory.WithAssets(*assets))
+	}
+
+	if *talosAssets != "" {
+		work := *talosWork
+		if work == "" {
+			tmp, err := os.MkdirTemp("", "lab-factory-")
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "error:", err)
+				os.Exit(1)
+			}
+
+			defer os.RemoveAll(tmp) //nolint:errcheck // a temp dir
+
+			work = tmp
+		}
+
+		t, err := labfactory.NewTalos(*talosAssets, work)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "error:", err)
+			os.Exit(1) //nolint:gocritic // the temp dir is empty yet
+		}
+
+		opts = append(opts, labfactory.WithTalos(t))
 	}
 
 	if *baseURL != "" {

@@ -1,0 +1,402 @@
+package labfactory
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/siderolabs/image-factory/pkg/schematic"
+
+	"github.com/anvil-metal/anvil/internal/installerimage"
+	"github.com/anvil-metal/anvil/internal/talosext"
+)
+
+// The real Talos assets' names in make talos' output (imager/internal/talosbuild).
+const (
+	talosKernel        = "vmlinuz-amd64"
+	talosInitramfs     = "initramfs-amd64.xz"
+	talosInstallerBase = "installer-base.tar"
+	talosManifest      = "talos.json"
+)
+
+// Talos is real Talos (make talos) served for its version, as the Image Factory serves a
+// release: the kernel, an initramfs per schematic (Talos' own with the schematic's
+// extension layer appended, so that Talos reports the schematic as a factory image's
+// does), the factory's kernel command line, and installer images in the registry:
+// metal-installer/<schematic>:<version> and siderolabs/installer:<version>.
+type Talos struct {
+	dir, work string
+	version   string
+	// extensions are system extensions by name that schematics may ask for
+	// (WithExtension): their rootfs directories.
+	extensions map[string]talosext.Extension
+
+	reg   http.Handler
+	blobs *blobStore
+
+	mu sync.Mutex
+	// initramfs are the per-schematic initramfs files made, by schematic ID.
+	initramfs map[string]string
+	// pushed are the installer images in the registry, by reference path.
+	pushed map[string]bool
+}
+
+// NewTalos serves make talos' output in dir; per-schematic files are made under work.
+func NewTalos(dir, work string) (*Talos, error) {
+	b, err := os.ReadFile(filepath.Join(dir, talosManifest))
+	if err != nil {
+		return nil, fmt.Errorf("error reading real Talos' manifest (make talos): %w", err)
+	}
+
+	var m struct {
+		TalosVersion string `json:"talosVersion"`
+	}
+
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("error decoding %s: %w", talosManifest, err)
+	}
+
+	if !versionRe.MatchString(m.TalosVersion) {
+		return nil, fmt.Errorf("%s names no Talos version", talosManifest)
+	}
+
+	for _, f := range []string{talosKernel, talosInitramfs, talosInstallerBase} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			return nil, fmt.Errorf("real Talos' %s (make talos): %w", f, err)
+		}
+	}
+
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return nil, fmt.Errorf("error making %s: %w", work, err)
+	}
+
+	blobs := &blobStore{files: map[string]string{}, data: map[string][]byte{}}
+
+	return &Talos{
+		dir: dir, work: work, version: m.TalosVersion,
+		extensions: map[string]talosext.Extension{},
+		reg:        registry.New(registry.WithBlobHandler(blobs), registry.Logger(log.New(io.Discard, "", 0))),
+		blobs:      blobs,
+		initramfs:  map[string]string{}, pushed: map[string]bool{},
+	}, nil
+}
+
+// Version is the Talos version served.
+func (t *Talos) Version() string { return t.version }
+
+// WithExtension lets schematics name ext among their official extensions.
+func (t *Talos) WithExtension(name string, ext talosext.Extension) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+
+	t.extensions[name] = ext
+}
+
+// WithTalos serves real Talos for its version beside the stand-in's versions.
+func WithTalos(t *Talos) Option {
+	return func(f *Factory) {
+		f.talos = t
+
+		if !containsString(f.talosVersions, t.version) {
+			f.talosVersions = append(f.talosVersions, t.version)
+		}
+	}
+}
+
+// serves says whether version is real Talos'.
+func (t *Talos) serves(version string) bool { return t != nil && version == t.version }
+
+// file answers a real Talos /image/ file: the kernel, the schematic's initramfs, the
+// cmdline; "" when there is none by that name.
+func (t *Talos) file(ctx context.Context, id string, sc *schematic.Schematic, base, file string) (string, error) {
+	switch file {
+	case "kernel-amd64":
+		return filepath.Join(t.dir, talosKernel), nil
+	case "initramfs-amd64.xz":
+		return t.schematicInitramfs(ctx, id, sc, base)
+	default:
+		return "", nil
+	}
+}
+
+// schematicInitramfs is Talos' initramfs with the schematic's extensions appended, made
+// once per schematic.
+func (t *Talos) schematicInitramfs(ctx context.Context, id string, sc *schematic.Schematic, base string) (string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+
+	if p, ok := t.initramfs[id]; ok {
+		return p, nil
+	}
+
+	doc, err := sc.Marshal()
+	if err != nil {
+		return "", fmt.Errorf("error encoding schematic %s: %w", id, err)
+	}
+
+	exts := []talosext.Extension{talosext.Schematic(id, doc, base)}
+
+	for _, name := range sc.Customization.SystemExtensions.OfficialExtensions {
+		ext, ok := t.extensions[name]
+		if !ok {
+			return "", fmt.Errorf("the factory stand-in has no extension %s", name)
+		}
+
+		exts = append(exts, ext)
+	}
+
+	dir := filepath.Join(t.work, id)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("error making %s: %w", dir, err)
+	}
+
+	out := filepath.Join(dir, talosInitramfs)
+
+	if err := appendFile(out, filepath.Join(t.dir, talosInitramfs), func(w io.Writer) error {
+		return talosext.Layer(ctx, w, exts, dir, time.Unix(0, 0))
+	}); err != nil {
+		return "", fmt.Errorf("error making schematic %s's initramfs: %w", id, err)
+	}
+
+	t.initramfs[id] = out
+
+	return out, nil
+}
+
+// appendFile writes out as src followed by what more writes, atomically.
+func appendFile(out, src string, more func(io.Writer) error) error {
+	tmp, err := os.CreateTemp(filepath.Dir(out), ".initramfs-*")
+	if err != nil {
+		return err //nolint:wrapcheck // names the file
+	}
+
+	defer os.Remove(tmp.Name()) //nolint:errcheck // gone once renamed
+
+	in, err := os.Open(src)
+	if err != nil {
+		tmp.Close() //nolint:errcheck,gosec // the open's error wins
+
+		return err //nolint:wrapcheck // names the file
+	}
+
+	_, err = io.Copy(tmp, in)
+	in.Close() //nolint:errcheck,gosec // read only
+
+	if err == nil {
+		err = more(tmp)
+	}
+
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+
+	if err != nil {
+		return err
+	}
+
+	return os.Rename(tmp.Name(), out) //nolint:wrapcheck // names the files
+}
+
+// Registry paths of the installer images: Omni names Talos ≥ 1.10's installer
+// <factory>/<platform>-installer/<schematic>:<version>; without a schematic,
+// siderolabs/installer:<version>.
+var installerManifestRe = regexp.MustCompile(`^/v2/(metal-installer/([0-9a-f]{64})|siderolabs/installer)/manifests/([^/]+)$`)
+
+// registry answers the distribution API for the installer images, pushing an image into
+// the in-process registry when its manifest is first asked for.
+func (t *Talos) registry(w http.ResponseWriter, r *http.Request, f *Factory) {
+	if m := installerManifestRe.FindStringSubmatch(r.URL.Path); m != nil && m[3] == t.version {
+		if err := t.ensureInstaller(r.Context(), f, m[1], m[2], f.base(r)); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+
+			return
+		}
+	}
+
+	t.reg.ServeHTTP(w, r)
+}
+
+// ensureInstaller pushes the installer image repo:<version> with the schematic id's boot
+// assets (Talos' own without one).
+func (t *Talos) ensureInstaller(ctx context.Context, f *Factory, repo, id, base string) error {
+	ref := repo + ":" + t.version
+
+	t.mu.Lock()
+	done := t.pushed[ref]
+	t.mu.Unlock()
+
+	if done {
+		return nil
+	}
+
+	initramfs := filepath.Join(t.dir, talosInitramfs)
+	assetsDir := filepath.Join(t.work, "installer")
+
+	if id != "" {
+		sc, err := f.parsed(id)
+		if err != nil {
+			return err
+		}
+
+		if initramfs, err = t.schematicInitramfs(ctx, id, sc, base); err != nil {
+			return err
+		}
+
+		assetsDir = filepath.Join(t.work, id, "installer")
+	}
+
+	img, err := installerimage.Image(filepath.Join(t.dir, talosInstallerBase),
+		installerimage.Assets{Arch: "amd64", Kernel: filepath.Join(t.dir, talosKernel), Initramfs: initramfs},
+		assetsDir, time.Unix(0, 0))
+	if err != nil {
+		return err //nolint:wrapcheck // names what failed
+	}
+
+	layers, err := img.Layers()
+	if err != nil {
+		return fmt.Errorf("error reading the installer's layers: %w", err)
+	}
+
+	for _, l := range layers {
+		t.blobs.addLayer(l)
+	}
+
+	tag, err := name.NewTag("factory.lab/"+ref, name.Insecure)
+	if err != nil {
+		return fmt.Errorf("error naming %s: %w", ref, err)
+	}
+
+	if err := remote.Write(tag, img, remote.WithContext(ctx), remote.WithTransport(handlerTransport{t.reg})); err != nil {
+		return fmt.Errorf("error storing %s in the registry: %w", ref, err)
+	}
+
+	t.mu.Lock()
+	t.pushed[ref] = true
+	t.mu.Unlock()
+
+	return nil
+}
+
+// handlerTransport sends requests to an in-process handler.
+type handlerTransport struct{ h http.Handler }
+
+func (ht handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body == nil {
+		r.Body = http.NoBody // a server's request always has one
+	}
+
+	rec := httptest.NewRecorder()
+	ht.h.ServeHTTP(rec, r)
+
+	res := rec.Result()
+	res.Request = r // the client resolves upload locations against it
+
+	return res, nil
+}
+
+// maxPutBlob bounds a blob pushed into the registry: image configs and manifests are a few
+// KiB; the layers are files on disk, never pushed.
+const maxPutBlob = 1 << 20
+
+// blobStore keeps the registry's blobs: layers as the files they are on disk, the rest
+// (image configs) in memory.
+type blobStore struct {
+	mu    sync.Mutex
+	files map[string]string
+	data  map[string][]byte
+}
+
+func (b *blobStore) addLayer(l v1.Layer) {
+	fl, ok := l.(interface{ Path() string })
+	if !ok {
+		return
+	}
+
+	d, err := l.Digest()
+	if err != nil {
+		return
+	}
+
+	b.mu.Lock()
+	b.files[d.String()] = fl.Path()
+	b.mu.Unlock()
+}
+
+func (b *blobStore) Stat(_ context.Context, _ string, h v1.Hash) (int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+
+	if p, ok := b.files[h.String()]; ok {
+		st, err := os.Stat(p)
+		if err != nil {
+			return 0, err //nolint:wrapcheck // the registry answers with it
+		}
+
+		return st.Size(), nil
+	}
+
+	if d, ok := b.data[h.String()]; ok {
+		return int64(len(d)), nil
+	}
+
+	return 0, registry.ErrNotFound
+}
+
+func (b *blobStore) Get(_ context.Context, _ string, h v1.Hash) (io.ReadCloser, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+
+	if p, ok := b.files[h.String()]; ok {
+		return os.Open(p) //nolint:wrapcheck,gosec // a layer file this factory made
+	}
+
+	if d, ok := b.data[h.String()]; ok {
+		return io.NopCloser(strings.NewReader(string(d))), nil
+	}
+
+	return nil, registry.ErrNotFound
+}
+
+func (b *blobStore) Put(_ context.Context, _ string, h v1.Hash, rc io.ReadCloser) error {
+	defer rc.Close() //nolint:errcheck // read only
+
+	d, err := io.ReadAll(io.LimitReader(rc, maxPutBlob+1))
+	if err != nil {
+		return err //nolint:wrapcheck // the registry answers with it
+	}
+
+	if len(d) > maxPutBlob {
+		return errors.New("blob too large for the factory stand-in")
+	}
+
+	b.mu.Lock()
+	b.data[h.String()] = d
+	b.mu.Unlock()
+
+	return nil
+}
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+
+	return false
+}
