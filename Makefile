@@ -27,7 +27,7 @@ PKGS_BUILD := protobuf-compiler
 PKGS_AGENT := linux-image-amd64
 PKGS_TEST  := iproute2 ipxe dnsmasq-base util-linux qemu-system-x86 qemu-utils ipxe-qemu ovmf \
 	syslinux syslinux-common mtools dosfstools systemd-boot-efi fdisk openipmi ipmitool nftables chromium fonts-liberation \
-	atftp qemu-system-arm qemu-efi-aarch64
+	atftp qemu-system-arm qemu-efi-aarch64 squashfs-tools
 PKGS_BENCH := kea-admin dnsmasq-base nginx-light wrk iproute2 util-linux atftpd
 PKGS_IMAGE := ipxe ca-certificates
 
@@ -44,7 +44,7 @@ GOLANGCI_LINT_MOD     := hack/tools/golangci-lint
 
 COMMANDS := provider anvilctl
 
-.PHONY: all release setup setup-bench tools build generate lint test unit lab lab-tools bench chaos fuzz run demo demo-omni e2e figures agent-initramfs agent-extension image omni talosctl talos-bins envtest-assets capi-tools clean agent-arm64
+.PHONY: all release setup setup-bench tools build generate lint test unit lab lab-tools bench chaos fuzz run demo demo-omni e2e figures agent-initramfs agent-extension image omni talosctl talos-bins talos envtest-assets capi-tools clean agent-arm64
 
 # Every binary built from a Go tools module (hack/tools/<module>, apart from Anvil's
 # go.mod) goes through toolcache (hack/cmd/toolcache): a cache outside the clone,
@@ -190,6 +190,24 @@ talos-bins: $(TOOLCACHE)
 		--out $(TALOS_BINS)/containerd -- -trimpath -tags 'no_btrfs no_zfs no_cri no_devmapper'
 	@$(TOOLCACHE) build --module $(TALOS_MOD) --env CGO_ENABLED=0 --pkg github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
 		--out $(TALOS_BINS)/containerd-shim-runc-v2 -- -trimpath
+
+# Real Talos for the lab (imager talos, imager/README.md): Talos' binaries above, the
+# preinit that loads what Talos' kernel has built in, and Debian's kernel and userland
+# (hack/talos-debian.sh, unpacked under the cache), assembled into _out/talos/assets, a
+# link into the cache ($(ANVIL_CACHE)/talos/assets/<key>): the key names every input (the
+# imager itself, the binaries, the packages' versions), so a warm run builds nothing.
+ANVIL_CACHE ?= $(or $(ANVIL_CACHE_DIR),$(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME)/anvil,$(HOME)/.cache/anvil))
+TALOS_ASSETS := $(OUT)/talos/assets
+
+talos: setup talos-bins
+	@hack/talos-debian.sh $(ANVIL_CACHE)/talos/debian
+	@CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(OUT)/talos/bin/talos-preinit ./hack/cmd/talos-preinit
+	@$(GO) build -o $(TOOLS)/imager ./imager/cmd/imager
+	@$(TOOLS)/imager talos --talos-version $$($(GO) -C $(TALOS_MOD) list -m -f '{{.Version}}' github.com/siderolabs/talos) \
+		--talos-bins $(TALOS_BINS) --talos-preinit $(OUT)/talos/bin/talos-preinit --talos-debian $(ANVIL_CACHE)/talos/debian \
+		--talos-source $$($(GO) -C $(TALOS_MOD) list -m -f '{{.Dir}}' github.com/siderolabs/talos) \
+		--machinery-source $$($(GO) -C $(TALOS_MOD) list -m -f '{{.Dir}}' github.com/siderolabs/talos/pkg/machinery) \
+		--talos-cache $(ANVIL_CACHE)/talos/assets --talos-out $(TALOS_ASSETS) --mtime 0
 
 # kube-apiserver and etcd for controller-runtime's envtest (the Cluster API tests), built
 # from Go modules in their tools module (hack/tools/kube: k8s.io/kubernetes v1.36.3, its

@@ -18,11 +18,28 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// Assets are the boot assets an installer lays down, for one architecture.
+// Assets are the boot assets an installer lays down, for one architecture: a Unified
+// Kernel Image (vmlinuz.efi: kernel, initramfs and command line, which Talos ≥ 1.10's
+// installers carry and GRUB installs take apart), or a kernel and an initramfs.
 type Assets struct {
 	Arch      string
+	UKI       string
 	Kernel    string
 	Initramfs string
+}
+
+// files are the assets' files in the layer: Talos' constants.UKIAssetPath,
+// KernelAssetPath and InitramfsAssetPath.
+func (a Assets) files() []File {
+	var files []File
+
+	for name, src := range map[string]string{"vmlinuz.efi": a.UKI, "vmlinuz": a.Kernel, "initramfs.xz": a.Initramfs} {
+		if src != "" {
+			files = append(files, File{Name: "usr/install/" + a.Arch + "/" + name, Mode: 0o644, Source: src})
+		}
+	}
+
+	return files
 }
 
 // Image is the installer: the base layer at base (an uncompressed tar), then a layer of
@@ -80,10 +97,7 @@ func assetsLayer(a Assets, dir string, created time.Time) (v1.Layer, error) {
 
 		defer os.Remove(tmp.Name()) //nolint:errcheck // gone once renamed
 
-		err = WriteFiles(tmp, []File{
-			{Name: "usr/install/" + a.Arch + "/vmlinuz", Mode: 0o644, Source: a.Kernel},
-			{Name: "usr/install/" + a.Arch + "/initramfs.xz", Mode: 0o644, Source: a.Initramfs},
-		}, created)
+		err = WriteFiles(tmp, a.files(), created)
 		if cerr := tmp.Close(); err == nil {
 			err = cerr
 		}

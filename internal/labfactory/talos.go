@@ -24,6 +24,7 @@ import (
 
 	"github.com/anvil-metal/anvil/internal/installerimage"
 	"github.com/anvil-metal/anvil/internal/talosext"
+	"github.com/anvil-metal/anvil/internal/uki"
 )
 
 // The real Talos assets' names in make talos' output (imager/internal/talosbuild).
@@ -31,6 +32,8 @@ const (
 	talosKernel        = "vmlinuz-amd64"
 	talosInitramfs     = "initramfs-amd64.xz"
 	talosInstallerBase = "installer-base.tar"
+	talosUKIStub       = "uki-stub-amd64.efi"
+	talosOSRelease     = "os-release"
 	talosManifest      = "talos.json"
 )
 
@@ -75,7 +78,7 @@ func NewTalos(dir, work string) (*Talos, error) {
 		return nil, fmt.Errorf("%s names no Talos version", talosManifest)
 	}
 
-	for _, f := range []string{talosKernel, talosInitramfs, talosInstallerBase} {
+	for _, f := range []string{talosKernel, talosInitramfs, talosInstallerBase, talosUKIStub, talosOSRelease} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			return nil, fmt.Errorf("real Talos' %s (make talos): %w", f, err)
 		}
@@ -178,28 +181,34 @@ func (t *Talos) schematicInitramfs(ctx context.Context, id string, sc *schematic
 	return out, nil
 }
 
-// appendFile writes out as src followed by what more writes, atomically.
+// appendFile writes out as src (if any) followed by what more writes, atomically.
 func appendFile(out, src string, more func(io.Writer) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(out), ".initramfs-*")
+	tmp, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+"-*")
 	if err != nil {
 		return err //nolint:wrapcheck // names the file
 	}
 
 	defer os.Remove(tmp.Name()) //nolint:errcheck // gone once renamed
 
-	in, err := os.Open(src)
-	if err != nil {
-		tmp.Close() //nolint:errcheck,gosec // the open's error wins
+	if src != "" {
+		in, err := os.Open(src)
+		if err != nil {
+			tmp.Close() //nolint:errcheck,gosec // the open's error wins
 
-		return err //nolint:wrapcheck // names the file
+			return err //nolint:wrapcheck // names the file
+		}
+
+		_, err = io.Copy(tmp, in)
+		in.Close() //nolint:errcheck,gosec // read only
+
+		if err != nil {
+			tmp.Close() //nolint:errcheck,gosec // the copy's error wins
+
+			return err //nolint:wrapcheck // names the file
+		}
 	}
 
-	_, err = io.Copy(tmp, in)
-	in.Close() //nolint:errcheck,gosec // read only
-
-	if err == nil {
-		err = more(tmp)
-	}
+	err = more(tmp)
 
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
@@ -244,25 +253,25 @@ func (t *Talos) ensureInstaller(ctx context.Context, f *Factory, repo, id, base 
 		return nil
 	}
 
-	initramfs := filepath.Join(t.dir, talosInitramfs)
-	assetsDir := filepath.Join(t.work, "installer")
+	sc := &schematic.Schematic{}
+	dir := filepath.Join(t.work, "installer")
 
 	if id != "" {
-		sc, err := f.parsed(id)
-		if err != nil {
+		var err error
+		if sc, err = f.parsed(id); err != nil {
 			return err
 		}
 
-		if initramfs, err = t.schematicInitramfs(ctx, id, sc, base); err != nil {
-			return err
-		}
+		dir = filepath.Join(t.work, id)
+	}
 
-		assetsDir = filepath.Join(t.work, id, "installer")
+	uki, err := t.schematicUKI(ctx, id, sc, base, dir)
+	if err != nil {
+		return err
 	}
 
 	img, err := installerimage.Image(filepath.Join(t.dir, talosInstallerBase),
-		installerimage.Assets{Arch: "amd64", Kernel: filepath.Join(t.dir, talosKernel), Initramfs: initramfs},
-		assetsDir, time.Unix(0, 0))
+		installerimage.Assets{Arch: "amd64", UKI: uki}, filepath.Join(dir, "installer"), time.Unix(0, 0))
 	if err != nil {
 		return err //nolint:wrapcheck // names what failed
 	}
@@ -290,6 +299,79 @@ func (t *Talos) ensureInstaller(ctx context.Context, f *Factory, repo, id, base 
 	t.mu.Unlock()
 
 	return nil
+}
+
+// schematicUKI is the schematic's Unified Kernel Image, as the factory's installer for
+// Talos ≥ 1.10 carries it (vmlinuz.efi): the kernel, the schematic's initramfs (Talos'
+// own without a schematic) and its command line, made once in dir.
+func (t *Talos) schematicUKI(ctx context.Context, id string, sc *schematic.Schematic, base, dir string) (string, error) {
+	out := filepath.Join(dir, "vmlinuz.efi")
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
+
+	initramfs := filepath.Join(t.dir, talosInitramfs)
+
+	if id != "" {
+		var err error
+		if initramfs, err = t.schematicInitramfs(ctx, id, sc, base); err != nil {
+			return "", err
+		}
+	}
+
+	cmdline, err := TalosCmdline(t.version, "metal", "amd64", sc.Customization.ExtraKernelArgs)
+	if err != nil {
+		return "", err
+	}
+
+	stub, err := os.ReadFile(filepath.Join(t.dir, talosUKIStub))
+	if err != nil {
+		return "", fmt.Errorf("error reading the UKI stub: %w", err)
+	}
+
+	osrel, err := os.ReadFile(filepath.Join(t.dir, talosOSRelease))
+	if err != nil {
+		return "", fmt.Errorf("error reading os-release: %w", err)
+	}
+
+	var sections []uki.Section
+
+	for _, s := range []struct{ name, path string }{{uki.SectionLinux, filepath.Join(t.dir, talosKernel)}, {uki.SectionInitrd, initramfs}} {
+		f, err := os.Open(s.path)
+		if err != nil {
+			return "", fmt.Errorf("error opening %s: %w", s.path, err)
+		}
+
+		defer f.Close() //nolint:errcheck // read only
+
+		st, err := f.Stat()
+		if err != nil {
+			return "", fmt.Errorf("error reading %s: %w", s.path, err)
+		}
+
+		sections = append(sections, uki.Section{Name: s.name, Data: f, Size: st.Size()})
+	}
+
+	im, err := uki.New(stub, append([]uki.Section{
+		uki.BytesSection(uki.SectionOSRel, osrel), uki.BytesSection(uki.SectionCmdline, []byte(cmdline)),
+	}, sections...)...)
+	if err != nil {
+		return "", err //nolint:wrapcheck // names the UKI
+	}
+
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("error making %s: %w", dir, err)
+	}
+
+	if err := appendFile(out, "", func(w io.Writer) error {
+		_, err := io.Copy(w, io.NewSectionReader(im, 0, im.Size()))
+
+		return err //nolint:wrapcheck // names the file below
+	}); err != nil {
+		return "", fmt.Errorf("error writing the UKI: %w", err)
+	}
+
+	return out, nil
 }
 
 // handlerTransport sends requests to an in-process handler.

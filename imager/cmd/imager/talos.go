@@ -2,6 +2,11 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -14,8 +19,8 @@ import (
 // with the agent's.
 func newTalosCommand() *cobra.Command {
 	var (
-		opts  talosbuild.Options
-		mtime string
+		opts         talosbuild.Options
+		mtime, cache string
 	)
 
 	cmd := &cobra.Command{
@@ -46,6 +51,10 @@ func newTalosCommand() *cobra.Command {
 
 			opts.MTime, opts.Log = created, cmd.ErrOrStderr()
 
+			if cache != "" {
+				return buildCached(cmd, opts, cache)
+			}
+
 			m, err := talosbuild.Build(cmd.Context(), opts)
 			if err != nil {
 				return err
@@ -66,8 +75,91 @@ func newTalosCommand() *cobra.Command {
 	flags.StringVar(&opts.TalosSource, "talos-source", "", "the Talos module's directory (go list -m -f '{{.Dir}}' github.com/siderolabs/talos)")
 	flags.StringVar(&opts.MachinerySource, "machinery-source", "", "the Talos machinery module's directory")
 	flags.StringVar(&opts.Out, "talos-out", "_out/talos/assets", "output directory")
+	flags.StringVar(&cache, "talos-cache", "", "keep the assets in <dir>/<key> (the key names every input), link --talos-out to them, and build only when that key is missing")
 	flags.StringVar(&mtime, "mtime", "", "time of every file in the images, seconds since the epoch (default: $SOURCE_DATE_EPOCH, else 0)")
 	flagenv.Annotate(flags)
 
 	return cmd
+}
+
+// keptBuilds are the builds a cache keeps: this one and the one before.
+const keptBuilds = 2
+
+// buildCached builds into cache/<key> unless it is there, then links opts.Out to it.
+func buildCached(cmd *cobra.Command, opts talosbuild.Options, cache string) error {
+	key, err := talosbuild.Key(opts)
+	if err != nil {
+		return err
+	}
+
+	dir := filepath.Join(cache, key)
+	out := opts.Out
+
+	if _, err := os.Stat(filepath.Join(dir, talosbuild.ManifestFile)); err == nil {
+		fmt.Fprintf(cmd.OutOrStdout(), "Talos %s: cached as %s\n", opts.TalosVersion, key)
+	} else {
+		tmp := dir + ".tmp"
+		_ = os.RemoveAll(tmp)
+		opts.Out = tmp
+
+		m, err := talosbuild.Build(cmd.Context(), opts)
+		if err != nil {
+			_ = os.RemoveAll(tmp)
+
+			return err
+		}
+
+		if err := os.Rename(tmp, dir); err != nil {
+			return fmt.Errorf("error caching the assets: %w", err)
+		}
+
+		fmt.Fprintf(cmd.OutOrStdout(), "Talos %s on Linux %s: built as %s, initramfs sha256 %s\n",
+			m.TalosVersion, m.KernelVersion, key, m.Files[talosbuild.InitramfsFile])
+
+		prune(cache, keptBuilds)
+	}
+
+	// Touched on use: pruning keeps the newest.
+	now := time.Now()
+	_ = os.Chtimes(dir, now, now)
+
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return fmt.Errorf("error making %s: %w", filepath.Dir(out), err)
+	}
+
+	if err := os.RemoveAll(out); err != nil {
+		return fmt.Errorf("error replacing %s: %w", out, err)
+	}
+
+	return os.Symlink(dir, out) //nolint:wrapcheck // names both paths
+}
+
+// prune removes all but the newest keep builds in cache.
+func prune(cache string, keep int) {
+	entries, err := os.ReadDir(cache)
+	if err != nil {
+		return
+	}
+
+	type build struct {
+		path string
+		mod  time.Time
+	}
+
+	var builds []build
+
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil || !e.IsDir() || strings.HasSuffix(e.Name(), ".tmp") {
+			continue
+		}
+
+		builds = append(builds, build{filepath.Join(cache, e.Name()), info.ModTime()})
+	}
+
+	slices.SortFunc(builds, func(a, b build) int { return b.mod.Compare(a.mod) })
+
+	for _, b := range builds[min(keep, len(builds)):] {
+		_ = os.RemoveAll(b.path)
+	}
 }

@@ -12,6 +12,8 @@
 //	initramfs-amd64.xz     the initramfs (zstd, as Talos' own since 1.8, under the
 //	                       factory's name)
 //	installer-base.tar     the installer image's base layer (uncompressed)
+//	uki-stub-amd64.efi     systemd's UKI stub, os-release: what a UKI is made of
+//	os-release
 //	talos.json             what went in: versions, packages, digests (Manifest)
 package talosbuild
 
@@ -116,6 +118,16 @@ func Build(ctx context.Context, opts Options) (*Manifest, error) {
 				filepath.Join(opts.Debian, "kernel", "root", "usr", "lib", "modules", opts.KernelVersion, "vmlinuz"), "/"+KernelFile, 0o644)
 		}},
 		{"installer", func() error { return writeInstallerBase(ctx, opts, filepath.Join(work, "installer")) }},
+		// What the factory stand-in makes each schematic's UKI of (the installer's
+		// vmlinuz.efi, which GRUB and systemd-boot installs take the kernel, initramfs and
+		// command line from): systemd's stub and Talos' os-release.
+		{"UKI stub", func() error {
+			return tree{root: opts.Out}.copyFile(
+				filepath.Join(opts.Debian, "installer", "root", "usr", "lib", "systemd", "boot", "efi", "linuxx64.efi.stub"), "/"+UKIStubFile, 0o644)
+		}},
+		{"os-release", func() error {
+			return tree{root: opts.Out}.copyFile(filepath.Join(opts.MachinerySource, "version", "os-release"), "/"+OSReleaseFile, 0o644)
+		}},
 	}
 
 	for _, s := range steps {
@@ -128,7 +140,7 @@ func Build(ctx context.Context, opts Options) (*Manifest, error) {
 		fmt.Fprintf(opts.Log, "talos: %s done in %s\n", s.what, time.Since(start).Round(time.Millisecond))
 	}
 
-	for _, f := range []string{KernelFile, InitramfsFile, InstallerBaseFile} {
+	for _, f := range []string{KernelFile, InitramfsFile, InstallerBaseFile, UKIStubFile, OSReleaseFile} {
 		sum, err := fileSum(filepath.Join(opts.Out, f))
 		if err != nil {
 			return nil, err
@@ -154,6 +166,8 @@ const (
 	KernelFile        = "vmlinuz-amd64"
 	InitramfsFile     = "initramfs-amd64.xz"
 	InstallerBaseFile = "installer-base.tar"
+	UKIStubFile       = "uki-stub-amd64.efi"
+	OSReleaseFile     = "os-release"
 	ManifestFile      = "talos.json"
 )
 
@@ -171,4 +185,36 @@ func fileSum(path string) (string, error) {
 	}
 
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Key names a build by everything that goes into it: this program (os.Executable: the
+// imager's code), Talos' programs and the preinit, the Debian packages' versions, the
+// Talos and machinery modules (their directories name their versions). The same key
+// gives the same assets, so make talos keeps them in a cache outside the clone under it.
+func Key(opts Options) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("error finding the imager: %w", err)
+	}
+
+	h := sha256.New()
+
+	fmt.Fprintf(h, "talos %s\nsource %s\nmachinery %s\n", opts.TalosVersion,
+		filepath.Base(opts.TalosSource), filepath.Base(opts.MachinerySource))
+
+	files := []string{self, opts.Preinit, filepath.Join(opts.Debian, "versions.txt")}
+	for _, b := range []string{"machined", "init", "installer", "containerd", "containerd-shim-runc-v2"} {
+		files = append(files, filepath.Join(opts.Bins, b))
+	}
+
+	for _, f := range files {
+		sum, err := fileSum(f)
+		if err != nil {
+			return "", err
+		}
+
+		fmt.Fprintf(h, "%s %s\n", filepath.Base(f), sum)
+	}
+
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
