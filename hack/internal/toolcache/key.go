@@ -6,7 +6,8 @@
 // the Go build cache does not see from outside: the tools module's files (go.mod, go.sum
 // and any source kept there; their contents and paths inside the module, never the
 // module's own path, which differs between clones), the Go toolchain and target (go env:
-// GOVERSION, GOOS, GOARCH, CGO_ENABLED, …), the package, the go build flags and the
+// GOVERSION, GOOS, GOARCH, CGO_ENABLED, …, as the build sees them, whether set for it or
+// in the caller's environment), the package, the go build flags and any other
 // environment set for the build. The layout is
 //
 //	<dir>/tools/<name>/<key>/<name>
@@ -91,8 +92,12 @@ func Key(ctx context.Context, b Build, goEnv GoEnvFunc) (string, error) {
 		fmt.Fprintf(h, "flag %q\n", f)
 	}
 
+	// A go env variable set for the build counts by the value go env reports, as when it
+	// comes from the caller's environment: the same build, the same key.
 	for _, e := range b.Env {
-		fmt.Fprintf(h, "setenv %q\n", e)
+		if k, _, _ := strings.Cut(e, "="); !slices.Contains(GoEnvVars, k) {
+			fmt.Fprintf(h, "setenv %q\n", e)
+		}
 	}
 
 	values, err := goEnv(ctx, b.Module, b.Env, GoEnvVars)

@@ -129,6 +129,7 @@ func TestKey(t *testing.T) {
 		{"package", func(b *toolcache.Build) { b.Pkg = "example.com/a/cmd/other" }},
 		{"CGO_ENABLED", func(b *toolcache.Build) { b.Env = []string{"CGO_ENABLED=0"} }},
 		{"GOARCH", func(b *toolcache.Build) { b.Env = []string{"GOARCH=arm64"} }},
+		{"other environment", func(b *toolcache.Build) { b.Env = []string{"GOFIPS140=latest"} }},
 		{"name", func(b *toolcache.Build) { b.Name = "tool2" }},
 		{"source in the module", func(b *toolcache.Build) {
 			d := module(t, "module m\n", "a v1.0.0 h1:x\n")
@@ -142,11 +143,21 @@ func TestKey(t *testing.T) {
 		assert.NotEqual(t, k0, key(b), "a change of %s changes the key", tc.name)
 	}
 
+	// CGO_ENABLED=0 set for the build or in the caller's environment: the same key.
+	withEnv := base
+	withEnv.Env = []string{"CGO_ENABLED=0"}
+
+	fromCaller, err := toolcache.Key(ctx, base, func(ctx context.Context, dir string, env, vars []string) (map[string]string, error) {
+		return fakeGoEnv(ctx, dir, append(env, "CGO_ENABLED=0"), vars)
+	})
+	require.NoError(t, err)
+	assert.Equal(t, key(withEnv), fromCaller)
+
 	// Hidden files (an editor's swap file) are not part of the module.
 	require.NoError(t, os.WriteFile(filepath.Join(other, ".go.mod.swp"), []byte("x"), 0o644))
 	assert.Equal(t, k0, key(moved))
 
-	_, err := toolcache.Key(ctx, toolcache.Build{Name: "tool", Module: t.TempDir(), Pkg: "p"}, fakeGoEnv)
+	_, err = toolcache.Key(ctx, toolcache.Build{Name: "tool", Module: t.TempDir(), Pkg: "p"}, fakeGoEnv)
 	assert.Error(t, err, "a directory without go.mod")
 }
 
