@@ -53,7 +53,9 @@ COMMANDS := provider anvilctl
 # GOOS/GOARCH, CGO_ENABLED…), the package and the go build flags; the newest two keys per
 # binary stay. A hit is a copy (a fresh clone of CI's on this machine links nothing
 # again), a miss builds into the cache first. The targets below run it every time, so a
-# binary in _out never outlives a change of its module.
+# binary in _out never outlives a change of its module. Each sets CGO_ENABLED=0 (static
+# binaries, as their projects release them): a CGO_ENABLED in the caller's environment
+# would otherwise make another key, and another build of minutes.
 TOOLCACHE := $(TOOLS)/toolcache
 
 $(TOOLCACHE): $(wildcard hack/cmd/toolcache/*.go hack/internal/toolcache/*.go)
@@ -145,14 +147,14 @@ generate: tools $(TOOLS)/deep-copy $(TOOLS)/controller-gen
 # deep-copy, at the version its tools module pins (hack/tools/deep-copy), as Talos uses it.
 .PHONY: $(TOOLS)/deep-copy $(TOOLS)/controller-gen
 $(TOOLS)/deep-copy: $(TOOLCACHE)
-	@$(TOOLCACHE) build --module hack/tools/deep-copy --pkg github.com/siderolabs/deep-copy --out $@
+	@$(TOOLCACHE) build --module hack/tools/deep-copy --env CGO_ENABLED=0 --pkg github.com/siderolabs/deep-copy --out $@
 
 # controller-gen (CRDs, RBAC and deep copies of Kubernetes API types), at the version its
 # tools module pins (hack/tools/controller-gen: controller-tools v0.21.0, the release on
 # Kubernetes 1.36 libraries, as the main module's k8s.io/* v0.36). To move it:
 #   go get -C hack/tools/controller-gen -tool sigs.k8s.io/controller-tools/cmd/controller-gen@<version>
 $(TOOLS)/controller-gen: $(TOOLCACHE)
-	@$(TOOLCACHE) build --module hack/tools/controller-gen --pkg sigs.k8s.io/controller-tools/cmd/controller-gen --out $@
+	@$(TOOLCACHE) build --module hack/tools/controller-gen --env CGO_ENABLED=0 --pkg sigs.k8s.io/controller-tools/cmd/controller-gen --out $@
 
 # A real Omni for the lab and its tests (hack/internal/omnilab), and talosctl to check the
 # agent's maintenance API against: each built from its Go module in a tools module, never
@@ -166,7 +168,7 @@ omni: $(BIN)/omni $(BIN)/omnictl
 
 .PHONY: $(BIN)/omni $(BIN)/omnictl $(BIN)/talosctl
 $(BIN)/omni $(BIN)/omnictl: $(BIN)/%: $(TOOLCACHE)
-	@$(TOOLCACHE) build --module $(OMNI_MOD) --pkg github.com/siderolabs/omni/cmd/$* --out $@ -- -trimpath -ldflags='-s -w'
+	@$(TOOLCACHE) build --module $(OMNI_MOD) --env CGO_ENABLED=0 --pkg github.com/siderolabs/omni/cmd/$* --out $@ -- -trimpath -ldflags='-s -w'
 
 talosctl: $(BIN)/talosctl
 
@@ -253,7 +255,8 @@ $(TOOLS)/cabpt-manager: $(TOOLCACHE)
 lint-tools: $(GOLANGCI_LINT)
 
 $(GOLANGCI_LINT): $(TOOLS)/golangci-lint.$(GOLANGCI_LINT_VERSION).stamp $(TOOLCACHE)
-	@$(TOOLCACHE) build --module $(GOLANGCI_LINT_MOD) --pkg github.com/golangci/golangci-lint/v2/cmd/golangci-lint --out $@
+	@$(TOOLCACHE) build --module $(GOLANGCI_LINT_MOD) --env CGO_ENABLED=0 --pkg github.com/golangci/golangci-lint/v2/cmd/golangci-lint \
+		--out $@
 
 $(TOOLS)/golangci-lint.$(GOLANGCI_LINT_VERSION).stamp:
 	@v=$$($(GO) -C $(GOLANGCI_LINT_MOD) list -m -f '{{.Version}}' github.com/golangci/golangci-lint/v2); \
