@@ -116,6 +116,8 @@ func newRootCmd() *cobra.Command {
 	f.StringVar(&opts.AgentAssetsDir, "agent-assets-dir", opts.AgentAssetsDir, "directory of the agent boot assets (vmlinuz-<arch>, initramfs-<arch>.xz, cmdline-<arch>)")
 	f.StringVar(&opts.AgentKernelArgs, "agent-kernel-args", opts.AgentKernelArgs,
 		"kernel arguments added to the agent's kernel line after its assets' own, space-separated (e.g. \"console=ttyS1,115200 nomodeset\")")
+	f.StringVar(&opts.TalosKernelArgs, "talos-kernel-args", opts.TalosKernelArgs,
+		"kernel arguments added to every allocated machine's Talos (its schematic's, so its installed system keeps them too), space-separated: a site's serial console (\"console=ttyS0,115200\")")
 	f.StringVar(&opts.WipeMode, "wipe-mode", opts.WipeMode, "how agents wipe disks: fast, zeroes or secure-erase (a machine's own mode wins)")
 	f.BoolVar(&opts.WipeRemovable, "wipe-removable", opts.WipeRemovable, "wipe removable media (USB sticks, SD cards) too")
 	f.StringVar(&opts.RejectedAction, "rejected-action", opts.RejectedAction,

@@ -71,6 +71,9 @@ type Scripts struct {
 	// AgentKernelArgs follow the agent assets' own cmdline on the agent's kernel line
 	// (a site's console, a quirk of its hardware).
 	AgentKernelArgs []string
+	// TalosKernelArgs come first among every allocation's schematic kernel arguments (a
+	// site's serial console): Talos boots with them and installs them.
+	TalosKernelArgs []string
 	// Cache, when set, keeps the Talos boot assets: Talos boots from the provider's
 	// URLs (and kexecs from them) rather than from the Image Factory's.
 	Cache AssetCache
@@ -298,7 +301,7 @@ func MetadataClaims(machineID, allocationID string) token.Claims {
 func (s *Scripts) Schematic(extensions, kernelArgs []string) (schematic.Schematic, error) {
 	metadata := s.BaseURL + "/metadata/${" + ipxeMachineSetting + "}?token=${" + ipxeTokenSetting + "}"
 
-	args := append([]string{}, kernelArgs...)
+	args := append(append([]string{}, s.TalosKernelArgs...), kernelArgs...)
 
 	if s.JoinArgs != nil {
 		join, ok := s.JoinArgs()

@@ -199,6 +199,24 @@ func TestSchematicCarriesProviderArgs(t *testing.T) {
 	assert.Len(t, id, 64)
 }
 
+// TestSchematicCarriesSiteArgs: the site's Talos kernel args (--talos-kernel-args) come
+// first, so that an allocation's own win where the kernel takes the last.
+func TestSchematicCarriesSiteArgs(t *testing.T) {
+	t.Parallel()
+
+	s := testScripts(t, true)
+	s.TalosKernelArgs = []string{"console=ttyS1,115200", "talos.dashboard.disabled=1"}
+
+	sc, err := s.Schematic(nil, []string{"console=ttyS0"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"console=ttyS1,115200", "talos.dashboard.disabled=1",
+		"console=ttyS0",
+		"talos.config=http://10.77.0.1:50042/metadata/${anvil_machine}?token=${anvil_token}",
+		"talos.events.sink=10.77.0.1:50042",
+	}, sc.Customization.ExtraKernelArgs)
+}
+
 // TestSchematicInOmniMode: Talos joins Omni: Omni's join args replace the provider's
 // event sink; before the adapter has said them there is no schematic.
 func TestSchematicInOmniMode(t *testing.T) {

@@ -73,7 +73,10 @@ type Options struct {
 
 	BootFromDiskMethod string
 	// AgentKernelArgs are added to the agent's kernel line, space-separated.
-	AgentKernelArgs        string
+	AgentKernelArgs string
+	// TalosKernelArgs are added to every allocation's schematic, before the allocation's
+	// own, space-separated.
+	TalosKernelArgs        string
 	ImageFactoryBaseURL    string
 	ImageFactoryPXEBaseURL string
 	TalosPlatform          string
@@ -335,12 +338,12 @@ func parseRange(s string) (netip.Addr, netip.Addr, error) {
 
 // parseKernelArgs splits space-separated kernel arguments, refusing a control character
 // (a line break would end the iPXE script's kernel line).
-func parseKernelArgs(s string) ([]string, error) {
+func parseKernelArgs(flag, s string) ([]string, error) {
 	args := strings.Fields(s)
 
 	for _, arg := range args {
 		if strings.ContainsFunc(arg, unicode.IsControl) {
-			return nil, fmt.Errorf("--agent-kernel-args: %q has a control character", arg)
+			return nil, fmt.Errorf("--%s: %q has a control character", flag, arg)
 		}
 	}
 

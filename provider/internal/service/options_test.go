@@ -112,9 +112,9 @@ func TestParseKernelArgs(t *testing.T) {
 	}{
 		{"", []string{}, ""},
 		{"no_timer_check  console=ttyS1,115200\n", []string{"no_timer_check", "console=ttyS1,115200"}, ""},
-		{"quiet\x00chain", nil, "has a control character"},
+		{"quiet\x00chain", nil, "--talos-kernel-args: \"quiet\\x00chain\" has a control character"},
 	} {
-		got, err := parseKernelArgs(tc.in)
+		got, err := parseKernelArgs("talos-kernel-args", tc.in)
 		if tc.err != "" {
 			assert.ErrorContains(t, err, tc.err, tc.in)
 

@@ -54,7 +54,12 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		return err
 	}
 
-	agentKernelArgs, err := parseKernelArgs(opts.AgentKernelArgs)
+	agentKernelArgs, err := parseKernelArgs("agent-kernel-args", opts.AgentKernelArgs)
+	if err != nil {
+		return err
+	}
+
+	talosKernelArgs, err := parseKernelArgs("talos-kernel-args", opts.TalosKernelArgs)
 	if err != nil {
 		return err
 	}
@@ -129,6 +134,7 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 			Assets:            assets,
 			Tokens:            token.NewSigner(store.Keys().TokenKey()),
 			AgentKernelArgs:   agentKernelArgs,
+			TalosKernelArgs:   talosKernelArgs,
 		},
 		observations: make(chan controllers.PXEObservation, observationBuffer),
 		status:       controllers.NewMachineStatusController(),
