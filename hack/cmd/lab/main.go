@@ -165,6 +165,7 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 	f.BoolVar(&factory, "factory", true, "run the Image Factory stand-in on 10.77.0.1:8080 (built from hack/cmd/lab-factory and hack/cmd/talos-standin when missing)")
 	f.StringVar(&cfg.FactoryBin, "factory-bin", "_out/bin/lab-factory", "the Image Factory stand-in's binary")
 	f.StringVar(&cfg.FactoryAssetsDir, "factory-assets-dir", "_out/talos-standin", "the stand-in Talos boot assets the factory serves (empty: none)")
+	f.StringVar(&cfg.TalosAssetsDir, "talos-assets-dir", "", "real Talos (make talos: _out/talos/assets), served by the factory for its version beside the stand-in's (empty: none)")
 	f.StringArrayVar(&cfg.ProviderArgs, "provider-arg", nil, "extra provider argument (repeatable)")
 	f.StringSliceVar(&bmcs, "bmc", []string{"api"}, "power owner of the machines, in turn: api (the lab's power API), ipmi (a simulated IPMI BMC, ipmi_sim, of its own) or none")
 	f.StringSliceVar(&elsewhere, "bmc-elsewhere", nil, "power owners (api, ipmi) whose BMCs the lab does not give the provider: a user gives them (anvilctl machine bmc set, Omni's InfraMachineBMCConfig; up prints how)")

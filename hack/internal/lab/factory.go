@@ -26,6 +26,10 @@ const FactoryListen = labnet.ProviderAddr + ":8080"
 // factory stand-in serves under the same name for the stand-in to "install" itself from.
 const StandinDiskImage = labfactory.DiskImage
 
+// factoryTalosDir is where, in the lab's directory, the factory makes real Talos'
+// per-schematic files; Down removes it.
+const factoryTalosDir = "factory-talos"
+
 // startFactory runs hack/cmd/lab-factory in the provider's namespace and waits until it
 // listens (it logs "serving" once its socket is bound). An empty FactoryAssetsDir runs it
 // without boot assets.
@@ -51,7 +55,20 @@ func (s *State) startFactory(ctx context.Context, cfg Config) error {
 
 	_ = os.Remove(s.FactoryLog())
 
-	cmd := netns.Command(context.WithoutCancel(ctx), s.ProviderNS, bin, "--listen", FactoryListen, "--assets", assets)
+	args := []string{"--listen", FactoryListen, "--assets", assets}
+
+	if cfg.TalosAssetsDir != "" {
+		talos, err := filepath.Abs(cfg.TalosAssetsDir)
+		if err != nil {
+			return fmt.Errorf("error resolving %s: %w", cfg.TalosAssetsDir, err)
+		}
+
+		// Per-schematic initramfs and installer layers are made in the lab's directory,
+		// removed with it.
+		args = append(args, "--talos-assets", talos, "--talos-work", filepath.Join(s.Dir, factoryTalosDir))
+	}
+
+	cmd := netns.Command(context.WithoutCancel(ctx), s.ProviderNS, bin, args...)
 	if s.FactoryPID, err = proc.StartDaemon(cmd, s.FactoryLog()); err != nil {
 		return fmt.Errorf("error starting the factory stand-in: %w", err)
 	}

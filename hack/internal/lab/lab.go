@@ -60,6 +60,9 @@ type Config struct {
 	// and versions only); empty: no factory.
 	FactoryBin       string
 	FactoryAssetsDir string
+	// TalosAssetsDir is real Talos (make talos: _out/talos/assets), which the factory
+	// serves for its version beside the stand-in's; empty: the stand-in only.
+	TalosAssetsDir string
 	// ProviderArgs are appended to the provider's command line (after the lab's own
 	// power flags, which they may override).
 	ProviderArgs []string
@@ -368,6 +371,11 @@ func Down(ctx context.Context, dir, prefix string) error {
 	// names it is gone.
 	if err := os.RemoveAll(OmniDir(dir)); err != nil {
 		errs = append(errs, fmt.Errorf("error removing Omni's directory: %w", err))
+	}
+
+	// Real Talos' per-schematic files the factory made (hundreds of MB each).
+	if err := os.RemoveAll(filepath.Join(dir, factoryTalosDir)); err != nil {
+		errs = append(errs, fmt.Errorf("error removing the factory's Talos files: %w", err))
 	}
 
 	// The BMC password's copies made for a user (WriteGiveBMC); the machines' logs stay.

@@ -76,7 +76,7 @@ func Args(addr, dir, factoryURL, registry string) []string {
 		"--k8s-proxy-bind-addr=" + k8sProxyListen,
 		"--metrics-bind-addr=" + metricsListen,
 		"--workload-proxying-enabled=false",
-		"--embedded-discovery-service-enabled=false",
+		"--embedded-discovery-service-enabled=true", // workers find their control plane's trustd through it (a cluster feature)
 
 		// Omni refuses to run without an authentication provider. Auth0's is switched on
 		// with a domain that does not resolve and is never contacted: every call of the

@@ -37,9 +37,14 @@ var rootfsLinks = map[string]string{
 	"mkfs.vfat": "mkfs.fat", "fsck.vfat": "fsck.fat",
 }
 
-// droppedModules are the kernel's module directories a lab machine never needs: sound,
-// graphics, media, wireless and the like. What is left is what a server boots with.
+// droppedModules are the kernel's module directories and files a lab machine never
+// needs: sound, graphics, media, wireless and the like; and the legacy PC devices QEMU
+// emulates (floppy, parallel port, PC speaker), KVM and CPU frequency drivers, which
+// Talos' kernel does not build and which udev would otherwise spend the lab's emulated
+// CPU loading. What is left is what a server boots with.
 var droppedModules = []string{
+	"drivers/block/floppy.ko.xz", "drivers/parport", "drivers/char/ppdev.ko.xz", "drivers/input/misc/pcspkr.ko.xz",
+	"arch/x86/kvm", "drivers/cpufreq", "drivers/edac",
 	"sound", "drivers/gpu", "drivers/media", "drivers/infiniband", "drivers/iio", "drivers/staging",
 	"drivers/bluetooth", "drivers/net/wireless", "drivers/net/can", "drivers/isdn", "drivers/hwmon",
 	"drivers/input/touchscreen", "drivers/input/joystick", "drivers/video", "drivers/comedi",
