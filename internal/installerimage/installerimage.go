@@ -95,7 +95,7 @@ func assetsLayer(a Assets, dir string, created time.Time) (v1.Layer, error) {
 			return nil, fmt.Errorf("error writing the installer's assets: %w", err)
 		}
 
-		defer os.Remove(tmp.Name()) //nolint:errcheck // gone once renamed
+		defer os.Remove(tmp.Name())
 
 		err = WriteFiles(tmp, a.files(), created)
 		if cerr := tmp.Close(); err == nil {

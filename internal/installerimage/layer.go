@@ -136,7 +136,7 @@ func copyInto(w io.Writer, src string) error {
 		return fmt.Errorf("error opening %s: %w", src, err)
 	}
 
-	defer f.Close() //nolint:errcheck // read only
+	defer f.Close()
 
 	if _, err := io.Copy(w, f); err != nil {
 		return fmt.Errorf("error copying %s: %w", src, err)
@@ -160,7 +160,7 @@ func LayerFromFile(path string) (v1.Layer, error) {
 		return nil, fmt.Errorf("error opening the layer %s: %w", path, err)
 	}
 
-	defer f.Close() //nolint:errcheck // read only
+	defer f.Close()
 
 	h := sha256.New()
 

@@ -164,7 +164,7 @@ func (t *Talos) schematicInitramfs(ctx context.Context, id string, sc *schematic
 	}
 
 	dir := filepath.Join(t.work, id)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // under the work dir, named by a registered schematic ID (64 hex digits)
 		return "", fmt.Errorf("error making %s: %w", dir, err)
 	}
 
@@ -188,21 +188,21 @@ func appendFile(out, src string, more func(io.Writer) error) error {
 		return err //nolint:wrapcheck // names the file
 	}
 
-	defer os.Remove(tmp.Name()) //nolint:errcheck // gone once renamed
+	defer os.Remove(tmp.Name())
 
 	if src != "" {
-		in, err := os.Open(src)
+		in, err := os.Open(src) //nolint:gosec // make talos' initramfs or a file this factory made
 		if err != nil {
-			tmp.Close() //nolint:errcheck,gosec // the open's error wins
+			tmp.Close()
 
 			return err //nolint:wrapcheck // names the file
 		}
 
 		_, err = io.Copy(tmp, in)
-		in.Close() //nolint:errcheck,gosec // read only
+		in.Close()
 
 		if err != nil {
-			tmp.Close() //nolint:errcheck,gosec // the copy's error wins
+			tmp.Close()
 
 			return err //nolint:wrapcheck // names the file
 		}
@@ -218,7 +218,7 @@ func appendFile(out, src string, more func(io.Writer) error) error {
 		return err
 	}
 
-	return os.Rename(tmp.Name(), out) //nolint:wrapcheck // names the files
+	return os.Rename(tmp.Name(), out) //nolint:wrapcheck,gosec // under the work dir, named by a registered schematic ID
 }
 
 // Registry paths of the installer images: Omni names Talos ≥ 1.10's installer
@@ -306,7 +306,7 @@ func (t *Talos) ensureInstaller(ctx context.Context, f *Factory, repo, id, base 
 // own without a schematic) and its command line, made once in dir.
 func (t *Talos) schematicUKI(ctx context.Context, id string, sc *schematic.Schematic, base, dir string) (string, error) {
 	out := filepath.Join(dir, "vmlinuz.efi")
-	if _, err := os.Stat(out); err == nil {
+	if _, err := os.Stat(out); err == nil { //nolint:gosec // under the work dir, named by a registered schematic ID
 		return out, nil
 	}
 
@@ -324,12 +324,12 @@ func (t *Talos) schematicUKI(ctx context.Context, id string, sc *schematic.Schem
 		return "", err
 	}
 
-	stub, err := os.ReadFile(filepath.Join(t.dir, talosUKIStub))
+	stub, err := os.ReadFile(filepath.Join(t.dir, talosUKIStub)) //nolint:gosec // make talos' output, a fixed name
 	if err != nil {
 		return "", fmt.Errorf("error reading the UKI stub: %w", err)
 	}
 
-	osrel, err := os.ReadFile(filepath.Join(t.dir, talosOSRelease))
+	osrel, err := os.ReadFile(filepath.Join(t.dir, talosOSRelease)) //nolint:gosec // make talos' output, a fixed name
 	if err != nil {
 		return "", fmt.Errorf("error reading os-release: %w", err)
 	}
@@ -342,7 +342,7 @@ func (t *Talos) schematicUKI(ctx context.Context, id string, sc *schematic.Schem
 			return "", fmt.Errorf("error opening %s: %w", s.path, err)
 		}
 
-		defer f.Close() //nolint:errcheck // read only
+		defer f.Close()
 
 		st, err := f.Stat()
 		if err != nil {
@@ -359,7 +359,7 @@ func (t *Talos) schematicUKI(ctx context.Context, id string, sc *schematic.Schem
 		return "", err //nolint:wrapcheck // names the UKI
 	}
 
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // under the work dir, named by a registered schematic ID
 		return "", fmt.Errorf("error making %s: %w", dir, err)
 	}
 
@@ -444,7 +444,7 @@ func (b *blobStore) Get(_ context.Context, _ string, h v1.Hash) (io.ReadCloser, 
 	defer b.mu.Unlock()
 
 	if p, ok := b.files[h.String()]; ok {
-		return os.Open(p) //nolint:wrapcheck,gosec // a layer file this factory made
+		return os.Open(p) //nolint:wrapcheck // a layer file this factory made
 	}
 
 	if d, ok := b.data[h.String()]; ok {
@@ -455,7 +455,7 @@ func (b *blobStore) Get(_ context.Context, _ string, h v1.Hash) (io.ReadCloser, 
 }
 
 func (b *blobStore) Put(_ context.Context, _ string, h v1.Hash, rc io.ReadCloser) error {
-	defer rc.Close() //nolint:errcheck // read only
+	defer rc.Close()
 
 	d, err := io.ReadAll(io.LimitReader(rc, maxPutBlob+1))
 	if err != nil {

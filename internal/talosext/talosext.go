@@ -67,9 +67,9 @@ func Layer(ctx context.Context, w io.Writer, exts []Extension, work string, mtim
 		return fmt.Errorf("error making a work directory: %w", err)
 	}
 
-	defer os.RemoveAll(tmp) //nolint:errcheck // a temp dir
+	defer os.RemoveAll(tmp)
 
-	a := initramfs.New(uint64(max(mtime.Unix(), 0))) //nolint:gosec // not negative
+	a := initramfs.New(uint64(max(mtime.Unix(), 0)))
 	cfg := extensions.Config{}
 
 	for i, ext := range exts {

@@ -49,7 +49,7 @@ func main() {
 				os.Exit(1)
 			}
 
-			defer os.RemoveAll(tmp) //nolint:errcheck // a temp dir
+			defer os.RemoveAll(tmp)
 
 			work = tmp
 		}

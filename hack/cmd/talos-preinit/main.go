@@ -33,7 +33,7 @@ func main() {
 	unmount()
 
 	// Talos' init is PID 1 from here; argv[0] is what it expects.
-	err := syscall.Exec(talosInit, []string{"/init"}, os.Environ()) //nolint:gosec // a fixed path in the initramfs
+	err := syscall.Exec(talosInit, []string{"/init"}, os.Environ())
 	logf("talos-preinit: exec %s: %v", talosInit, err)
 
 	select {} // PID 1 must not exit: the kernel would panic without saying why

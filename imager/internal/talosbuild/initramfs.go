@@ -81,7 +81,7 @@ func writeInitramfs(ctx context.Context, opts Options, sqsh string) error {
 		return fmt.Errorf("error creating the initramfs: %w", err)
 	}
 
-	defer out.Close() //nolint:errcheck // closed below; this is for early returns
+	defer out.Close()
 
 	// The squashfs is compressed already: zstd's fastest level costs little.
 	zw, err := initramfs.Compress(out, initramfs.Zstd, 1)

@@ -97,7 +97,7 @@ func writeInstallerBase(_ context.Context, opts Options, dir string) error {
 	}
 
 	if err := installerimage.WriteTree(out, dir, opts.MTime); err != nil {
-		out.Close() //nolint:errcheck,gosec // the write's error wins
+		out.Close()
 
 		return fmt.Errorf("error writing the installer's base layer: %w", err)
 	}

@@ -98,7 +98,7 @@ func Build(ctx context.Context, opts Options) (*Manifest, error) {
 		return nil, err //nolint:wrapcheck // the temp dir's error names it
 	}
 
-	defer os.RemoveAll(work) //nolint:errcheck // a temp dir
+	defer os.RemoveAll(work)
 
 	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
 		return nil, fmt.Errorf("error making %s: %w", opts.Out, err)
@@ -177,7 +177,7 @@ func fileSum(path string) (string, error) {
 		return "", fmt.Errorf("error opening %s: %w", path, err)
 	}
 
-	defer f.Close() //nolint:errcheck // read only
+	defer f.Close()
 
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {

@@ -78,7 +78,7 @@ func (t tree) copyFile(src, p string, perm fs.FileMode) error {
 		return fmt.Errorf("error opening %s: %w", src, err)
 	}
 
-	defer in.Close() //nolint:errcheck // read only
+	defer in.Close()
 
 	if err := os.MkdirAll(filepath.Dir(t.host(p)), 0o755); err != nil {
 		return fmt.Errorf("error making %s's directory: %w", p, err)
@@ -92,7 +92,7 @@ func (t tree) copyFile(src, p string, perm fs.FileMode) error {
 	}
 
 	if _, err := io.Copy(out, in); err != nil {
-		out.Close() //nolint:errcheck,gosec // the copy's error wins
+		out.Close()
 
 		return fmt.Errorf("error copying %s to %s: %w", src, p, err)
 	}
@@ -147,9 +147,3 @@ func (t tree) copyTo(src tree, from, to string) error {
 	})
 }
 
-// exists says whether p is in the tree (a dangling link counts).
-func (t tree) exists(p string) bool {
-	_, err := os.Lstat(t.host(p))
-
-	return err == nil
-}
