@@ -94,7 +94,7 @@ func (c *closure) walk(resolved, who string) error {
 		return fmt.Errorf("error reading %s as ELF: %w", who, err)
 	}
 
-	defer f.Close() //nolint:errcheck // read only
+	defer f.Close()
 
 	interp, err := interpreter(f)
 	if err != nil {
