@@ -74,7 +74,7 @@ func TestPXEScript(t *testing.T) {
 
 	var sc schematic.Schematic
 
-	sc.Customization.ExtraKernelArgs = []string{"talos.config=http://10.0.2.2:50042/metadata/${anvil_machine}?token=${anvil_token}", "talos.events.sink=10.0.2.2:50042"}
+	sc.Customization.ExtraKernelArgs = []string{"console=ttyS1,115200", "talos.dashboard.disabled=1"}
 
 	id, _, err := c.SchematicCreate(t.Context(), sc)
 	require.NoError(t, err)
@@ -85,7 +85,7 @@ func TestPXEScript(t *testing.T) {
 	image := srv.URL + "/image/" + id + "/v1.9.0/"
 	cmdline := "talos.platform=metal console=ttyS0,115200n8 console=tty0 no_timer_check " +
 		"anvil.lab.schematic=" + id + " anvil.lab.version=v1.9.0 anvil.lab.factory=" + srv.URL + " " +
-		"talos.config=http://10.0.2.2:50042/metadata/${anvil_machine}?token=${anvil_token} talos.events.sink=10.0.2.2:50042"
+		"console=ttyS1,115200 talos.dashboard.disabled=1"
 	want := "#!ipxe\nimgfree\n" +
 		"kernel " + image + "kernel-amd64 initrd=initramfs-amd64.xz " + cmdline + "\n" +
 		"initrd " + image + "initramfs-amd64.xz\nboot\n"

@@ -104,7 +104,7 @@ func TestAnvilctlAgainstRunningProvider(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond, "no Talos boot from the cache")
 
 	assert.Contains(t, script, "/v1.9.0/kernel-amd64 initrd=initramfs-amd64.xz talos.platform=metal")
-	assert.Contains(t, script, "talos.config="+p.HTTPURL+"/metadata/${anvil_machine}?token=${anvil_token}")
+	assert.NotContains(t, script, "${", "the kernel line carries the machine and its token, nothing for iPXE to expand")
 
 	// The schematic the script boots is registered with the factory.
 	schematicID := script[strings.Index(script, "/assets/talos/")+len("/assets/talos/"):]
@@ -121,9 +121,13 @@ func TestAnvilctlAgainstRunningProvider(t *testing.T) {
 	kernel.Body.Close()
 	assert.Equal(t, "TALOS-KERNEL", string(body), "the provider serves the factory's kernel")
 
-	// The metadata server hands the config to the token in the machine's own script.
-	tok := script[strings.Index(script, "set anvil_token ")+len("set anvil_token "):]
-	tok = tok[:strings.IndexByte(tok, '\n')]
+	// The metadata server hands the config to the URL on the machine's own kernel line,
+	// after the factory's cmdline.
+	config := "talos.config=" + p.HTTPURL + "/metadata/" + uuid2 + "?token="
+	require.Contains(t, script, config)
+
+	tok := script[strings.Index(script, config)+len(config):]
+	tok = tok[:strings.IndexAny(tok, " \n")]
 
 	resp, err := http.Get(p.HTTPURL + "/metadata/" + uuid2 + "?token=" + tok)
 	require.NoError(t, err)

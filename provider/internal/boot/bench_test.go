@@ -1,6 +1,8 @@
 package boot_test
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,8 +17,14 @@ import (
 // BenchmarkRender is one rendered boot script per kind, its token signed: the Talos
 // script for the same allocation again ("talos-again") and for an allocation other than
 // the last one's ("talos-changed"), which no cache of rendered scripts could answer.
+// Without a boot-asset cache: the factory's cmdline is fetched once, then kept.
 func BenchmarkRender(b *testing.B) {
 	dir := b.TempDir()
+
+	factory := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("talos.platform=metal console=ttyS0 console=tty0 init_on_alloc=1 slab_nomerge pti=on consoleblank=0 printk.devkmsg=on\n"))
+	}))
+	b.Cleanup(factory.Close)
 
 	for name, content := range map[string]string{"vmlinuz-amd64": "kernel", "initramfs-amd64.xz": "initramfs"} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
@@ -31,7 +39,7 @@ func BenchmarkRender(b *testing.B) {
 
 	s := &boot.Scripts{
 		BaseURL: "http://10.77.0.1:50042", APIEndpoint: "10.77.0.1:50042", CAFingerprint: "abcd",
-		FactoryPXEBaseURL: "http://factory.lab:8080", Platform: "metal", DiskMethod: boot.DiskIPXEExit,
+		FactoryPXEBaseURL: factory.URL, Platform: "metal", DiskMethod: boot.DiskIPXEExit,
 		Assets: assets, Tokens: token.NewSigner([]byte("0123456789abcdef0123456789abcdef")),
 	}
 	req := boot.Request{MachineID: "4c4c4544-0000-1000-8000-000000000001", Arch: "amd64", Firmware: "efi"}

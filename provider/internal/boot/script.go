@@ -37,16 +37,8 @@ func ParseDiskMethod(s string) (DiskMethod, error) {
 	}
 }
 
-// iPXE settings the provider's script sets before it chains to the Image Factory, which
-// expands them in the kernel arguments the schematic carries; so the per-allocation
-// token is only ever in the machine's own boot script, never in the schematic.
-const (
-	ipxeMachineSetting = "anvil_machine"
-	ipxeTokenSetting   = "anvil_token"
-)
-
 // Scripts renders iPXE scripts. It is built once at start; its fields do not change once
-// it renders.
+// it renders (it keeps, besides, the factory's cmdlines it fetched).
 type Scripts struct {
 	// BaseURL is the provider's HTTP base, e.g. http://10.77.0.1:50042.
 	BaseURL string
@@ -54,8 +46,12 @@ type Scripts struct {
 	APIEndpoint string
 	// CAFingerprint is the SHA-256 of the provider's CA certificate, which agents pin.
 	CAFingerprint string
-	// FactoryPXEBaseURL is the Image Factory PXE base, e.g. https://pxe.factory.talos.dev.
+	// FactoryPXEBaseURL is the Image Factory PXE base, e.g. https://pxe.factory.talos.dev:
+	// without a Cache, machines boot Talos' kernel and initramfs from it, with the cmdline
+	// the provider fetched from it.
 	FactoryPXEBaseURL string
+	// HTTPClient fetches those cmdlines (nil: a client with a timeout).
+	HTTPClient *http.Client
 	// Platform is the Talos platform booted by PXE (metal).
 	Platform string
 	// DiskMethod is the default boot-from-disk method.
@@ -78,13 +74,17 @@ type Scripts struct {
 	// URLs (and kexecs from them) rather than from the Image Factory's.
 	Cache AssetCache
 	// RegisterSchematic, when set, registers the schematic of a machine's allocation with
-	// the Image Factory: a boot asset the factory answers 404 for is fetched again once it
-	// is. (alloc may be the boot services' view of it, without its extensions.)
+	// the Image Factory: a boot asset (or, without a Cache, a cmdline) the factory answers
+	// 404 for is fetched again once it is. (alloc may be the boot services' view of it,
+	// without its extensions.)
 	RegisterSchematic func(ctx context.Context, machineID string, alloc *resources.Allocation) error
 	// JoinArgs, in Omni mode, gives the kernel args that make the agent join Omni over
 	// SideroLink (Omni's join config), false until they are known: the agent is not
 	// booted without them, or it would never appear in Omni.
 	JoinArgs func() ([]string, bool)
+
+	// cmdlines keeps the factory's cmdlines the boots without a Cache fetched.
+	cmdlines factoryCmdlines
 }
 
 // Script is a rendered answer to a boot-script request.
@@ -125,7 +125,7 @@ func (s *Scripts) Render(ctx context.Context, req Request, d lifecycle.BootDecis
 			return s.cachedTalos(ctx, req, d.Allocation)
 		}
 
-		return s.talos(req, d.Allocation)
+		return s.factoryTalos(ctx, req, d.Allocation)
 	case lifecycle.BootDisk:
 		return s.disk()
 	default:
@@ -243,19 +243,6 @@ func (s *Scripts) writeAgentArgs(b *strings.Builder, set AgentAssetSet, join []s
 	}
 }
 
-func (s *Scripts) talos(req Request, alloc *resources.Allocation) Script {
-	tok := s.sign(MetadataClaims(req.MachineID, alloc.ID))
-
-	return Script{Status: http.StatusOK, Handoff: true, Body: "#!ipxe\n" +
-		"set " + ipxeMachineSetting + " " + req.MachineID + "\n" +
-		"set " + ipxeTokenSetting + " " + tok + "\n" +
-		"chain --replace " + s.FactoryPXEBaseURL + "/pxe/" + alloc.SchematicID + "/" + alloc.TalosVersion + "/" + s.Platform + "-" + req.Arch + " ||\n" +
-		// The factory may not know the schematic yet, or be unreachable: try again later.
-		"echo Anvil: the Image Factory did not serve the Talos boot; retrying in 10 s\n" +
-		"sleep 10\n" +
-		"chain " + s.BaseURL + "/ipxe/start.ipxe\n"}
-}
-
 func (s *Scripts) disk() Script {
 	switch s.DiskMethod {
 	case DiskHTTP404:
@@ -293,14 +280,20 @@ func MetadataClaims(machineID, allocationID string) token.Claims {
 }
 
 // Schematic returns the Image Factory schematic an allocation boots: the user's
-// extensions and kernel arguments, and the provider's own arguments — the metadata URL
-// (with iPXE settings the boot script fills in) and the event sink. In Omni mode Talos
-// joins Omni instead: Omni's join arguments (SideroLink, Omni's event sink, which counts
-// the install, and its kernel log receiver) replace the provider's event sink; until
-// the adapter has said them there is no schematic to build.
+// extensions, then as kernel arguments the site's (TalosKernelArgs), the allocation's and,
+// in Omni mode, Omni's join arguments (SideroLink, Omni's event sink, which counts the
+// install, and its kernel log receiver); until the adapter has said them there is no
+// schematic to build.
+//
+// A schematic's kernel arguments are those of every boot of its Talos, installed ones
+// included: the factory bakes them into its installer (the UKI's command line Talos
+// installs), so an installed Talos boots from its disk with them. Only what holds for
+// every such boot belongs here. The boot's own arguments — the metadata URL with the
+// machine's token for the allocation, and standalone the provider's event sink — are
+// never in it (bootArgs: each boot script, kexec and UKI appends them): an installed
+// Talos whose STATE is wiped would otherwise fetch its config from that URL for ever
+// instead of entering maintenance mode, and a token would sit in the installer image.
 func (s *Scripts) Schematic(extensions, kernelArgs []string) (schematic.Schematic, error) {
-	metadata := s.BaseURL + "/metadata/${" + ipxeMachineSetting + "}?token=${" + ipxeTokenSetting + "}"
-
 	args := append(append([]string{}, s.TalosKernelArgs...), kernelArgs...)
 
 	if s.JoinArgs != nil {
@@ -314,9 +307,6 @@ func (s *Scripts) Schematic(extensions, kernelArgs []string) (schematic.Schemati
 		}
 
 		args = append(args, join...)
-		args = append(args, "talos.config="+metadata)
-	} else {
-		args = append(args, "talos.config="+metadata, "talos.events.sink="+s.APIEndpoint)
 	}
 
 	var sc schematic.Schematic

@@ -100,30 +100,17 @@ func TestRenderAgentWithoutAssets(t *testing.T) {
 	assert.NotContains(t, got.Body, "anvil.token")
 }
 
-func TestRenderTalos(t *testing.T) {
-	t.Parallel()
-
-	s := testScripts(t, true)
-	alloc := &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: "abc123"}
-
-	got := s.Render(t.Context(), testReq, lifecycle.BootDecision{Boot: lifecycle.BootTalos, Allocation: alloc}, token.Claims{})
-	require.Equal(t, http.StatusOK, got.Status)
-	assert.Contains(t, got.Body, "set anvil_machine m1\n")
-	assert.Contains(t, got.Body, "set anvil_token "+token.Sign(testKey, boot.MetadataClaims("m1", "a1"))+"\n")
-	assert.Contains(t, got.Body, "\nchain --replace http://factory.lab:8080/pxe/abc123/v1.9.0/metal-amd64 ||\n")
-	assert.True(t, strings.HasSuffix(got.Body, "\nchain http://10.77.0.1:50042/ipxe/start.ipxe\n"), "a failed chain retries from the start: %s", got.Body)
-	assert.Zero(t, got.AgentToken)
-}
-
 // TestScriptsTokens: Scripts with a Signer and Scripts with only the key sign the same
 // tokens and verify each other's, and neither verifies a token of another key.
 func TestScriptsTokens(t *testing.T) {
 	t.Parallel()
 
 	signer := testScripts(t, true)
+	_, id := factoryFor(t, signer)
 	keyed := testScripts(t, true)
 	keyed.Tokens, keyed.TokenKey = nil, testKey
-	alloc := &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: "abc123"}
+	keyed.FactoryPXEBaseURL = signer.FactoryPXEBaseURL
+	alloc := &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: id}
 	claims := token.Claims{Issued: time.Unix(1700000000, 5)}
 
 	for _, d := range []lifecycle.BootDecision{{Boot: lifecycle.BootAgent}, {Boot: lifecycle.BootTalos, Allocation: alloc}} {
@@ -132,6 +119,8 @@ func TestScriptsTokens(t *testing.T) {
 		for range 2 {
 			assert.Equal(t, want, signer.Render(t.Context(), testReq, d, claims), d.Boot)
 		}
+
+		assert.Contains(t, want.Body, "kernel ", "%s: a boot, not a retry: %s", d.Boot, want.Body)
 	}
 
 	for name, tc := range map[string]struct {
@@ -180,45 +169,67 @@ func TestRenderDisk(t *testing.T) {
 	assert.ErrorContains(t, err, "unknown boot-from-disk method")
 }
 
-func TestSchematicCarriesProviderArgs(t *testing.T) {
+// TestSchematic: a schematic carries what every boot of its Talos gets, installed ones
+// included — the site's args, the allocation's, then in Omni mode Omni's join args — and
+// never one boot's own: no metadata URL (with its token), no provider event sink.
+func TestSchematic(t *testing.T) {
 	t.Parallel()
 
-	s := testScripts(t, true)
-	sc, err := s.Schematic([]string{"siderolabs/intel-ucode"}, []string{"console=ttyS0"})
-	require.NoError(t, err)
+	join := []string{"siderolink.api=grpc://10.77.0.3:8090?jointoken=v2%3Ax", "talos.events.sink=[fdae:41e4:649b:9303::1]:8091",
+		"talos.logging.kernel=tcp://[fdae:41e4:649b:9303::1]:8092"}
 
-	assert.Equal(t, []string{"siderolabs/intel-ucode"}, sc.Customization.SystemExtensions.OfficialExtensions)
-	assert.Equal(t, []string{
-		"console=ttyS0",
-		"talos.config=http://10.77.0.1:50042/metadata/${anvil_machine}?token=${anvil_token}",
-		"talos.events.sink=10.77.0.1:50042",
-	}, sc.Customization.ExtraKernelArgs)
+	for _, tc := range []struct {
+		name       string
+		site, user []string
+		join       []string // nil: standalone
+		want       []string
+	}{
+		{name: "standalone, nothing", want: []string{}},
+		{name: "standalone, the user's", user: []string{"console=ttyS0"}, want: []string{"console=ttyS0"}},
+		{
+			// The site's come first, so that an allocation's own win where the kernel
+			// takes the last.
+			name: "standalone, the site's then the user's",
+			site: []string{"console=ttyS1,115200", "talos.dashboard.disabled=1"}, user: []string{"console=ttyS0"},
+			want: []string{"console=ttyS1,115200", "talos.dashboard.disabled=1", "console=ttyS0"},
+		},
+		{name: "Omni, the join args", join: join, want: join},
+		{
+			name: "Omni, the site's, the user's, then the join args",
+			site: []string{"console=ttyS1,115200"}, user: []string{"console=ttyS0"}, join: join,
+			want: append([]string{"console=ttyS1,115200", "console=ttyS0"}, join...),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 
-	id, err := sc.ID()
-	require.NoError(t, err)
-	assert.Len(t, id, 64)
+			s := testScripts(t, true)
+			s.TalosKernelArgs = tc.site
+
+			if tc.join != nil {
+				s.JoinArgs = func() ([]string, bool) { return tc.join, true }
+			}
+
+			sc, err := s.Schematic([]string{"siderolabs/intel-ucode"}, tc.user)
+			require.NoError(t, err)
+			assert.Equal(t, []string{"siderolabs/intel-ucode"}, sc.Customization.SystemExtensions.OfficialExtensions)
+			assert.Equal(t, tc.want, sc.Customization.ExtraKernelArgs)
+
+			for _, arg := range sc.Customization.ExtraKernelArgs {
+				assert.NotContains(t, arg, "talos.config", "an installed Talos would fetch its config from it for ever")
+				assert.NotContains(t, arg, "${")
+				assert.NotEqual(t, "talos.events.sink="+s.APIEndpoint, arg, "the provider's sink is one boot's")
+			}
+
+			id, err := sc.ID()
+			require.NoError(t, err)
+			assert.Len(t, id, 64)
+		})
+	}
 }
 
-// TestSchematicCarriesSiteArgs: the site's Talos kernel args (--talos-kernel-args) come
-// first, so that an allocation's own win where the kernel takes the last.
-func TestSchematicCarriesSiteArgs(t *testing.T) {
-	t.Parallel()
-
-	s := testScripts(t, true)
-	s.TalosKernelArgs = []string{"console=ttyS1,115200", "talos.dashboard.disabled=1"}
-
-	sc, err := s.Schematic(nil, []string{"console=ttyS0"})
-	require.NoError(t, err)
-	assert.Equal(t, []string{
-		"console=ttyS1,115200", "talos.dashboard.disabled=1",
-		"console=ttyS0",
-		"talos.config=http://10.77.0.1:50042/metadata/${anvil_machine}?token=${anvil_token}",
-		"talos.events.sink=10.77.0.1:50042",
-	}, sc.Customization.ExtraKernelArgs)
-}
-
-// TestSchematicInOmniMode: Talos joins Omni: Omni's join args replace the provider's
-// event sink; before the adapter has said them there is no schematic.
+// TestSchematicInOmniMode: before the adapter has said Omni's join args there is no
+// schematic, nor with one a kernel line cannot carry.
 func TestSchematicInOmniMode(t *testing.T) {
 	t.Parallel()
 
@@ -230,19 +241,6 @@ func TestSchematicInOmniMode(t *testing.T) {
 
 	_, err := s.Schematic(nil, []string{"console=ttyS0"})
 	require.ErrorContains(t, err, "join config is not known yet")
-
-	join = []string{"siderolink.api=grpc://10.77.0.3:8090?jointoken=v2%3Ax", "talos.events.sink=[fdae:41e4:649b:9303::1]:8091",
-		"talos.logging.kernel=tcp://[fdae:41e4:649b:9303::1]:8092"}
-
-	sc, err := s.Schematic(nil, []string{"console=ttyS0"})
-	require.NoError(t, err)
-	assert.Equal(t, []string{
-		"console=ttyS0",
-		"siderolink.api=grpc://10.77.0.3:8090?jointoken=v2%3Ax",
-		"talos.events.sink=[fdae:41e4:649b:9303::1]:8091",
-		"talos.logging.kernel=tcp://[fdae:41e4:649b:9303::1]:8092",
-		"talos.config=http://10.77.0.1:50042/metadata/${anvil_machine}?token=${anvil_token}",
-	}, sc.Customization.ExtraKernelArgs)
 
 	join = []string{"a=1 chain http://evil"}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -28,12 +29,15 @@ const maxCmdline = 64 << 10
 
 // TalosBoot is how an allocation's Talos boots from the provider's cache: the URLs of
 // its kernel and initramfs with their SHA-256 digests (hex), and the factory's cmdline
-// for the schematic, with the iPXE settings of the metadata URL still in it.
+// for the schematic.
 type TalosBoot struct {
 	KernelURL, InitramfsURL       string
 	KernelSHA256, InitramfsSHA256 string
 	Initramfs                     string
-	Cmdline                       string
+	// Cmdline is the factory's: the platform, Talos' defaults and the schematic's kernel
+	// arguments, which every boot of it gets, installed ones included. It holds nothing of
+	// one machine's: the boot's own arguments (bootArgs) follow it on the kernel line.
+	Cmdline string
 	// KernelPath and InitramfsPath are the cached files, for a UKI built of them.
 	KernelPath, InitramfsPath string
 }
@@ -112,16 +116,47 @@ func (s *Scripts) KexecTarget(ctx context.Context, machineID, arch string, alloc
 	}, nil
 }
 
-// KexecCmdline is the cmdline a kexec into the machine's Talos gets: the one the iPXE
-// path boots with, its settings filled in as iPXE would (the machine and its metadata
-// token for the allocation).
+// KexecCmdline is the cmdline a kexec into the machine's Talos (or the arm64 UKI of it)
+// gets: the one the iPXE path boots with, the factory's cmdline then the boot's own
+// arguments.
 func (s *Scripts) KexecCmdline(b TalosBoot, machineID string, alloc *resources.Allocation) string {
-	return strings.NewReplacer(
-		"${"+ipxeMachineSetting+"}", machineID,
-		"${"+ipxeTokenSetting+"}", s.sign(MetadataClaims(machineID, alloc.ID)),
-	).Replace(b.Cmdline)
+	return s.talosCmdline(b.Cmdline, machineID, alloc)
 }
 
+// bootArgs are the kernel arguments of one boot of the machine's Talos for the
+// allocation, which the provider adds after the factory's cmdline on every path (iPXE
+// from the cache or from the factory, kexec, UKI): the metadata URL with the machine's
+// token for the allocation and, standalone, the provider's event sink (in Omni mode
+// Omni's sink is among the schematic's join arguments). They are never in the schematic
+// (see Schematic): the factory bakes a schematic's arguments into the Talos it installs,
+// and an installed Talos must not carry a URL naming one boot's token.
+func (s *Scripts) bootArgs(machineID string, alloc *resources.Allocation) []string {
+	args := []string{"talos.config=" + s.BaseURL + "/metadata/" + machineID + "?token=" + s.sign(MetadataClaims(machineID, alloc.ID))}
+
+	if s.JoinArgs == nil {
+		args = append(args, "talos.events.sink="+s.APIEndpoint)
+	}
+
+	return args
+}
+
+// talosCmdline is the factory's cmdline followed by the boot's own arguments.
+func (s *Scripts) talosCmdline(factory, machineID string, alloc *resources.Allocation) string {
+	return factory + " " + strings.Join(s.bootArgs(machineID, alloc), " ")
+}
+
+// talosScript is the iPXE script that boots Talos' kernel and initramfs with the
+// factory's cmdline and the boot's own arguments.
+func (s *Scripts) talosScript(kernelURL, initramfs, initramfsURL, cmdline, machineID string, alloc *resources.Allocation) Script {
+	return Script{Status: http.StatusOK, Handoff: true, Body: "#!ipxe\n" +
+		"imgfree\n" +
+		// Debian's 2019 iPXE needs initrd=<name> on the kernel line under EFI.
+		"kernel " + kernelURL + " initrd=" + initramfs + " " + s.talosCmdline(cmdline, machineID, alloc) + "\n" +
+		"initrd " + initramfsURL + "\n" +
+		"boot\n"}
+}
+
+// readCmdline reads a cached cmdline: see parseCmdline.
 func readCmdline(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -130,19 +165,37 @@ func readCmdline(path string) (string, error) {
 
 	defer f.Close()
 
-	buf := make([]byte, maxCmdline)
-
-	n, err := f.Read(buf)
-	if err != nil && n == 0 {
+	b, err := io.ReadAll(io.LimitReader(f, maxCmdline+1))
+	if err != nil {
 		return "", err
 	}
 
-	cmdline := strings.Join(strings.Fields(string(buf[:n])), " ")
-	if cmdline == "" || !safeArgs(strings.Fields(cmdline)) {
-		return "", fmt.Errorf("the cmdline is empty or has what a kernel line cannot carry")
+	return parseCmdline(b)
+}
+
+// parseCmdline makes the factory's cmdline one line of arguments, refusing one longer
+// than maxCmdline, empty, or with what a kernel line cannot carry (a control character
+// would end the iPXE line, and more commands could follow it).
+func parseCmdline(b []byte) (string, error) {
+	if len(b) > maxCmdline {
+		return "", fmt.Errorf("it is more than %d bytes", maxCmdline)
 	}
 
-	return cmdline, nil
+	args := strings.Fields(string(b))
+	if len(args) == 0 || !safeArgs(args) {
+		return "", fmt.Errorf("it is empty or has what a kernel line cannot carry")
+	}
+
+	return strings.Join(args, " "), nil
+}
+
+// talosNotReady is the script that tells why Talos cannot boot yet and asks again in a
+// while.
+func (s *Scripts) talosNotReady(err error) Script {
+	return Script{Status: http.StatusOK, Body: "#!ipxe\n" +
+		"echo Anvil: the Talos boot assets are not ready (" + scriptSafe(err.Error()) + "); retrying in 10 s\n" +
+		"sleep 10\n" +
+		"chain " + s.BaseURL + "/ipxe/start.ipxe\n"}
 }
 
 // cachedTalos is the Talos boot script from the provider's cache; ok is false (with a
@@ -155,22 +208,10 @@ func (s *Scripts) cachedTalos(ctx context.Context, req Request, alloc *resources
 
 	tb, err := s.TalosBoot(ctx, req.MachineID, alloc, req.Arch)
 	if err != nil {
-		return Script{Status: http.StatusOK, Body: "#!ipxe\n" +
-			"echo Anvil: the Talos boot assets are not ready (" + scriptSafe(err.Error()) + "); retrying in 10 s\n" +
-			"sleep 10\n" +
-			"chain " + s.BaseURL + "/ipxe/start.ipxe\n"}
+		return s.talosNotReady(err)
 	}
 
-	tok := s.sign(MetadataClaims(req.MachineID, alloc.ID))
-
-	return Script{Status: http.StatusOK, Handoff: true, Body: "#!ipxe\n" +
-		"set " + ipxeMachineSetting + " " + req.MachineID + "\n" +
-		"set " + ipxeTokenSetting + " " + tok + "\n" +
-		"imgfree\n" +
-		// Debian's 2019 iPXE needs initrd=<name> on the kernel line under EFI.
-		"kernel " + tb.KernelURL + " initrd=" + tb.Initramfs + " " + tb.Cmdline + "\n" +
-		"initrd " + tb.InitramfsURL + "\n" +
-		"boot\n"}
+	return s.talosScript(tb.KernelURL, tb.Initramfs, tb.InitramfsURL, tb.Cmdline, req.MachineID, alloc)
 }
 
 // scriptSafe keeps a message to one line of printable text for an iPXE echo.

@@ -72,7 +72,8 @@ func (s *Scripts) RenderUKI(ctx context.Context, req Request, d lifecycle.BootDe
 }
 
 // talosUKI is the allocation's Talos as a UKI: the cached kernel and initramfs, and the
-// cmdline the iPXE path boots with, its settings filled in (as a kexec's are).
+// cmdline the iPXE path boots with (the factory's, then the boot's own arguments), as a
+// kexec's is.
 func (s *Scripts) talosUKI(ctx context.Context, req Request, alloc *resources.Allocation) UKI {
 	set, ok := s.Assets.For(req.Arch)
 	if !ok || set.UKIStub == nil {

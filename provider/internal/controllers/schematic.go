@@ -28,7 +28,7 @@ const (
 )
 
 // SchematicController registers with the Image Factory every schematic an allocation
-// boots, so the factory's PXE endpoint knows it by the time the machine chains to it:
+// boots, so the factory knows it by the time the machine's boot asks for its assets:
 // it produces Schematic from MachineIntent.
 type SchematicController struct {
 	Factory SchematicRegistrar

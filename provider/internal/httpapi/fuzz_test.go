@@ -46,7 +46,7 @@ func newFuzzFixture(f *testing.F) *fixture {
 	})
 
 	fx.machine(f, m1, "127.0.0.1", lifecycle.BootTalos, &resources.MachineIntentSpec{
-		Acceptance: resources.AcceptanceAccepted, Allocation: &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: "s1", Config: fuzzConfig},
+		Acceptance: resources.AcceptanceAccepted, Allocation: &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: s1, Config: fuzzConfig},
 	}, nil)
 	fx.machine(f, m2, "192.0.2.2", lifecycle.BootAgent, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted}, nil)
 

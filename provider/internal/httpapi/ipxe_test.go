@@ -67,7 +67,7 @@ func TestTalosScriptFollowsTheAllocation(t *testing.T) {
 	f := newFixture(t)
 	intent := &resources.MachineIntentSpec{
 		Acceptance: resources.AcceptanceAccepted,
-		Allocation: &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: "s1"},
+		Allocation: &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: s1},
 	}
 
 	f.machine(t, m2, "192.0.2.2", lifecycle.BootTalos, intent, nil)
@@ -75,11 +75,11 @@ func TestTalosScriptFollowsTheAllocation(t *testing.T) {
 	for range 2 {
 		code, body := f.get(t, bootURL(m2))
 		require.Equal(t, http.StatusOK, code)
-		assert.Contains(t, body, "/pxe/s1/v1.9.0/metal-amd64")
+		assert.Contains(t, body, "/image/"+s1+"/v1.9.0/kernel-amd64")
 	}
 
 	in := resources.NewMachineIntent(m2)
-	intent.Allocation = &resources.Allocation{ID: "a2", TalosVersion: "v1.10.0", SchematicID: "s2"}
+	intent.Allocation = &resources.Allocation{ID: "a2", TalosVersion: "v1.10.0", SchematicID: s2}
 	*in.TypedSpec() = *intent
 
 	cur, err := f.store.Get(t.Context(), in.Metadata())
@@ -96,16 +96,16 @@ func TestTalosScriptFollowsTheAllocation(t *testing.T) {
 		code, b := f.get(t, bootURL(m2))
 		body = b
 
-		return code == http.StatusOK && strings.Contains(b, "/pxe/s2/v1.10.0/metal-amd64")
+		return code == http.StatusOK && strings.Contains(b, "/image/"+s2+"/v1.10.0/kernel-amd64")
 	}, 5e9, 1e6, "a new allocation renders anew")
-	assert.NotContains(t, body, "s1")
+	assert.NotContains(t, body, s1)
 }
 
 // BenchmarkBootScript is one boot-script answer per kind of machine, the handler alone
 // (no connection): its time and allocations.
 func BenchmarkBootScript(b *testing.B) {
 	f := newFixture(b)
-	alloc := &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: "s1"}
+	alloc := &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: s1}
 
 	f.machine(b, m1, "192.0.2.1", lifecycle.BootAgent, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted}, nil)
 	f.machine(b, m2, "192.0.2.2", lifecycle.BootTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc}, nil)

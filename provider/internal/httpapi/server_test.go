@@ -42,6 +42,15 @@ const (
 	m2 = "4c4c4544-0000-1000-8000-000000000002"
 )
 
+// Schematic IDs the fixture's factory serves a cmdline for (any schematic, any version).
+var (
+	s1 = strings.Repeat("1", 64)
+	s2 = strings.Repeat("2", 64)
+)
+
+// factoryCmdline is what the fixture's factory answers for a schematic's cmdline.
+const factoryCmdline = "talos.platform=metal console=tty0"
+
 type recorder struct {
 	mu      sync.Mutex
 	records []string
@@ -89,10 +98,22 @@ func newFixture(t testing.TB) *fixture {
 	assets, err := boot.LoadAgentAssets(assetsDir)
 	require.NoError(t, err)
 
+	// The Image Factory's PXE endpoint, for the cmdline of a Talos boot without a cache.
+	factory := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.Contains(r.URL.Path, "/cmdline-metal-") {
+			http.NotFound(w, r)
+
+			return
+		}
+
+		_, _ = io.WriteString(w, factoryCmdline)
+	}))
+	t.Cleanup(factory.Close)
+
 	f := &fixture{
 		store: store,
 		scripts: &boot.Scripts{
-			BaseURL: "http://10.77.0.1:50042", APIEndpoint: "10.77.0.1:50042", FactoryPXEBaseURL: "http://factory",
+			BaseURL: "http://10.77.0.1:50042", APIEndpoint: "10.77.0.1:50042", FactoryPXEBaseURL: factory.URL,
 			Platform: "metal", DiskMethod: boot.DiskIPXEExit, Assets: assets,
 			// The tests sign and verify with the key, apart from the Signer.
 			Tokens: token.NewSigner(store.Keys().TokenKey()), TokenKey: store.Keys().TokenKey(),
@@ -175,7 +196,7 @@ func TestBootScripts(t *testing.T) {
 	t.Parallel()
 
 	f := newFixture(t)
-	alloc := &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: "s1"}
+	alloc := &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: s1}
 
 	f.machine(t, m2, "192.0.2.2", lifecycle.BootAgent, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc}, nil)
 
@@ -193,7 +214,8 @@ func TestBootScripts(t *testing.T) {
 
 	code, body = f.get(t, bootURL(m2))
 	require.Equal(t, http.StatusOK, code)
-	assert.Contains(t, body, "chain --replace http://factory/pxe/s1/v1.9.0/metal-amd64")
+	assert.Contains(t, body, "kernel "+f.scripts.FactoryPXEBaseURL+"/image/"+s1+"/v1.9.0/kernel-amd64 initrd=initramfs-amd64.xz "+factoryCmdline+
+		" talos.config=http://10.77.0.1:50042/metadata/"+m2+"?token=")
 	assert.Equal(t, "talos", (<-f.obs).Decision)
 
 	code, body = f.get(t, "/ipxe/boot.ipxe?uuid=nope")

@@ -71,7 +71,7 @@ func newAssetFixture(t *testing.T) *assetFixture {
 
 	var sc schematic.Schematic
 
-	sc.Customization.ExtraKernelArgs = []string{"talos.config=http://10.77.0.1:50042/metadata/${anvil_machine}?token=${anvil_token}"}
+	sc.Customization.ExtraKernelArgs = []string{"console=ttyS1,115200"}
 
 	f.schematic, _, err = fc.SchematicCreate(t.Context(), sc)
 	require.NoError(t, err)
@@ -175,7 +175,7 @@ func TestTalosAssetsOneDownload(t *testing.T) {
 	assert.Equal(t, talosKernel, bodies["kernel-amd64"][0])
 	assert.Equal(t, talosInitramfs, bodies["initramfs-amd64.xz"][0])
 	assert.Contains(t, bodies["cmdline-metal-amd64"][0], "talos.platform=metal ")
-	assert.Contains(t, bodies["cmdline-metal-amd64"][0], "?token=${anvil_token}")
+	assert.Contains(t, bodies["cmdline-metal-amd64"][0], " console=ttyS1,115200", "the schematic's args, as the factory has them")
 }
 
 func TestTalosAssets(t *testing.T) {

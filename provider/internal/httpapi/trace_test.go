@@ -63,7 +63,7 @@ func TestBootTimeline(t *testing.T) {
 	// An allocated machine: while the cache fetches its assets it is asked to come back,
 	// which is no handoff; the script that boots Talos is.
 	f.machine(t, m2, "192.0.2.2", lifecycle.BootAgent, &resources.MachineIntentSpec{
-		Acceptance: resources.AcceptanceAccepted, Allocation: &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: "s1"},
+		Acceptance: resources.AcceptanceAccepted, Allocation: &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: s1},
 	}, nil)
 
 	// A Scripts of its own, whose boot assets are never ready.
@@ -89,7 +89,7 @@ func TestBootTimeline(t *testing.T) {
 
 	code, body = f.get(t, bootURL(m2))
 	require.Equal(t, http.StatusOK, code)
-	require.Contains(t, body, "chain --replace http://factory/")
+	require.Contains(t, body, "kernel "+f.scripts.FactoryPXEBaseURL+"/image/")
 	assert.Equal(t, []string{"script/talos", "handoff/ipxe"}, phases(trace.Timeline(m2)))
 }
 

@@ -67,8 +67,8 @@ func newFactory(t *testing.T) *factory {
 
 	var sc schematic.Schematic
 
-	// iPXE settings travel in the cmdline as they are.
-	sc.Customization.ExtraKernelArgs = []string{"talos.config=http://10.0.2.2:50042/metadata/${anvil_machine}"}
+	// The schematic's args travel in the cmdline as they are.
+	sc.Customization.ExtraKernelArgs = []string{"console=ttyS1,115200"}
 
 	f.schematic, _, err = c.SchematicCreate(t.Context(), sc)
 	require.NoError(t, err)

@@ -100,6 +100,8 @@ type callers struct {
 	agents agentv1.AgentServiceClient
 	key    []byte
 	bmcs   *bmcLog
+	// factoryURL is the Image Factory's PXE endpoint Talos boots from.
+	factoryURL string
 }
 
 func newCallers(t *testing.T) *callers {
@@ -136,10 +138,17 @@ func newCallers(t *testing.T) *callers {
 	set, err := boot.LoadAgentAssets(assets)
 	require.NoError(t, err)
 
+	// The Image Factory's PXE endpoint: the cmdline of a Talos boot without a cache.
+	factory := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("talos.platform=metal"))
+	}))
+	t.Cleanup(factory.Close)
+
+	f.factoryURL = factory.URL
 	f.http = httpapi.New(httpapi.Options{
 		State: st, View: f.view, Policy: policy,
 		Scripts: &boot.Scripts{
-			BaseURL: "http://10.77.0.1:50042", APIEndpoint: "10.77.0.1:50042", FactoryPXEBaseURL: "http://factory",
+			BaseURL: "http://10.77.0.1:50042", APIEndpoint: "10.77.0.1:50042", FactoryPXEBaseURL: factory.URL,
 			Platform: "metal", DiskMethod: boot.DiskIPXEExit, Assets: set, TokenKey: f.key,
 		},
 		Observations: make(chan controllers.PXEObservation, 64),
@@ -280,7 +289,7 @@ func (f *callers) bootScript(t *testing.T, id string) lifecycle.Boot {
 	switch body := rec.Body.String(); {
 	case strings.Contains(body, "/assets/agent/") && strings.Contains(body, "anvil.token="):
 		return lifecycle.BootAgent
-	case strings.Contains(body, "chain --replace http://factory/pxe/"):
+	case strings.Contains(body, "kernel "+f.factoryURL+"/image/"):
 		return lifecycle.BootTalos
 	case strings.Contains(body, "booting from disk"):
 		return lifecycle.BootDisk

@@ -2,6 +2,7 @@ package lifecycle_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,7 +43,7 @@ func (r row) machine(id string) lifecycle.Machine {
 }
 
 var (
-	alloc = &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: "s1"}
+	alloc = &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", SchematicID: strings.Repeat("1", 64)}
 	// userBMC is a BMC whose credentials a person gave: nothing to provision.
 	userBMC = &resources.BMCConfigSpec{Kind: "ipmi", Address: "10.0.0.5", Username: "admin", HasPassword: true, Source: resources.BMCSourceUser}
 	// addressOnly is a BMC whose address a person gave: the agent provisions the credentials.

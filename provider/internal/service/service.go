@@ -151,6 +151,28 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 	env.status.Trace = env.trace
 	env.omniLag = omnilink.NewSyncLag(env.registry)
 
+	// A Talos boot the factory does not know the schematic of yet (404), from the cache or
+	// for the cmdline of a boot without it, registers the schematic and asks again.
+	env.scripts.RegisterSchematic = func(ctx context.Context, machineID string, alloc *resources.Allocation) error {
+		// The allocation as stored: the boot services' view of it has no extensions.
+		in, err := safe.StateGetByID[*resources.MachineIntent](ctx, store, machineID)
+		if err != nil {
+			return fmt.Errorf("error reading machine %s's allocation: %w", machineID, err)
+		}
+
+		full := in.TypedSpec().Allocation
+		if full == nil || full.ID != alloc.ID {
+			return fmt.Errorf("machine %s is no longer in allocation %s", machineID, alloc.ID)
+		}
+
+		sc, err := env.scripts.Schematic(full.Extensions, full.KernelArgs)
+		if err != nil {
+			return err
+		}
+
+		return controllers.RegisterSchematic(ctx, factory, full.SchematicID, sc)
+	}
+
 	env.imageCache, err = openImageCache(opts, env.registry, logger.Named("imagecache"))
 	if err != nil {
 		return err
@@ -165,25 +187,6 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 
 		// Talos boots, by iPXE and by kexec, from the provider's cache.
 		env.scripts.Cache = env.imageCache
-		env.scripts.RegisterSchematic = func(ctx context.Context, machineID string, alloc *resources.Allocation) error {
-			// The allocation as stored: the boot services' view of it has no extensions.
-			in, err := safe.StateGetByID[*resources.MachineIntent](ctx, store, machineID)
-			if err != nil {
-				return fmt.Errorf("error reading machine %s's allocation: %w", machineID, err)
-			}
-
-			full := in.TypedSpec().Allocation
-			if full == nil || full.ID != alloc.ID {
-				return fmt.Errorf("machine %s is no longer in allocation %s", machineID, alloc.ID)
-			}
-
-			sc, err := env.scripts.Schematic(full.Extensions, full.KernelArgs)
-			if err != nil {
-				return err
-			}
-
-			return controllers.RegisterSchematic(ctx, factory, full.SchematicID, sc)
-		}
 	} else {
 		// A kexec needs its target in the cache: without one, every allocation goes
 		// through the firmware, decided here rather than failed machine by machine.
