@@ -51,7 +51,7 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.WipeSecure, "wipe-secure", 10*time.Second, "simulated duration of a secure erase")
 	fs.DurationVar(&cfg.KexecLoad, "kexec-load", time.Second, "simulated time to load a kexec target")
 	fs.BoolVar(&cfg.Kexec, "kexec", true, "agents offer kexec")
-	fs.BoolVar(&cfg.TalosChain, "talos-chain", false, "fetch the Image Factory URL a Talos boot script chains to; a failure is a failed boot, retried")
+	fs.BoolVar(&cfg.TalosChain, "talos-chain", false, "fetch the kernel a Talos boot script boots (the Image Factory's without the provider's cache); a failure is a failed boot, retried")
 	fs.StringVar(&cfg.BMCAddress, "bmc-address", "127.0.0.1", "BMC LAN address reported to BMC orders")
 	fs.UintVar(&bmcPort, "bmc-port", 623, "BMC port reported to BMC orders")
 	fs.StringVar(&cfg.AgentVersion, "agent-version", "dev", "version the agents say they are")

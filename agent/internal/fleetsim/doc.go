@@ -21,7 +21,7 @@
 //
 // What a machine does after a boot script, by what the script says:
 //   - the agent (anvil.token= on its kernel line): agent session, until an order ends it;
-//   - Talos (a chain to the Image Factory) or its disk (exit, sanboot, HTTP 404): the
+//   - Talos (talos.config= on its kernel line) or its disk (exit, sanboot, HTTP 404): the
 //     machine runs "Talos" and says nothing more until its power is cycled;
 //   - anything else, or no answer (provider down): fetched again after -boot-retry, as
 //     iPXE's retry loop does.
@@ -43,9 +43,10 @@
 //	-wipe-fast D         simulated duration of a fast wipe (default 2s)
 //	-wipe-zeroes D       of a zeroes wipe (default 30s); -wipe-secure D of a secure erase (default 10s)
 //	-kexec               agents offer kexec (default true; false: they say why not)
-//	-talos-chain         fetch the Image Factory URL a Talos script chains to, as iPXE does;
-//	                     when that fails the boot is "retry" (with its error), the provider's
-//	                     script fetched again after -boot-retry (default false)
+//	-talos-chain         fetch the kernel a Talos script boots (the Image Factory's without
+//	                     the provider's cache), as iPXE does; when that fails the boot is
+//	                     "retry" (with its error), the provider's script fetched again after
+//	                     -boot-retry (default false)
 //	-bmc-address A       BMC LAN address reported to get/set BMC orders (default 127.0.0.1)
 //	-bmc-port P          its port (default 623)
 //	-listen ADDR         the HTTP power API (internal/powerwire) for every simulated

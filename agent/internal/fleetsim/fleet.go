@@ -31,8 +31,8 @@ type Config struct {
 	WipeSecure      time.Duration
 	KexecLoad       time.Duration
 	Kexec           bool
-	// TalosChain fetches the Image Factory URL a Talos boot script chains to; a failure
-	// is a failed boot, retried.
+	// TalosChain fetches the kernel a Talos boot script boots (the Image Factory's, without
+	// the provider's cache), as iPXE does; a failure is a failed boot, retried.
 	TalosChain   bool
 	BMCAddress   string
 	BMCPort      uint32

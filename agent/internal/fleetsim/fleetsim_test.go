@@ -61,7 +61,10 @@ func TestReadScript(t *testing.T) {
 	}{
 		{"agent", http.StatusOK, agent, decisionAgent, "v1.tok"},
 		{"agent without a usable provider", http.StatusOK, strings.Replace(agent, "127.0.0.1:50042", "nohostport", 1), decisionRetry, ""},
-		{"talos", http.StatusOK, "#!ipxe\nset anvil-machine m1\nchain --replace http://f/pxe/abc/v1.10.0/metal-amd64 ||\nsleep 10\n", decisionTalos, ""},
+		{"talos", http.StatusOK, "#!ipxe\nimgfree\nkernel http://f/image/abc/v1.10.0/kernel-amd64 initrd=initramfs-amd64.xz talos.platform=metal " +
+			"talos.config=http://127.0.0.1:50042/metadata/m1?token=v1.tok talos.events.sink=127.0.0.1:50042\n" +
+			"initrd http://f/image/abc/v1.10.0/initramfs-amd64.xz\nboot\n", decisionTalos, ""},
+		{"talos not ready", http.StatusOK, "#!ipxe\necho Anvil: the Talos boot assets are not ready (404); retrying in 10 s\nsleep 10\nchain http://p/ipxe/start.ipxe\n", decisionRetry, ""},
 		{"disk by exit", http.StatusOK, "#!ipxe\necho Anvil: booting from disk\nexit 1\n", decisionDisk, ""},
 		{"disk by sanboot", http.StatusOK, "#!ipxe\nsanboot --no-describe --drive 0x80 || exit 1\n", decisionDisk, ""},
 		{"disk by 404", http.StatusNotFound, "boot from disk\n", decisionDisk, ""},
@@ -72,9 +75,13 @@ func TestReadScript(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 
-			decision, cfg, _ := readScript(tc.status, tc.body)
+			decision, cfg, kernel := readScript(tc.status, tc.body)
 			require.Equal(t, tc.decision, decision)
 			require.Equal(t, tc.token, cfg.Token)
+
+			if tc.decision == decisionTalos {
+				require.Equal(t, "http://f/image/abc/v1.10.0/kernel-amd64", kernel, "what -talos-chain fetches")
+			}
 
 			if tc.decision == decisionAgent {
 				require.Equal(t, "m1", cfg.MachineID)

@@ -282,12 +282,12 @@ func (m *machine) fetchScript(ctx context.Context) (string, config.Config, int, 
 		return decisionRetry, config.Config{}, resp.StatusCode, fmt.Errorf("error reading the boot script: %w", err)
 	}
 
-	decision, cfg, chain := readScript(resp.StatusCode, string(body))
+	decision, cfg, kernel := readScript(resp.StatusCode, string(body))
 
 	if decision == decisionTalos && f.cfg.TalosChain {
-		// iPXE follows the chain to the Image Factory; when that fails, the script's
-		// "||" sends it back to the provider after a while.
-		if err := m.fetchChain(ctx, chain); err != nil {
+		// iPXE fetches the kernel (from the Image Factory without the provider's cache);
+		// when that fails, the machine boots again.
+		if err := m.fetchChain(ctx, kernel); err != nil {
 			return decisionRetry, config.Config{}, resp.StatusCode, err
 		}
 	}
@@ -295,8 +295,8 @@ func (m *machine) fetchScript(ctx context.Context) (string, config.Config, int, 
 	return decision, cfg, resp.StatusCode, nil
 }
 
-// fetchChain fetches the Talos boot the script chains to (its start: the body is read
-// and dropped, bounded).
+// fetchChain fetches the Talos kernel the script boots (its start: the body is read and
+// dropped, bounded).
 func (m *machine) fetchChain(ctx context.Context, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {

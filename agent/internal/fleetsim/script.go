@@ -16,7 +16,8 @@ const (
 )
 
 // readScript says what a boot script boots; for the agent, the configuration its kernel
-// line gives it (what the agent reads from /proc/cmdline); for Talos, the URL it chains to.
+// line gives it (what the agent reads from /proc/cmdline); for Talos, its kernel's URL
+// (the Image Factory's without the provider's cache).
 func readScript(status int, body string) (string, config.Config, string) {
 	if status == http.StatusNotFound {
 		return decisionDisk, config.Config{}, ""
@@ -37,8 +38,8 @@ func readScript(status int, body string) (string, config.Config, string) {
 			}
 
 			return decisionAgent, cfg, ""
-		case strings.HasPrefix(line, "chain --replace ") && strings.Contains(line, "/pxe/"):
-			return decisionTalos, config.Config{}, strings.Fields(line)[2]
+		case strings.HasPrefix(line, "kernel ") && strings.Contains(line, " talos.config="):
+			return decisionTalos, config.Config{}, strings.Fields(line)[1]
 		case strings.HasPrefix(line, "sanboot"), line == "exit", strings.HasPrefix(line, "exit "):
 			return decisionDisk, config.Config{}, ""
 		}

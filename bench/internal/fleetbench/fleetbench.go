@@ -161,8 +161,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		"--api-listen-address", "127.0.0.1", "--api-advertise-address", "127.0.0.1", "--api-port", strconv.Itoa(r.port),
 		"--disable-dhcp-proxy", "--disable-tftp", "--ui-listen-address", "", "--image-cache-size", "0",
 		"--agent-assets-dir", assets, "--image-factory-base-url", factory.URL,
-		// Only written into Talos boot scripts: the simulated machines never fetch it.
-		"--image-factory-pxe-base-url", "http://127.0.0.1:9",
+		// The provider fetches a schematic's cmdline from it for a Talos boot script; the
+		// simulated machines never fetch the kernel.
+		"--image-factory-pxe-base-url", factory.URL,
 		"--auto-accept", "all",
 		// The BMCs of the machines the benchmark allocates are given (the simulator's
 		// power API); the others have none, so nothing polls BMCs that are not there.

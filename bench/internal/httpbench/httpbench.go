@@ -346,16 +346,17 @@ func startProvider(ctx context.Context, cfg Config, port int, factoryURL, pprofA
 		"--disable-dhcp-proxy", "--disable-tftp",
 		// The benchmark measures the boot services: no console beside them.
 		"--ui-listen-address", "",
-		// The mix's Talos scripts are chains to the factory's PXE endpoint, as nginx's copy
-		// is: no boot-asset cache (which would download Talos, and serve it from disk).
+		// The mix's Talos scripts boot from the factory's PXE endpoint, as nginx's copy
+		// does: no boot-asset cache (which would download Talos, and serve it from disk).
 		"--image-cache-size", "0",
 		// The seeded machines have no BMC: nothing for an agent to provision, so an
 		// allocated machine boots Talos (the mix's talos scripts), not the agent first.
 		"--provision-bmc-credentials=false",
 		"--agent-assets-dir", assets,
 		"--image-factory-base-url", factoryURL,
-		// Only ever written into scripts, never fetched by the benchmark.
-		"--image-factory-pxe-base-url", "http://127.0.0.1:9",
+		// The provider fetches the schematic's cmdline from it once, then keeps it; the
+		// kernel and initramfs URLs are only written into scripts.
+		"--image-factory-pxe-base-url", factoryURL,
 	)
 
 	cmd := exec.Command(argv[0], argv[1:]...)

@@ -16,7 +16,7 @@ type Kind int
 const (
 	// KindDisk: accepted, allocated, installed: the "boot from disk" script.
 	KindDisk Kind = iota
-	// KindTalos: accepted, allocated, not installed: the Talos chain script.
+	// KindTalos: accepted, allocated, not installed: the Talos boot script.
 	KindTalos
 	// KindAgent: accepted only: the agent script.
 	KindAgent

@@ -295,7 +295,7 @@ func ScriptSizes(ctx context.Context, baseURL string) (map[Kind]int, error) {
 	client := &http.Client{Timeout: 10 * time.Second}
 	defer client.CloseIdleConnections()
 
-	want := map[Kind]string{KindDisk: "booting from disk", KindTalos: "chain --replace", KindAgent: "anvil.token="}
+	want := map[Kind]string{KindDisk: "booting from disk", KindTalos: " talos.config=", KindAgent: "anvil.token="}
 	sizes := map[Kind]int{}
 
 	for i := range 5 {

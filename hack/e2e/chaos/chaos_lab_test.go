@@ -31,7 +31,8 @@ func TestLabChaosGrid(t *testing.T) {
 
 	p := testprovider.NewWith(t, testprovider.Options{AgentAssets: true},
 		"--disable-dhcp-proxy", "--disable-tftp",
-		// Talos boots chain to the factory stand-in, which can then be made unreachable.
+		// Talos boots from the factory stand-in (the provider fetches the schematic's
+		// cmdline from it for the boot script), which can then be made unreachable.
 		"--image-cache-size", "0",
 		"--image-factory-base-url", factorySrv.URL, "--image-factory-pxe-base-url", factorySrv.URL,
 		"--kexec", "never",
