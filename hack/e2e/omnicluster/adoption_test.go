@@ -17,6 +17,9 @@ import (
 	"github.com/anvil-metal/anvil/hack/internal/machine"
 )
 
+// standinTalos is the stand-in Talos' version the factory stand-in offers.
+const standinTalos = "v1.9.0"
+
 // TestOmniAdoption switches a provider with standalone state to Omni mode under an
 // installed machine: a machine accepted, allocated and installed locally, its Talos on
 // its disk, the provider restarted as Omni's infra provider. The machine keeps its
@@ -92,7 +95,7 @@ func TestOmniAdoption(tt *testing.T) {
 	config := filepath.Join(t.TempDir(), "config.yaml")
 	require.NoError(t, os.WriteFile(config, []byte("version: v1alpha1\nmachine:\n  type: worker\n  token: adoption\n"), 0o600))
 
-	out, err = ctl("machine", "allocate", m.UUID, "--talos-version", labTalos, "--config", config)
+	out, err = ctl("machine", "allocate", m.UUID, "--talos-version", standinTalos, "--config", config)
 	require.NoError(t, err, out)
 
 	require.True(t, labtest.Eventually(t, talosDeadline, m.Name+" installed", func() error {

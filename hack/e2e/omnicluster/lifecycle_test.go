@@ -26,16 +26,19 @@ import (
 	"github.com/anvil-metal/anvil/hack/internal/lab"
 	"github.com/anvil-metal/anvil/hack/internal/labtest"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
+	"github.com/anvil-metal/anvil/hack/internal/omnilab"
 	"github.com/anvil-metal/anvil/internal/ipmisim"
+	"github.com/anvil-metal/anvil/internal/netns"
 )
 
 const (
 	// stepDeadline is generous: under TCG power-on to the agent is ~30–60 s, and the
 	// host's two cores are shared with another lab's machines.
 	stepDeadline = 5 * time.Minute
-	// talosDeadline bounds a Talos boot end to end: power-on, firmware, the factory's
-	// stand-in, SideroLink, Omni's config, the install and the boot from disk, on TCG.
-	talosDeadline = 10 * time.Minute
+	// talosDeadline bounds a step of real Talos on TCG: its boot into maintenance and
+	// SideroLink (2–4 min for two machines at once), Omni's config, the installer's
+	// 200 MiB pulled and laid down (4–5 min), the reboot; or a reset and the wipe after.
+	talosDeadline = 25 * time.Minute
 	// pendingFor is how long the test watches pending machines be left alone.
 	pendingFor = 20 * time.Second
 	// onceFor is how long a request carried out is watched for a second time.
@@ -44,34 +47,54 @@ const (
 	clusterName = "lab"
 )
 
-// Lines of the stand-in Talos (hack/cmd/talos-standin) the test counts.
+// Lines real Talos (make talos) prints on the serial console that the test counts:
+// machined's own, and its installer's.
 const (
-	standinRunning = "TALOS-STANDIN omni stage=running"
-	standinJoined  = "TALOS-STANDIN omni joined"
-	standinReset   = "TALOS-STANDIN omni reset"
+	// talosInstalled is the installer's last line, in the maintenance boot Omni's
+	// config started the install from.
+	talosInstalled = "installation of %s complete"
+	// talosFromState is machined loading its configuration from its STATE partition:
+	// Talos runs from its disk with the configuration Omni applied.
+	talosFromState = `"sources": ["state"]`
+	// talosReset is machined carrying out a reset of its system disk (Omni's, over
+	// Talos' API with the cluster's client certificate).
+	talosReset = "task resetSystemDiskSpec (1/1): starting"
+	// grubBoot is the installed GRUB's menu: the machine booted its disk.
+	grubBoot = "GNU GRUB"
 )
 
-// TestOmniLifecycleE2E is a machine's whole life with Omni deciding and Anvil doing it,
-// on a lab of its own with a real Omni: a BIOS machine with a simulated IPMI BMC, a UEFI
-// machine with the lab's power API, and a third one Omni rejects.
+// TestOmniLifecycleE2E is a cluster's whole life with Omni deciding and Anvil doing it,
+// on real Talos (make talos: Talos v1.13 built from its Go module) and a real Omni, on a
+// lab of its own: a BIOS machine with a simulated IPMI BMC (the control plane), a BIOS
+// machine with the lab's power API, whose BMC Omni gives (the worker), and a third one
+// Omni rejects.
 //
 //  1. The provider is registered; the machines PXE-boot the agent and appear pending,
 //     and nothing touches them (no BMC session, disks byte-identical).
-//  2. The admin gives the api machine's BMC (InfraMachineBMCConfig) and accepts both:
-//     the agent provisions the IPMI machine's BMC credentials in-band, both are wiped,
+//  2. The admin gives the worker's BMC (InfraMachineBMCConfig) and accepts both: the
+//     agent provisions the IPMI machine's BMC credentials in-band, both are wiped,
 //     reported ready to use with their power and labels, and powered off as Omni
 //     prefers. The third is rejected.
-//  3. A cluster with the IPMI machine (omnictl cluster template sync): Anvil powers it
-//     on into the factory's Talos with Omni's join arguments; Omni applies its config;
-//     the stand-in installs itself and reports it; Anvil reports it installed and its
-//     next boot goes to its disk, where it runs. The provider is SIGKILLed mid-way.
-//  4. Omni's reboot and power-off requests are carried out once each and acknowledged.
-//  5. The cluster deleted: Omni resets the machine over Talos' API (mutual TLS), names
-//     a wipe; Anvil PXE-cycles it into the agent, wipes it, reports the wiped node
-//     unique token, and it is ready to use again. The provider is SIGKILLed mid-way.
+//  3. A cluster of a control plane and a worker (omnictl cluster template sync): Anvil
+//     powers them on into real Talos from its boot-asset cache (the factory's initramfs
+//     of make talos with the cluster's schematic appended), which joins SideroLink with
+//     Omni's join arguments; Omni sees the schematic, applies the cluster's config;
+//     Talos pulls the installer image from the factory's registry and installs itself;
+//     machined's boot sequence counts the install in Omni, and Anvil reports it. The
+//     provider is SIGKILLed mid-way. Real talosctl reads each node through Omni, whose
+//     calls reach Talos' API with the cluster's client certificate.
+//  4. Omni's reboot of the control plane: Anvil power-cycles it through its BMC and
+//     sends it to its disk, where GRUB boots Talos with the configuration on its STATE
+//     partition. Omni's power-off request is carried out once and acknowledged.
+//  5. The cluster deleted: Omni resets both over Talos' API (mutual TLS); they come back
+//     in maintenance from their disks; Omni names a wipe; Anvil PXE-cycles them into
+//     the agent, wipes them, reports the wiped node unique tokens, and they are ready to
+//     use again. The provider is SIGKILLed mid-way.
 //  6. The rejected machine was never powered, wiped or configured.
 //
-// Figures in _out/e2e/omni-lifecycle-report.txt.
+// Kubernetes does not come up (the lab has no container images, and Talos' containerd
+// here is built without its CRI plugin): the assertions stop at "installed, running from
+// disk, configuration accepted". Figures in _out/e2e/omni-lifecycle-report.txt.
 func TestOmniLifecycleE2E(tt *testing.T) {
 	t := labtest.Recording(tt)
 
@@ -79,6 +102,8 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 
 	root := labtest.RepoRoot(t)
 	omniBin, omnictlBin := labtest.OmniBinaries(t, root)
+	talosctl := labtest.Talosctl(t, root)
+	talos := labtest.TalosAssets(t, root)
 
 	bin := t.TempDir()
 	factory, power, anvilctl := filepath.Join(bin, "lab-factory"), filepath.Join(bin, "lab-power"), filepath.Join(bin, "anvilctl")
@@ -90,23 +115,25 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 
 	agent := labtest.AgentAssets(t, root, bin)
 
-	standin := filepath.Join(bin, "talos-standin")
-	require.NoError(t, lab.BuildStandinAssets(t.Context(), root, standin))
-
 	dir, prefix := labtest.NewLab(t, "anvl", nil)
 
 	cfg := lab.Config{
 		Dir: dir, Prefix: prefix, Machines: 3,
-		Firmware: []machine.Firmware{machine.BIOS, machine.UEFI, machine.UEFIPXE},
+		Firmware: []machine.Firmware{machine.BIOS, machine.BIOS, machine.UEFIPXE},
 		BMC:      []lab.PowerOwner{lab.OwnerIPMI, lab.OwnerAPI, lab.OwnerIPMI},
-		// The api machine's BMC comes from Omni, as an admin gives it.
+		// The worker's BMC comes from Omni, as an admin gives it.
 		UnregisteredBMC: []lab.PowerOwner{lab.OwnerAPI},
-		PowerBin:        power,
-		ProviderBin:     provider, AgentAssetsDir: agent,
+		// Real Talos needs 2 GiB.
+		MemoryMB: 2048,
+		PowerBin: power,
+		ProviderBin: provider, AgentAssetsDir: agent,
 		FactoryURL: "http://" + lab.FactoryListen, FactoryPXEURL: "http://" + lab.FactoryListen,
-		FactoryBin: factory, FactoryAssetsDir: standin,
-		APIPort: 50042,
-		OmniBin: omniBin, OmnictlBin: omnictlBin,
+		FactoryBin: factory, TalosAssetsDir: talos.Dir,
+		// The lab's machines have a serial console, as a site's servers: the site's
+		// Talos kernel arguments name it, so Talos (and the installed Talos) print there.
+		ProviderArgs: []string{"--talos-kernel-args", labTalosKernelArgs},
+		APIPort:      50042,
+		OmniBin:      omniBin, OmnictlBin: omnictlBin,
 	}
 
 	state, err := lab.Up(t.Context(), cfg)
@@ -120,7 +147,8 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 	rep := &labtest.Report{}
 
 	machines := state.MachineList()
-	ipmiM, apiM, rejected := machines[0], machines[1], machines[2]
+	cp, worker, rejected := machines[0], machines[1], machines[2]
+	cluster := []*machine.Machine{cp, worker}
 
 	// What the lab itself did to the machines (their BMCs' power-on): from here on,
 	// only the provider.
@@ -184,21 +212,21 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 		}
 	})
 
-	// 2. The api machine's BMC from Omni; two accepted, one rejected.
+	// 2. The worker's BMC from Omni; two accepted, one rejected.
 	t.Run("accepted", func(t labtest.T) {
 		require.NoError(t, o.Apply(t.Context(), fmt.Sprintf(
 			"metadata: {namespace: default, type: InfraMachineBMCConfigs.omni.sidero.dev, id: %s}\nspec: {api: {address: 'http://%s'}}\n",
-			apiM.UUID, lab.PowerAPIListen)))
+			worker.UUID, lab.PowerAPIListen)))
 
 		accepted := time.Now()
 
-		for _, m := range []*machine.Machine{ipmiM, apiM} {
+		for _, m := range cluster {
 			require.NoError(t, o.SetConfig(t.Context(), m.UUID, labtest.AcceptanceAccepted, ""), m.Name)
 		}
 
 		require.NoError(t, o.SetConfig(t.Context(), rejected.UUID, labtest.AcceptanceRejected, ""))
 
-		labtest.ForEach([]*machine.Machine{ipmiM, apiM}, func(m *machine.Machine) {
+		labtest.ForEach(cluster, func(m *machine.Machine) {
 			if labtest.Eventually(t, stepDeadline, m.Name+" wiped, ready to use and off", func() error {
 				s, err := o.infraStatus(t.Context(), m.UUID)
 				if err != nil {
@@ -231,10 +259,10 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 		})
 
 		// The IPMI machine was powered through its BMC, with the credentials its agent
-		// provisioned in-band; the api machine through the power API Omni gave.
-		assert.Greater(t, countIn(state.BMCLog(ipmiM), ipmisim.SessionLine), untouched[ipmiM.Name].sessions, "the provider's sessions with %s's BMC", ipmiM.Name)
+		// provisioned in-band; the worker through the power API Omni gave.
+		assert.Greater(t, countIn(state.BMCLog(cp), ipmisim.SessionLine), untouched[cp.Name].sessions, "the provider's sessions with %s's BMC", cp.Name)
 
-		for m, want := range map[*machine.Machine]string{ipmiM: "kind: ipmi", apiM: lab.PowerAPIListen} {
+		for m, want := range map[*machine.Machine]string{cp: "kind: ipmi", worker: lab.PowerAPIListen} {
 			out, err := ctl("get", "machine", m.UUID, "-o", "yaml")
 			assert.NoError(t, err, out)
 			assert.Contains(t, out, want, m.Name)
@@ -242,69 +270,105 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 		}
 	})
 
-	// 3. A cluster: Talos, installed, running from disk. The provider dies mid-way.
+	// 3. A cluster of a control plane and a worker on real Talos: installed, running
+	// from disk. The provider dies mid-way.
 	t.Run("cluster", func(t labtest.T) {
 		template := filepath.Join(t.TempDir(), "cluster.yaml")
-		require.NoError(t, os.WriteFile(template, []byte(fmt.Sprintf(
-			"kind: Cluster\nname: %s\nkubernetes:\n  version: %s\ntalos:\n  version: %s\n---\nkind: ControlPlane\nmachines:\n  - %s\n",
-			clusterName, labKubernetes, labTalos, ipmiM.UUID)), 0o644))
+		require.NoError(t, os.WriteFile(template, []byte(clusterTemplate(talos.Version, cp.UUID, worker.UUID)), 0o644))
 
-		joined, running := countIn(ipmiM.SerialLog(), standinJoined), countIn(ipmiM.SerialLog(), standinRunning)
+		installed := fmt.Sprintf(talosInstalled, talos.Version)
+		before := map[string]int{}
+
+		for _, m := range cluster {
+			before[m.Name] = countIn(m.SerialLog(), installed)
+		}
+
 		synced := time.Now()
 
 		out, err := omni.Run(t.Context(), "cluster", "template", "sync", "-f", template)
 		require.NoError(t, err, out)
 
-		// The stand-in Talos in maintenance joined Omni: the provider is killed there.
-		if !labtest.Eventually(t, talosDeadline, ipmiM.Name+"'s Talos joined Omni", func() error {
-			return grew(ipmiM.SerialLog(), standinJoined, joined)
-		}) {
-			return
-		}
-
-		rep.Add("cluster created → Talos joined Omni", ipmiM, time.Since(synced))
+		// Real Talos in maintenance joined Omni over SideroLink and reported the
+		// cluster's schematic, which Anvil booted it with: the provider is killed there.
+		labtest.ForEach(cluster, func(m *machine.Machine) {
+			if labtest.Eventually(t, talosDeadline, m.Name+"'s real Talos joined Omni with the cluster's schematic", func() error {
+				return o.talosJoined(t.Context(), ctl, m, talos.Version)
+			}) {
+				rep.Add("cluster created → real Talos joined Omni", m, time.Since(synced))
+			}
+		})
 
 		require.NoError(t, state.KillProvider(t.Context(), cfg))
 
-		if labtest.Eventually(t, talosDeadline, ipmiM.Name+" installed and running from its disk", func() error {
-			if err := grew(ipmiM.SerialLog(), standinRunning, running); err != nil {
-				return err
+		labtest.ForEach(cluster, func(m *machine.Machine) {
+			if labtest.Eventually(t, talosDeadline, m.Name+" installed by its own installer, reported installed", func() error {
+				if err := grew(m.SerialLog(), installed, before[m.Name]); err != nil {
+					return err
+				}
+
+				s, err := o.infraStatus(t.Context(), m.UUID)
+				if err != nil {
+					return err
+				}
+
+				if !s.Installed {
+					return fmt.Errorf("not reported installed")
+				}
+
+				return nil
+			}) {
+				rep.Add("cluster created → installed (Talos' install event)", m, time.Since(synced))
 			}
 
-			s, err := o.infraStatus(t.Context(), ipmiM.UUID)
-			if err != nil {
-				return err
+			im, err := o.infraMachine(t.Context(), m.UUID)
+			if assert.NoError(t, err, m.Name) {
+				assert.Positive(t, im.InstallEventID, "Omni counted %s's install (machined's boot sequence)", m.Name)
+				assert.NotEmpty(t, im.NodeUniqueToken, "%s joined with a node unique token", m.Name)
 			}
 
-			if !s.Installed {
-				return fmt.Errorf("not reported installed")
+			// Running with the configuration Omni applied, from its own disk.
+			if labtest.Eventually(t, talosDeadline, m.Name+"'s Talos running on its STATE's configuration", func() error {
+				return grew(m.SerialLog(), talosFromState, 0)
+			}) {
+				rep.Add("cluster created → running on its installed config", m, time.Since(synced))
 			}
+		})
 
-			return nil
-		}) {
-			rep.Add("cluster created → installed, running from disk", ipmiM, time.Since(synced))
-		}
+		// The Talos booted is make talos' build: its initramfs, the cluster's schematic
+		// appended, is what the provider's cache served.
+		assertServedTalos(t, state, ctl, cp, talos)
 
-		im, err := o.infraMachine(t.Context(), ipmiM.UUID)
+		// Real talosctl reads each node through Omni, which reaches Talos' API with the
+		// cluster's client certificate (mutual TLS over SideroLink).
+		talosconfig := filepath.Join(t.TempDir(), "talosconfig")
+		_, err = omni.Run(t.Context(), "talosconfig", "--cluster", clusterName, "--force", talosconfig)
 		require.NoError(t, err)
-		assert.Positive(t, im.InstallEventID, "Omni counted the install")
 
-		assert.NotEmpty(t, im.NodeUniqueToken, "the stand-in joined with a node unique token")
+		for _, m := range cluster {
+			labtest.Eventually(t, stepDeadline, "talosctl version of "+m.Name+" through Omni", func() error {
+				out, err := omniTalosctl(t.Context(), omni, talosctl, talosconfig, "--nodes", m.UUID, "version")
+				if err != nil {
+					return err
+				}
 
-		out, err = ctl("get", "machine", ipmiM.UUID, "-o", "yaml")
-		assert.NoError(t, err, out)
-		assert.Contains(t, out, "lastDecision: disk", "the boot after the install went to the disk")
+				if !strings.Contains(out, "Tag:         "+talos.Version) || strings.Count(out, "Tag:") != 2 {
+					return fmt.Errorf("no server tag %s in %s", talos.Version, out)
+				}
+
+				return nil
+			})
+		}
 	})
 
-	// 4. Omni's reboot and power-off requests, once each.
+	// 4. Omni's reboot and power-off requests, once each, on the control plane.
 	t.Run("reboot and power off", func(t labtest.T) {
-		running := countIn(ipmiM.SerialLog(), standinRunning)
+		grub, fromState := countIn(cp.SerialLog(), grubBoot), countIn(cp.SerialLog(), talosFromState)
 		asked := time.Now()
 
-		require.NoError(t, o.SetConfig(t.Context(), ipmiM.UUID, labtest.AcceptanceAccepted, "requestedrebootid: reboot-1"))
+		require.NoError(t, o.SetConfig(t.Context(), cp.UUID, labtest.AcceptanceAccepted, "requestedrebootid: reboot-1"))
 
-		if labtest.Eventually(t, talosDeadline, ipmiM.Name+" rebooted into its Talos", func() error {
-			s, err := o.infraStatus(t.Context(), ipmiM.UUID)
+		if labtest.Eventually(t, talosDeadline, cp.Name+" rebooted through its BMC into its disk's Talos", func() error {
+			s, err := o.infraStatus(t.Context(), cp.UUID)
 			if err != nil {
 				return err
 			}
@@ -313,20 +377,28 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 				return fmt.Errorf("last reboot %q", s.LastRebootID)
 			}
 
-			return grew(ipmiM.SerialLog(), standinRunning, running)
+			if err := grew(cp.SerialLog(), grubBoot, grub); err != nil {
+				return err
+			}
+
+			return grew(cp.SerialLog(), talosFromState, fromState)
 		}) {
-			rep.Add("reboot requested → running again", ipmiM, time.Since(asked))
+			rep.Add("reboot requested → GRUB → Talos on its config", cp, time.Since(asked))
 		}
 
+		out, err := ctl("get", "machine", cp.UUID, "-o", "yaml")
+		assert.NoError(t, err, out)
+		assert.Contains(t, out, "lastDecision: disk", "the boot after the install went to the disk")
+
 		time.Sleep(onceFor)
-		assert.Equal(t, running+1, countIn(ipmiM.SerialLog(), standinRunning), "one reboot for one request")
+		assert.Equal(t, grub+1, countIn(cp.SerialLog(), grubBoot), "one reboot for one request")
 
 		asked = time.Now()
 
-		require.NoError(t, o.SetConfig(t.Context(), ipmiM.UUID, labtest.AcceptanceAccepted, "requestedrebootid: reboot-1\n  poweroffrequestid: poweroff-1"))
+		require.NoError(t, o.SetConfig(t.Context(), cp.UUID, labtest.AcceptanceAccepted, "requestedrebootid: reboot-1\n  poweroffrequestid: poweroff-1"))
 
-		if labtest.Eventually(t, stepDeadline, ipmiM.Name+" powered off", func() error {
-			s, err := o.infraStatus(t.Context(), ipmiM.UUID)
+		if labtest.Eventually(t, stepDeadline, cp.Name+" powered off", func() error {
+			s, err := o.infraStatus(t.Context(), cp.UUID)
 			if err != nil {
 				return err
 			}
@@ -337,20 +409,25 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 
 			return nil
 		}) {
-			rep.Add("power-off requested → off", ipmiM, time.Since(asked))
+			rep.Add("power-off requested → off", cp, time.Since(asked))
 		}
 
 		time.Sleep(onceFor)
-		assert.False(t, state.Power(ipmiM).Running(), "%s stays off", ipmiM.Name)
+		assert.False(t, state.Power(cp).Running(), "%s stays off", cp.Name)
 	})
 
 	// 5. The cluster deleted: reset by Omni, wiped by Anvil, ready again. The provider
 	// dies mid-way.
 	t.Run("cluster deleted", func(t labtest.T) {
-		before, err := o.infraMachine(t.Context(), ipmiM.UUID)
-		require.NoError(t, err)
+		before, resets := map[string]infraMachine{}, map[string]int{}
 
-		resets := countIn(ipmiM.SerialLog(), standinReset)
+		for _, m := range cluster {
+			im, err := o.infraMachine(t.Context(), m.UUID)
+			require.NoError(t, err)
+
+			before[m.Name], resets[m.Name] = im, countIn(m.SerialLog(), talosReset)
+		}
+
 		deleted := time.Now()
 
 		ctx, cancel := context.WithTimeout(t.Context(), talosDeadline)
@@ -363,40 +440,45 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 			done <- err
 		}()
 
-		// Omni resets the machine, whose power-off request it drops: Anvil powers it on.
-		if labtest.Eventually(t, talosDeadline, ipmiM.Name+" reset by Omni", func() error {
-			return grew(ipmiM.SerialLog(), standinReset, resets)
-		}) {
-			rep.Add("cluster deleted → reset over Talos' API", ipmiM, time.Since(deleted))
-		}
+		// Omni resets each machine over Talos' API; the powered-off control plane's
+		// power-off request it drops, so Anvil powers it on first.
+		labtest.ForEach(cluster, func(m *machine.Machine) {
+			if labtest.Eventually(t, talosDeadline, m.Name+" reset by Omni", func() error {
+				return grew(m.SerialLog(), talosReset, resets[m.Name])
+			}) {
+				rep.Add("cluster deleted → reset over Talos' API", m, time.Since(deleted))
+			}
+		})
 
 		require.NoError(t, state.KillProvider(t.Context(), cfg))
 
-		if labtest.Eventually(t, talosDeadline, ipmiM.Name+" wiped and ready to use again", func() error {
-			im, err := o.infraMachine(t.Context(), ipmiM.UUID)
-			if err != nil {
-				return err
-			}
+		labtest.ForEach(cluster, func(m *machine.Machine) {
+			if labtest.Eventually(t, talosDeadline, m.Name+" wiped and ready to use again", func() error {
+				im, err := o.infraMachine(t.Context(), m.UUID)
+				if err != nil {
+					return err
+				}
 
-			if im.WipeID == "" || im.WipeID == before.WipeID || im.ClusterTalosVersion != "" {
-				return fmt.Errorf("wipe id %q, cluster version %q", im.WipeID, im.ClusterTalosVersion)
-			}
+				if im.WipeID == "" || im.WipeID == before[m.Name].WipeID || im.ClusterTalosVersion != "" {
+					return fmt.Errorf("wipe id %q, cluster version %q", im.WipeID, im.ClusterTalosVersion)
+				}
 
-			s, err := o.infraStatus(t.Context(), ipmiM.UUID)
-			if err != nil {
-				return err
-			}
+				s, err := o.infraStatus(t.Context(), m.UUID)
+				if err != nil {
+					return err
+				}
 
-			// The token voided is the one Omni holds for the machine as it is wiped.
-			if !s.ReadyToUse || s.Installed || s.WipedNodeUniqueToken == "" || s.WipedNodeUniqueToken != im.NodeUniqueToken {
-				return fmt.Errorf("ready to use %t, installed %t, wiped token %q (Omni's %q)",
-					s.ReadyToUse, s.Installed, s.WipedNodeUniqueToken, im.NodeUniqueToken)
-			}
+				// The token voided is the one Omni holds for the machine as it is wiped.
+				if !s.ReadyToUse || s.Installed || s.WipedNodeUniqueToken == "" || s.WipedNodeUniqueToken != im.NodeUniqueToken {
+					return fmt.Errorf("ready to use %t, installed %t, wiped token %q (Omni's %q)",
+						s.ReadyToUse, s.Installed, s.WipedNodeUniqueToken, im.NodeUniqueToken)
+				}
 
-			return nil
-		}) {
-			rep.Add("cluster deleted → wiped, ready to use", ipmiM, time.Since(deleted))
-		}
+				return nil
+			}) {
+				rep.Add("cluster deleted → wiped, ready to use", m, time.Since(deleted))
+			}
+		})
 
 		// The cluster is gone from Omni; omnictl's wait for it is not the test's to judge.
 		labtest.Eventually(t, stepDeadline, "cluster "+clusterName+" gone from Omni", func() error {
@@ -417,25 +499,27 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 			t.Logf("omnictl cluster delete: %v (its wait ended by the test)", err)
 		}
 
-		out, err := ctl("get", "machine", ipmiM.UUID, "-o", "yaml")
-		assert.NoError(t, err, out)
-		assert.Contains(t, out, "omni:", "the wipe was Omni's")
+		for _, m := range cluster {
+			out, err := ctl("get", "machine", m.UUID, "-o", "yaml")
+			assert.NoError(t, err, out)
+			assert.Contains(t, out, "omni:", "%s's wipe was Omni's", m.Name)
 
-		// Allocatable again: Omni's labels say so.
-		labtest.Eventually(t, stepDeadline, ipmiM.Name+" allocatable in Omni", func() error {
-			r, err := o.Get(t.Context(), "MachineStatuses.omni.sidero.dev", "default", ipmiM.UUID)
-			if err != nil {
-				return err
-			}
-
-			for _, l := range []string{"omni.sidero.dev/available", "omni.sidero.dev/ready-to-use"} {
-				if _, ok := r.Metadata.Labels[l]; !ok {
-					return fmt.Errorf("no label %s", l)
+			// Allocatable again: Omni's labels say so.
+			labtest.Eventually(t, stepDeadline, m.Name+" allocatable in Omni", func() error {
+				r, err := o.Get(t.Context(), "MachineStatuses.omni.sidero.dev", "default", m.UUID)
+				if err != nil {
+					return err
 				}
-			}
 
-			return nil
-		})
+				for _, l := range []string{"omni.sidero.dev/available", "omni.sidero.dev/ready-to-use"} {
+					if _, ok := r.Metadata.Labels[l]; !ok {
+						return fmt.Errorf("no label %s", l)
+					}
+				}
+
+				return nil
+			})
+		}
 	})
 
 	// 6. The rejected machine: never powered, wiped or configured.
@@ -447,14 +531,148 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 		assert.NotContains(t, out, "lastWipe", "a rejected machine is never wiped")
 	})
 
-	rep.Write(t, root, "A cluster's life beside Omni", "omni-lifecycle-report.txt")
+	rep.Write(t, root, "A cluster's life beside Omni, on real Talos", "omni-lifecycle-report.txt")
 }
 
-// The lab's Omni offers the factory stand-in's versions.
-const (
-	labTalos      = "v1.9.0"
-	labKubernetes = "v1.32.0"
-)
+// labTalosKernelArgs are the lab's site-wide Talos kernel arguments: its machines'
+// serial console (the factory's metal command line has only tty0), no dashboard on it
+// (its redraws cost an emulated CPU), and no IO-APIC timer check, which a loaded host's
+// emulated timer can fail.
+const labTalosKernelArgs = "console=ttyS0 talos.dashboard.disabled=1 no_timer_check"
+
+// clusterTemplate is the lab cluster: Talos version, a control plane and a worker;
+// Omni's embedded discovery service (the lab has no other), and the lab registry: the
+// factory stand-in serves the installer images over plain HTTP.
+func clusterTemplate(talosVersion, controlPlane, worker string) string {
+	return fmt.Sprintf(`kind: Cluster
+name: %s
+kubernetes:
+  version: %s
+talos:
+  version: %s
+features:
+  useEmbeddedDiscoveryService: true
+patches:
+  - name: lab-registry
+    inline:
+      machine:
+        registries:
+          mirrors:
+            %s:
+              endpoints:
+                - http://%s
+---
+kind: ControlPlane
+machines:
+  - %s
+---
+kind: Workers
+machines:
+  - %s
+`, clusterName, labKubernetes, talosVersion, lab.FactoryListen, lab.FactoryListen, controlPlane, worker)
+}
+
+// talosJoined says whether the machine's real Talos (not the agent, which reports a
+// Talos version of its own) is in maintenance in Omni with the schematic of its
+// allocation, which Anvil booted it with.
+func (o *omniView) talosJoined(ctx context.Context, ctl func(...string) (string, error), m *machine.Machine, version string) error {
+	var ms struct {
+		TalosVersion string `json:"talosversion"`
+		Schematic    struct {
+			ID string `json:"id"`
+		} `json:"schematic"`
+	}
+
+	if err := o.Spec(ctx, "MachineStatuses.omni.sidero.dev", "default", m.UUID, &ms); err != nil {
+		return err
+	}
+
+	if ms.TalosVersion != version {
+		return fmt.Errorf("Omni sees Talos %q", ms.TalosVersion)
+	}
+
+	out, err := ctl("get", "machine", m.UUID, "-o", "yaml")
+	if err != nil {
+		return err
+	}
+
+	if ms.Schematic.ID == "" || !strings.Contains(out, ms.Schematic.ID) {
+		return fmt.Errorf("Omni sees schematic %q, not the allocation's", ms.Schematic.ID)
+	}
+
+	return nil
+}
+
+// assertServedTalos checks the Talos the provider served m is make talos' build: the
+// initramfs in its boot-asset cache (blobs/sha256/<hex> under <state>/image-cache, the
+// digest anvilctl cache list names) begins with make talos' initramfs, to which the
+// factory appends the schematic's extension layer.
+func assertServedTalos(t testing.TB, state *lab.State, ctl func(...string) (string, error), m *machine.Machine, talos labtest.RealTalos) {
+	t.Helper()
+
+	out, err := ctl("cache", "list", "-o", "json")
+	require.NoError(t, err, out)
+
+	var entries []struct {
+		File   string `json:"file"`
+		Digest string `json:"digest"`
+	}
+
+	require.NoError(t, json.Unmarshal([]byte(out), &entries), out)
+
+	base, err := os.Stat(filepath.Join(talos.Dir, "initramfs-amd64.xz"))
+	require.NoError(t, err)
+
+	found := false
+
+	for _, e := range entries {
+		if e.File != "initramfs-amd64.xz" {
+			continue
+		}
+
+		blob := filepath.Join(state.ProviderStateDir(), "image-cache", "blobs", "sha256", strings.TrimPrefix(e.Digest, "sha256:"))
+
+		f, err := os.Open(blob)
+		require.NoError(t, err)
+
+		h := sha256.New()
+		_, err = io.CopyN(h, f, base.Size())
+		f.Close()
+		require.NoError(t, err)
+
+		if hex.EncodeToString(h.Sum(nil)) == talos.InitramfsSHA256 {
+			found = true
+		}
+	}
+
+	assert.True(t, found, "no initramfs in the provider's cache (%s) begins with make talos' (sha256 %s): %s", m.Name, talos.InitramfsSHA256, out)
+}
+
+// omniTalosctl runs talosctl with Omni's talosconfig of the cluster, as Omni's admin
+// service account, from Omni's namespace.
+func omniTalosctl(ctx context.Context, c *omnilab.Client, talosctl, talosconfig string, args ...string) (string, error) {
+	env, err := c.Env()
+	if err != nil {
+		return "", err
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+
+	cmd := netns.Command(ctx, c.NetNS, talosctl, append([]string{"--talosconfig", talosconfig}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("talosctl %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+
+	return string(out), nil
+}
+
+// labKubernetes is the Kubernetes version of the lab cluster, one the factory stand-in's
+// registry offers and Talos v1.13 supports.
+const labKubernetes = "v1.32.0"
 
 // powerOff is infra.MachineStatus' power state OFF, as omnictl prints it.
 const powerOff = 1
