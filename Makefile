@@ -281,7 +281,8 @@ lint: lint-tools
 # The Cluster API end-to-end test (hack/e2e/capi) is make e2e's: Cluster API's manager and
 # the Talos bootstrap provider it runs take ~15 min to build the first time; make lab runs
 # the Cluster API scenarios on a real API server instead (provider/internal/capi/manager).
-LAB_FILES = $(shell grep -rl --include='*_test.go' '^//go:build lab' . | grep -v -e '^./_out/' -e '^./hack/e2e/capi/')
+# So is the standalone flow on real Talos (hack/e2e/realtalos, ~25 min of TCG).
+LAB_FILES = $(shell grep -rl --include='*_test.go' '^//go:build lab' . | grep -v -e '^./_out/' -e '^./hack/e2e/capi/' -e '^./hack/e2e/realtalos/')
 LAB_PKGS  = $(sort $(dir $(LAB_FILES)))
 LAB_TESTS = $(shell sed -n 's/^func \(Test[A-Za-z0-9_]*\)([a-z]* \*testing\.T).*/\1/p' $(LAB_FILES) | sort -u | paste -sd'|')
 
@@ -312,8 +313,9 @@ unit:
 	@mkdir -p $(TEST_LOGS)
 	set -o pipefail; $(GO) test -race -count=1 -timeout 15m ./... 2>&1 | tee $(TEST_LOGS)/unit.log
 
-# What the lab tests run beside the lab: Omni, omnictl, talosctl, kube-apiserver and etcd.
-lab-tools: omni talosctl envtest-assets
+# What the lab tests run beside the lab: Omni, omnictl, talosctl, kube-apiserver and etcd,
+# and real Talos (make talos).
+lab-tools: omni talosctl envtest-assets talos
 
 lab: setup lab-tools
 	@mkdir -p $(TEST_LOGS)
@@ -349,8 +351,10 @@ run: agent-initramfs
 # firmware kinds on a site without a DHCP server (the provider's full DHCP mode), then the
 # UEFI kinds on an IPv6-only network (the provider's DHCPv6).
 # Then an arm64 machine (AAVMF's HTTP boot of the UKI Anvil builds for it), alone: TCG
-# emulating arm64 is slow. Timings in _out/e2e/report.txt, the last run's. Last, the
-# Cluster API provider with Cluster API's own manager and the Talos bootstrap provider
+# emulating arm64 is slow. Timings in _out/e2e/report.txt, the last run's. Then the
+# standalone flow on real Talos (make talos), by kexec and through the firmware
+# (hack/e2e/realtalos; _out/e2e/real-talos-report.txt). Last, the Cluster API provider
+# with Cluster API's own manager and the Talos bootstrap provider, on real Talos too
 # (hack/e2e/capi, docs/capi.md).
 E2E_MATRIX := \
 	ANVIL_E2E_FIRMWARE=bios,uefi,uefi-pxe \
@@ -359,13 +363,15 @@ E2E_MATRIX := \
 	ANVIL_E2E_FIRMWARE=uefi,uefi-pxe,uefi-http+ANVIL_E2E_IPV6=1 \
 	ANVIL_E2E_FIRMWARE=arm64
 
-e2e: setup agent-initramfs agent-arm64 envtest-assets capi-tools
+e2e: setup agent-initramfs agent-arm64 envtest-assets capi-tools talos talosctl
 	@for run in $(E2E_MATRIX); do \
 		echo "== e2e: $$run"; \
 		env $$(echo $$run | tr '+' ' ') $(GO) test -tags lab -count=1 -timeout 25m -run '^TestE2E$$' -v ./hack/e2e || exit 1; \
 	done
-	@echo "== e2e: Cluster API (a MachineDeployment of one on a BIOS machine)"
-	$(GO) test -tags lab -count=1 -timeout 40m -run '^TestE2EClusterAPI$$' -v ./hack/e2e/capi
+	@echo "== e2e: real Talos, standalone (a BIOS machine by kexec, one through its firmware)"
+	$(GO) test -tags lab -count=1 -timeout 90m -run '^TestE2ERealTalos$$' -v ./hack/e2e/realtalos
+	@echo "== e2e: Cluster API (a MachineDeployment of one on a BIOS machine, real Talos)"
+	$(GO) test -tags lab -count=1 -timeout 60m -run '^TestE2EClusterAPI$$' -v ./hack/e2e/capi
 
 # The e2e three times, each stage's median in _out/e2e/report.txt (~12 min); then the
 # kexec handoff against the firmware path, per firmware kind, in _out/e2e/kexec.txt (~6 min).
