@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
 	"github.com/anvil-metal/anvil/internal/token"
@@ -157,6 +159,47 @@ func TestSessionKexec(t *testing.T) {
 
 		assert.Equal(t, "boot-allocation-a1", nextOrder(t, stream).GetId())
 		assert.Equal(t, []string{"ordered a1", "failed a1: its SHA-256 is 00, not ab"}, f.rec.events())
+	})
+
+	// An agent under agent-mode Talos says it cannot kexec: it is never ordered to, even
+	// with kexec always and before its inventory (and so the machine's status) says so;
+	// the log says why the machine goes through its firmware.
+	t.Run("an agent that cannot: never ordered, whatever the mode", func(t *testing.T) {
+		t.Parallel()
+
+		core, logs := observer.New(zap.InfoLevel)
+		f := newFixtureWith(t, func(o *agentapi.Options) {
+			o.Policy.Kexec = resources.KexecAlways
+			o.Kexec = targets{}
+			o.Logger = zap.New(core)
+		})
+		f.allocatedMachine(t, true)
+
+		stream, err := f.client.Session(t.Context())
+		require.NoError(t, err)
+		require.NoError(t, stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{
+			MachineId: machineID, BootId: "b1", Token: token.Sign(f.key, token.Claims{Kind: token.KindAgent, MachineID: machineID, Issued: time.Now()}),
+			KexecUnavailable: "the agent runs as a Talos extension: Talos keeps kexec to itself",
+		}}}))
+
+		msg, err := stream.Recv()
+		require.NoError(t, err)
+		require.NotNil(t, msg.GetWelcome())
+
+		o := nextOrder(t, stream)
+		assert.Equal(t, "boot-allocation-a1", o.GetId())
+		assert.NotNil(t, o.GetReboot())
+		assert.Empty(t, f.rec.events(), "no kexec ordered, none failed")
+
+		noKexec := logs.FilterMessageSnippet("no kexec: the agent cannot").All()
+		if assert.Len(t, noKexec, 1) {
+			assert.Equal(t, "the agent runs as a Talos extension: Talos keeps kexec to itself", noKexec[0].ContextMap()["reason"])
+		}
+
+		connected := logs.FilterMessage("agent connected").All()
+		if assert.Len(t, connected, 1) {
+			assert.Contains(t, connected[0].ContextMap(), "kexec_unavailable")
+		}
 	})
 
 	t.Run("no targets: never ordered", func(t *testing.T) {

@@ -163,7 +163,12 @@ func (s *Server) Session(stream agentv1.AgentService_SessionServer) error {
 	s.metrics.sessions.Inc()
 	defer s.metrics.sessions.Dec()
 
-	logger.Info("agent connected", zap.String("version", hello.GetAgentVersion()), zap.Strings("macs", hello.GetMacs()))
+	connected := []zap.Field{zap.String("version", hello.GetAgentVersion()), zap.Strings("macs", hello.GetMacs())}
+	if why := hello.GetKexecUnavailable(); why != "" {
+		connected = append(connected, zap.String("kexec_unavailable", why))
+	}
+
+	logger.Info("agent connected", connected...)
 
 	for _, result := range hello.GetResults() {
 		if err = s.result(ctx, id, result, logger); err != nil {
@@ -210,6 +215,7 @@ func (s *Server) Session(stream agentv1.AgentService_SessionServer) error {
 			m = *e
 		}
 
+		m = withAgent(m, hello)
 		next := order(m, s.opts.Policy, s.opts.BMCPassword)
 		if k := next.GetKexec(); k != nil && next.GetId() != sentID {
 			// The target is made ready first (its assets fetched); the order is recorded
@@ -225,6 +231,7 @@ func (s *Server) Session(stream agentv1.AgentService_SessionServer) error {
 			}
 
 			sentID = next.GetId()
+			s.noteNoKexec(m, next, logger)
 			// The metric has one label for both BMC orders: "bmc", as orderKinds lists it.
 			kind := agentv1.OrderKind(next)
 			if kind == agentv1.OrderKindGetBMC || kind == agentv1.OrderKindSetBMC {

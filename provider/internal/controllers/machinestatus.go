@@ -141,15 +141,17 @@ func (ctrl *MachineStatusController) RecordTalosSeen(ctx context.Context, machin
 	}, zap.String("talos_seen", allocationID))
 }
 
-// RecordKexecBlockers records why the machine's hardware is known to break across a
-// kexec (the deny list matched its inventory; none: it is not).
-func (ctrl *MachineStatusController) RecordKexecBlockers(ctx context.Context, machineID string, blockers []string) error {
+// RecordKexecBlockers records why the machine is not to be kexec'd: its hardware is
+// known to break across a kexec (the deny list matched its inventory) or its agent said
+// it cannot (agentUnavailable, also among the blockers); none: it may be.
+func (ctrl *MachineStatusController) RecordKexecBlockers(ctx context.Context, machineID string, blockers []string, agentUnavailable string) error {
 	return ctrl.record(ctx, statusReport{
 		machineID: machineID,
 		apply: func(s *resources.MachineStatusSpec) {
 			s.KexecBlockers = blockers
+			s.AgentKexecUnavailable = agentUnavailable
 		},
-		logged: []zap.Field{zap.Strings("kexec_blockers", blockers)},
+		logged: []zap.Field{zap.Strings("kexec_blockers", blockers), zap.String("agent_kexec_unavailable", agentUnavailable)},
 	})
 }
 

@@ -119,15 +119,20 @@ func (r Record) Extensions() []string {
 	return out
 }
 
-// KexecSummary is how the machine is handed to Talos: its mode, and "blocked" when auto
-// meets the deny list (or an agent that cannot).
+// KexecSummary is how the machine is handed to Talos: its mode, "agent cannot" when its
+// agent runs as a Talos extension (no kexec in any mode), and "blocked" when the kexec
+// deny list (or an agent that cannot) blocks auto.
 func (r Record) KexecSummary() string {
 	mode := r.Intent.Kexec
 	if mode == "" {
 		mode = "default"
 	}
 
-	if r.Status != nil && len(r.Status.KexecBlockers) > 0 {
+	switch {
+	case r.Status != nil && r.Status.AgentKexecUnavailable != "":
+		// An agent-mode Talos: its agent cannot kexec, whatever the mode.
+		mode += " (agent cannot)"
+	case r.Status != nil && len(r.Status.KexecBlockers) > 0:
 		mode += " (blocked)"
 	}
 

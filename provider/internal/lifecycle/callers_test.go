@@ -55,7 +55,7 @@ func TestDesignTableCallers(t *testing.T) {
 	// The agents first: a boot script served later supersedes their tokens.
 	t.Run("agent orders", func(t *testing.T) {
 		for i, r := range designTable {
-			assert.Equal(t, r.order, f.firstOrder(t, rowID(i)), r.name)
+			assert.Equal(t, r.order, f.firstOrder(t, rowID(i), r.status), r.name)
 		}
 	})
 
@@ -252,7 +252,7 @@ func (f *callers) waitView(t *testing.T) {
 }
 
 // firstOrder opens an agent session for the machine and returns the order it gets.
-func (f *callers) firstOrder(t *testing.T, id string) string {
+func (f *callers) firstOrder(t *testing.T, id string, status *resources.MachineStatusSpec) string {
 	t.Helper()
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -261,8 +261,15 @@ func (f *callers) firstOrder(t *testing.T, id string) string {
 	stream, err := f.agents.Session(ctx)
 	require.NoError(t, err)
 
+	// The agent says whether it can kexec, as the row's status recorded it from its hello.
+	var kexecUnavailable string
+	if status != nil {
+		kexecUnavailable = status.AgentKexecUnavailable
+	}
+
 	require.NoError(t, stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{
 		MachineId: id, BootId: "b1", Token: token.Sign(f.key, token.Claims{Kind: token.KindAgent, MachineID: id, Issued: time.Now()}),
+		KexecUnavailable: kexecUnavailable,
 	}}}))
 
 	for {

@@ -24,9 +24,14 @@ func (m Machine) KexecMode(p Policy) string {
 	return resources.KexecAuto
 }
 
-// KexecAllowed says whether the machine may be handed to Talos by kexec: not never, and
-// under auto only if its hardware is not known to break across one.
+// KexecAllowed says whether the machine may be handed to Talos by kexec: its agent can
+// (one running as a Talos extension cannot, whatever the mode), not never, and under
+// auto only if its hardware is not known to break across one.
 func (m Machine) KexecAllowed(p Policy) bool {
+	if m.status().AgentKexecUnavailable != "" {
+		return false
+	}
+
 	switch m.KexecMode(p) {
 	case resources.KexecNever:
 		return false

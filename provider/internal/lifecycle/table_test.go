@@ -75,6 +75,12 @@ func failedHandoff(s *resources.MachineStatusSpec) {
 	s.Handoff = &resources.HandoffRecord{AllocationID: "a1", OrderedAt: time.Now(), Failure: "digest mismatch"}
 }
 
+// talosExtensionAgent: the machine's agent runs as a Talos extension, which cannot kexec.
+func talosExtensionAgent(s *resources.MachineStatusSpec) {
+	s.AgentKexecUnavailable = "the agent runs as a Talos extension"
+	s.KexecBlockers = []string{"agent: " + s.AgentKexecUnavailable}
+}
+
 func installedUnder(id string) func(*resources.MachineStatusSpec) {
 	return func(s *resources.MachineStatusSpec) { s.InstalledAllocation = id }
 }
@@ -147,6 +153,12 @@ var designTable = []row{
 		intent: accepted(func(s *resources.MachineIntentSpec) { allocated(s); s.Kexec = resources.KexecAlways }),
 		status: wiped("w1", func(s *resources.MachineStatusSpec) { s.KexecBlockers = []string{"nvidia: GPU not reset"} }),
 		phase:  lifecycle.PhaseAllocated, boot: lifecycle.BootTalos, order: "kexec-a1", power: resources.PowerOn,
+	},
+	{
+		name: "allocated, kexec always, the agent a Talos extension (agent-mode Talos): reboot", known: true, bmc: userBMC,
+		intent: accepted(func(s *resources.MachineIntentSpec) { allocated(s); s.Kexec = resources.KexecAlways }),
+		status: wiped("w1", talosExtensionAgent),
+		phase:  lifecycle.PhaseAllocated, boot: lifecycle.BootTalos, order: "boot-allocation-a1", power: resources.PowerOn,
 	},
 	{
 		name: "allocated, kexec failed: the agent reboots it through the firmware", known: true, bmc: userBMC, intent: accepted(allocated),
@@ -369,6 +381,7 @@ func TestKexecMode(t *testing.T) {
 	t.Parallel()
 
 	blocked := wiped("w1", func(s *resources.MachineStatusSpec) { s.KexecBlockers = []string{"x"} })
+	extension := wiped("w1", talosExtensionAgent)
 
 	for _, tc := range []struct {
 		provider, machine string
@@ -383,6 +396,10 @@ func TestKexecMode(t *testing.T) {
 		{resources.KexecAlways, "", blocked, resources.KexecAlways, true},
 		{resources.KexecAlways, resources.KexecAuto, blocked, resources.KexecAuto, false},
 		{resources.KexecAuto, "bogus", nil, resources.KexecAuto, true},
+		// An agent that cannot kexec is not ordered to, whatever the mode.
+		{resources.KexecAlways, "", extension, resources.KexecAlways, false},
+		{"", resources.KexecAlways, extension, resources.KexecAlways, false},
+		{"", "", extension, resources.KexecAuto, false},
 	} {
 		p := policy
 		p.Kexec = tc.provider

@@ -39,6 +39,10 @@ type MachineStatusSpec struct {
 	// KexecBlockers say why this machine's hardware is known to break across a kexec
 	// (the deny list matched its inventory); --kexec=auto does not kexec it.
 	KexecBlockers []string `yaml:"kexecBlockers,omitempty" protobuf:"10"`
+	// AgentKexecUnavailable is why the machine's agent said it cannot kexec ("" when it
+	// can): an agent running as a Talos extension (agent-mode Talos), where Talos keeps
+	// kexec to itself. No kexec is ordered to it, whatever the kexec mode.
+	AgentKexecUnavailable string `yaml:"agentKexecUnavailable,omitempty" protobuf:"11"`
 }
 
 // HandoffRecord is one kexec handoff of an allocation into Talos, as it went.

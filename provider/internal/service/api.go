@@ -184,7 +184,7 @@ func (r agentRecorder) RecordInventory(ctx context.Context, machineID string, sp
 		return err
 	}
 
-	return r.status.RecordKexecBlockers(ctx, machineID, inventory.KexecBlockers(&spec))
+	return r.status.RecordKexecBlockers(ctx, machineID, inventory.KexecBlockers(&spec), spec.KexecUnavailable)
 }
 
 func (r agentRecorder) RecordKexecOrdered(ctx context.Context, machineID, allocationID string) error {
