@@ -114,8 +114,15 @@ func newRootCmd() *cobra.Command {
 		"most the image cache holds, least recently used assets evicted first (10GiB, 500MiB, 20GB)")
 	f.StringVar(&opts.TalosPlatform, "talos-platform", opts.TalosPlatform, "Talos platform of PXE-booted machines")
 	f.StringVar(&opts.AgentAssetsDir, "agent-assets-dir", opts.AgentAssetsDir, "directory of the agent boot assets (vmlinuz-<arch>, initramfs-<arch>.xz, cmdline-<arch>)")
+	f.StringVar(&opts.AgentTalosVersion, "agent-talos-version", opts.AgentTalosVersion,
+		"boot the agent as Talos of this version (v1.13.9) in agent mode, with Anvil's metal-agent extension, from the Image Factory through the image cache, "+
+			"instead of from --agent-assets-dir (such agents cannot kexec: allocations go through the firmware); empty: Anvil's own agent initramfs")
+	f.StringSliceVar(&opts.AgentTalosExtensions, "agent-talos-extensions", opts.AgentTalosExtensions,
+		"more extensions of the agent's Talos, comma-separated (siderolabs/bnx2-bnx2x,siderolabs/intel-ice-firmware); Anvil's metal-agent extension is always first")
+	f.StringVar(&opts.AgentTalosExtensionName, "agent-talos-extension-name", opts.AgentTalosExtensionName,
+		"the name the Image Factory knows Anvil's metal-agent extension by: the repository path it was pushed to (make agent-extension PUSH=<registry>/anvil-metal/metal-agent:<tag>)")
 	f.StringVar(&opts.AgentKernelArgs, "agent-kernel-args", opts.AgentKernelArgs,
-		"kernel arguments added to the agent's kernel line after its assets' own, space-separated (e.g. \"console=ttyS1,115200 nomodeset\")")
+		"kernel arguments added to the agent's kernel line after its assets' own (or the agent's Talos' cmdline), space-separated (e.g. \"console=ttyS1,115200 nomodeset\")")
 	f.StringVar(&opts.TalosKernelArgs, "talos-kernel-args", opts.TalosKernelArgs,
 		"kernel arguments added to every allocated machine's Talos (its schematic's, so its installed system keeps them too), space-separated: a site's serial console (\"console=ttyS0,115200\")")
 	f.StringVar(&opts.WipeMode, "wipe-mode", opts.WipeMode, "how agents wipe disks: fast, zeroes or secure-erase (a machine's own mode wins)")

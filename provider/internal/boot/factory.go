@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/provider/internal/imagecache"
-	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 // Without a Cache (--image-cache-size 0) a machine boots Talos' kernel and initramfs
@@ -32,31 +31,28 @@ const (
 // defaultFactoryClient fetches cmdlines when Scripts.HTTPClient is nil.
 var defaultFactoryClient = &http.Client{Timeout: factoryCmdlineWait}
 
-// factoryTalos is the script that boots the allocation's Talos from the Image Factory,
-// or one that retries while the factory's cmdline cannot be had.
-func (s *Scripts) factoryTalos(ctx context.Context, req Request, alloc *resources.Allocation) Script {
-	files, err := imagecache.FilesFor(req.Arch)
+// factoryKernel is img booted from the Image Factory's PXE endpoint: its kernel and
+// initramfs there, and the factory's cmdline for its schematic, fetched by the provider.
+func (s *Scripts) factoryKernel(ctx context.Context, img talosImage, arch string) (talosKernel, error) {
+	files, err := imagecache.FilesFor(arch)
 	if err != nil {
-		return s.talosNotReady(err)
+		return talosKernel{}, err
 	}
 
 	// The names go into the script's lines as they are: refuse what the factory could not
 	// serve (and what could break a line) before anything is fetched.
-	if err := (imagecache.Key{Schematic: alloc.SchematicID, Version: alloc.TalosVersion, File: files.Kernel}).Validate(); err != nil {
-		return s.talosNotReady(err)
+	if err := (imagecache.Key{Schematic: img.schematic, Version: img.version, File: files.Kernel}).Validate(); err != nil {
+		return talosKernel{}, err
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, scriptWait)
-	defer cancel()
-
-	cmdline, err := s.factoryCmdline(ctx, req.MachineID, alloc, req.Arch)
+	cmdline, err := s.factoryCmdline(ctx, img, arch)
 	if err != nil {
-		return s.talosNotReady(err)
+		return talosKernel{}, err
 	}
 
-	image := s.FactoryPXEBaseURL + "/image/" + alloc.SchematicID + "/" + alloc.TalosVersion + "/"
+	image := s.FactoryPXEBaseURL + "/image/" + img.schematic + "/" + img.version + "/"
 
-	return s.talosScript(image+files.Kernel, files.Initramfs, image+files.Initramfs, cmdline, req.MachineID, alloc)
+	return talosKernel{kernelURL: image + files.Kernel, initramfs: files.Initramfs, initramfsURL: image + files.Initramfs, cmdline: cmdline}, nil
 }
 
 // cmdlineKey names one of the factory's cmdlines.
@@ -87,13 +83,13 @@ type factoryCmdlines struct {
 	kept []cmdlineKey
 }
 
-// factoryCmdline returns the factory's cmdline for the allocation's schematic and version,
-// on the provider's platform, for arch: from memory, or fetched (within
-// factoryCmdlineWait, whatever becomes of ctx, so that those waiting for the same fetch
-// are not failed by one machine going away). A factory that does not know the schematic
-// has it registered (RegisterSchematic), then is asked again.
-func (s *Scripts) factoryCmdline(ctx context.Context, machineID string, alloc *resources.Allocation, arch string) (string, error) {
-	k := cmdlineKey{schematic: alloc.SchematicID, version: alloc.TalosVersion, platform: s.Platform, arch: arch}
+// factoryCmdline returns the factory's cmdline for img's schematic and version, on the
+// provider's platform, for arch: from memory, or fetched (within factoryCmdlineWait,
+// whatever becomes of ctx, so that those waiting for the same fetch are not failed by one
+// machine going away). A factory that does not know the schematic has it registered
+// (img.register), then is asked again.
+func (s *Scripts) factoryCmdline(ctx context.Context, img talosImage, arch string) (string, error) {
+	k := cmdlineKey{schematic: img.schematic, version: img.version, platform: s.Platform, arch: arch}
 	c := &s.cmdlines
 
 	c.mu.Lock()
@@ -107,7 +103,7 @@ func (s *Scripts) factoryCmdline(ctx context.Context, machineID string, alloc *r
 		f = &cmdlineFetch{done: make(chan struct{})}
 		c.fetches[k] = f
 
-		go s.fetchFactoryCmdline(context.WithoutCancel(ctx), k, f, machineID, alloc)
+		go s.fetchFactoryCmdline(context.WithoutCancel(ctx), k, f, img.register)
 	}
 
 	c.mu.Unlock()
@@ -121,16 +117,16 @@ func (s *Scripts) factoryCmdline(ctx context.Context, machineID string, alloc *r
 }
 
 // fetchFactoryCmdline runs fetch f of k, then keeps its cmdline or forgets the failure.
-func (s *Scripts) fetchFactoryCmdline(ctx context.Context, k cmdlineKey, f *cmdlineFetch, machineID string, alloc *resources.Allocation) {
+func (s *Scripts) fetchFactoryCmdline(ctx context.Context, k cmdlineKey, f *cmdlineFetch, register func(context.Context) error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, factoryCmdlineWait, fmt.Errorf("the Image Factory did not answer within %s", factoryCmdlineWait))
 	defer cancel()
 
 	f.cmdline, f.err = s.getFactoryCmdline(ctx, k)
 
-	if f.err != nil && s.RegisterSchematic != nil && unknownToFactory(f.err) {
+	if f.err != nil && register != nil && unknownToFactory(f.err) {
 		// Right after the allocation, the schematic controller may not have registered
 		// the schematic yet: register it here and ask again, once.
-		if err := s.RegisterSchematic(ctx, machineID, alloc); err != nil {
+		if err := register(ctx); err != nil {
 			f.err = fmt.Errorf("%w (registering the schematic: %w)", f.err, err)
 		} else {
 			f.cmdline, f.err = s.getFactoryCmdline(ctx, k)

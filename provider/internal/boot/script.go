@@ -78,6 +78,10 @@ type Scripts struct {
 	// 404 for is fetched again once it is. (alloc may be the boot services' view of it,
 	// without its extensions.)
 	RegisterSchematic func(ctx context.Context, machineID string, alloc *resources.Allocation) error
+	// AgentTalos, when set, boots the agent as Talos in agent mode (--agent-talos-version)
+	// rather than from Assets: the factory's Talos for a schematic of Anvil's metal-agent
+	// extension, through the Cache (or the factory's PXE endpoint without one).
+	AgentTalos *AgentTalos
 	// JoinArgs, in Omni mode, gives the kernel args that make the agent join Omni over
 	// SideroLink (Omni's join config), false until they are known: the agent is not
 	// booted without them, or it would never appear in Omni.
@@ -121,14 +125,14 @@ func (s *Scripts) StartScript() string {
 func (s *Scripts) Render(ctx context.Context, req Request, d lifecycle.BootDecision, claims token.Claims) Script {
 	switch d.Boot {
 	case lifecycle.BootTalos:
-		if s.Cache != nil {
-			return s.cachedTalos(ctx, req, d.Allocation)
-		}
-
-		return s.factoryTalos(ctx, req, d.Allocation)
+		return s.talosScript(ctx, req, d.Allocation)
 	case lifecycle.BootDisk:
 		return s.disk()
 	default:
+		if s.AgentTalos != nil {
+			return s.agentTalosScript(ctx, req, claims)
+		}
+
 		return s.agent(req, claims)
 	}
 }
@@ -136,11 +140,7 @@ func (s *Scripts) Render(ctx context.Context, req Request, d lifecycle.BootDecis
 func (s *Scripts) agent(req Request, claims token.Claims) Script {
 	set, join, wait, ok := s.agentBoot(req.Arch)
 	if !ok {
-		retry := strconv.Itoa(wait.retry)
-
-		return Script{Status: http.StatusOK, Body: "#!ipxe\necho Anvil: " + wait.message + "; retrying in " + retry + " s\n" +
-			"sleep " + retry + "\n" +
-			"chain " + s.BaseURL + "/ipxe/start.ipxe\n"}
+		return s.agentWaits(wait)
 	}
 
 	claims.Kind = token.KindAgent
@@ -151,7 +151,7 @@ func (s *Scripts) agent(req Request, claims token.Claims) Script {
 
 	// One allocation for the script: it is rendered on every agent boot.
 	n := len("#!ipxe\nimgfree\nkernel ") + len(assets) + len(set.Kernel) + len(" initrd=") + len(set.Initramfs) +
-		s.agentArgsLen(set, join, req.MachineID, tok) +
+		s.agentArgsLen(set.Cmdline, join, req.MachineID, tok) +
 		len("\ninitrd ") + len(assets) + len(set.Initramfs) + len("\nboot\n")
 
 	var b strings.Builder
@@ -163,7 +163,7 @@ func (s *Scripts) agent(req Request, claims token.Claims) Script {
 	// Debian's 2019 iPXE needs initrd=<name> on the kernel line under EFI.
 	b.WriteString(" initrd=")
 	b.WriteString(set.Initramfs)
-	s.writeAgentArgs(&b, set, join, req.MachineID, tok)
+	s.writeAgentArgs(&b, set.Cmdline, join, req.MachineID, tok)
 	b.WriteString("\ninitrd ")
 	b.WriteString(assets)
 	b.WriteString(set.Initramfs)
@@ -178,6 +178,16 @@ type agentWait struct {
 	retry   int // seconds
 }
 
+// agentWaits is the script that says why the agent cannot boot yet and asks again in a
+// while.
+func (s *Scripts) agentWaits(wait agentWait) Script {
+	retry := strconv.Itoa(wait.retry)
+
+	return Script{Status: http.StatusOK, Body: "#!ipxe\necho Anvil: " + scriptSafe(wait.message) + "; retrying in " + retry + " s\n" +
+		"sleep " + retry + "\n" +
+		"chain " + s.BaseURL + "/ipxe/start.ipxe\n"}
+}
+
 // agentBoot is what an agent boot of arch needs: its assets and, in Omni mode, Omni's
 // join arguments; or why it must wait.
 func (s *Scripts) agentBoot(arch string) (AgentAssetSet, []string, agentWait, bool) {
@@ -188,21 +198,29 @@ func (s *Scripts) agentBoot(arch string) (AgentAssetSet, []string, agentWait, bo
 		return set, nil, agentWait{"the provider has no agent boot assets for " + arch + " (make agent-initramfs)", 30}, false
 	}
 
+	join, wait, ok := s.agentJoin()
+
+	return set, join, wait, ok
+}
+
+// agentJoin is what every agent boot needs in Omni mode: Omni's join arguments, or why it
+// must wait for them (none standalone).
+func (s *Scripts) agentJoin() ([]string, agentWait, bool) {
 	if s.JoinArgs == nil {
-		return set, nil, agentWait{}, true
+		return nil, agentWait{}, true
 	}
 
 	join, ok := s.JoinArgs()
 	if !ok || !safeArgs(join) {
-		return set, nil, agentWait{"waiting for Omni's join config", 10}, false
+		return nil, agentWait{"waiting for Omni's join config", 10}, false
 	}
 
-	return set, join, agentWait{}, true
+	return join, agentWait{}, true
 }
 
 // agentArgsLen is the length writeAgentArgs writes.
-func (s *Scripts) agentArgsLen(set AgentAssetSet, join []string, machineID, tok string) int {
-	n := 1 + len(set.Cmdline) + 4*len(" =") + len(bootparams.Provider) + len(s.APIEndpoint) + len(bootparams.CA) +
+func (s *Scripts) agentArgsLen(cmdline string, join []string, machineID, tok string) int {
+	n := 1 + len(cmdline) + 4*len(" =") + len(bootparams.Provider) + len(s.APIEndpoint) + len(bootparams.CA) +
 		len(s.CAFingerprint) + len(bootparams.MachineID) + len(machineID) + len(bootparams.Token) + len(tok)
 
 	for _, arg := range s.AgentKernelArgs {
@@ -216,13 +234,14 @@ func (s *Scripts) agentArgsLen(set AgentAssetSet, join []string, machineID, tok 
 	return n
 }
 
-// writeAgentArgs writes the agent's kernel arguments, each after a space: the assets'
-// own cmdline, the site's, Omni's join arguments, then where the provider is, its CA,
-// the machine and its token.
-func (s *Scripts) writeAgentArgs(b *strings.Builder, set AgentAssetSet, join []string, machineID, tok string) {
-	if set.Cmdline != "" {
+// writeAgentArgs writes the agent's kernel arguments, each after a space: the cmdline
+// of what boots it (the agent assets', or the factory's for agent-mode Talos), the
+// site's, Omni's join arguments, then where the provider is, its CA, the machine and its
+// token.
+func (s *Scripts) writeAgentArgs(b *strings.Builder, cmdline string, join []string, machineID, tok string) {
+	if cmdline != "" {
 		b.WriteByte(' ')
-		b.WriteString(set.Cmdline)
+		b.WriteString(cmdline)
 	}
 
 	for _, args := range [][]string{s.AgentKernelArgs, join} {

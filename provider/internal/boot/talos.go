@@ -42,10 +42,33 @@ type TalosBoot struct {
 	KernelPath, InitramfsPath string
 }
 
+// talosImage is one Talos the provider boots: a schematic at a version, and how the
+// Image Factory learns the schematic when it answers 404 for it (nil: it is not told).
+type talosImage struct {
+	schematic, version string
+	register           func(ctx context.Context) error
+}
+
+// allocationImage is the allocation's Talos; RegisterSchematic registers its schematic.
+func (s *Scripts) allocationImage(machineID string, alloc *resources.Allocation) talosImage {
+	img := talosImage{schematic: alloc.SchematicID, version: alloc.TalosVersion}
+
+	if s.RegisterSchematic != nil {
+		img.register = func(ctx context.Context) error { return s.RegisterSchematic(ctx, machineID, alloc) }
+	}
+
+	return img
+}
+
 // TalosBoot makes the allocation's Talos boot assets ready in the cache (fetched from
 // the factory at most once, however many machines ask at the same time) and says how
 // they boot.
 func (s *Scripts) TalosBoot(ctx context.Context, machineID string, alloc *resources.Allocation, arch string) (TalosBoot, error) {
+	return s.talosBoot(ctx, s.allocationImage(machineID, alloc), arch)
+}
+
+// talosBoot makes img's boot assets for arch ready in the cache and says how they boot.
+func (s *Scripts) talosBoot(ctx context.Context, img talosImage, arch string) (TalosBoot, error) {
 	if s.Cache == nil {
 		return TalosBoot{}, fmt.Errorf("the provider keeps no boot-asset cache")
 	}
@@ -56,17 +79,17 @@ func (s *Scripts) TalosBoot(ctx context.Context, machineID string, alloc *resour
 	}
 
 	key := func(file string) imagecache.Key {
-		return imagecache.Key{Schematic: alloc.SchematicID, Version: alloc.TalosVersion, File: file}
+		return imagecache.Key{Schematic: img.schematic, Version: img.version, File: file}
 	}
 
 	blobs := make(map[string]imagecache.Blob, 3)
 
 	for _, file := range files.All() {
 		b, err := s.Cache.Get(ctx, key(file))
-		if err != nil && s.RegisterSchematic != nil && unknownToFactory(err) {
+		if err != nil && img.register != nil && unknownToFactory(err) {
 			// Right after the allocation, the schematic controller may not have
 			// registered the schematic yet: register it here and ask again.
-			if regErr := s.RegisterSchematic(ctx, machineID, alloc); regErr == nil {
+			if regErr := img.register(ctx); regErr == nil {
 				b, err = s.Cache.Get(ctx, key(file))
 			}
 		}
@@ -83,7 +106,7 @@ func (s *Scripts) TalosBoot(ctx context.Context, machineID string, alloc *resour
 		return TalosBoot{}, fmt.Errorf("error reading %s: %w", key(files.Cmdline), err)
 	}
 
-	base := s.BaseURL + "/assets/talos/" + alloc.SchematicID + "/" + alloc.TalosVersion + "/"
+	base := s.BaseURL + "/assets/talos/" + img.schematic + "/" + img.version + "/"
 
 	return TalosBoot{
 		KernelURL: base + files.Kernel, InitramfsURL: base + files.Initramfs, Initramfs: files.Initramfs,
@@ -145,14 +168,45 @@ func (s *Scripts) talosCmdline(factory, machineID string, alloc *resources.Alloc
 	return factory + " " + strings.Join(s.bootArgs(machineID, alloc), " ")
 }
 
-// talosScript is the iPXE script that boots Talos' kernel and initramfs with the
-// factory's cmdline and the boot's own arguments.
-func (s *Scripts) talosScript(kernelURL, initramfs, initramfsURL, cmdline, machineID string, alloc *resources.Allocation) Script {
+// talosKernel is how one Talos boots by iPXE: where its kernel and initramfs are, and
+// the factory's cmdline for its schematic.
+type talosKernel struct {
+	kernelURL, initramfs, initramfsURL, cmdline string
+}
+
+// talosKernelFor makes img ready to boot for arch, within scriptWait (iPXE waits for its
+// script, not for ever: a long first download goes on in the cache while the machine
+// asks again): from the provider's cache, or without one from the factory's PXE
+// endpoint with the cmdline the provider fetched.
+func (s *Scripts) talosKernelFor(ctx context.Context, img talosImage, arch string) (talosKernel, error) {
+	ctx, cancel := context.WithTimeout(ctx, scriptWait)
+	defer cancel()
+
+	if s.Cache == nil {
+		return s.factoryKernel(ctx, img, arch)
+	}
+
+	tb, err := s.talosBoot(ctx, img, arch)
+	if err != nil {
+		return talosKernel{}, err
+	}
+
+	return talosKernel{kernelURL: tb.KernelURL, initramfs: tb.Initramfs, initramfsURL: tb.InitramfsURL, cmdline: tb.Cmdline}, nil
+}
+
+// talosScript is the iPXE script that boots the allocation's Talos with the factory's
+// cmdline and the boot's own arguments; one that retries while Talos cannot boot yet.
+func (s *Scripts) talosScript(ctx context.Context, req Request, alloc *resources.Allocation) Script {
+	k, err := s.talosKernelFor(ctx, s.allocationImage(req.MachineID, alloc), req.Arch)
+	if err != nil {
+		return s.talosNotReady(err)
+	}
+
 	return Script{Status: http.StatusOK, Handoff: true, Body: "#!ipxe\n" +
 		"imgfree\n" +
 		// Debian's 2019 iPXE needs initrd=<name> on the kernel line under EFI.
-		"kernel " + kernelURL + " initrd=" + initramfs + " " + s.talosCmdline(cmdline, machineID, alloc) + "\n" +
-		"initrd " + initramfsURL + "\n" +
+		"kernel " + k.kernelURL + " initrd=" + k.initramfs + " " + s.talosCmdline(k.cmdline, req.MachineID, alloc) + "\n" +
+		"initrd " + k.initramfsURL + "\n" +
 		"boot\n"}
 }
 
@@ -196,22 +250,6 @@ func (s *Scripts) talosNotReady(err error) Script {
 		"echo Anvil: the Talos boot assets are not ready (" + scriptSafe(err.Error()) + "); retrying in 10 s\n" +
 		"sleep 10\n" +
 		"chain " + s.BaseURL + "/ipxe/start.ipxe\n"}
-}
-
-// cachedTalos is the Talos boot script from the provider's cache; ok is false (with a
-// script that retries) while the assets cannot be made ready.
-func (s *Scripts) cachedTalos(ctx context.Context, req Request, alloc *resources.Allocation) Script {
-	// iPXE waits for its script, not for ever: a long first download goes on in the
-	// cache while the machine asks again.
-	ctx, cancel := context.WithTimeout(ctx, scriptWait)
-	defer cancel()
-
-	tb, err := s.TalosBoot(ctx, req.MachineID, alloc, req.Arch)
-	if err != nil {
-		return s.talosNotReady(err)
-	}
-
-	return s.talosScript(tb.KernelURL, tb.Initramfs, tb.InitramfsURL, tb.Cmdline, req.MachineID, alloc)
 }
 
 // scriptSafe keeps a message to one line of printable text for an iPXE echo.

@@ -42,6 +42,10 @@ func (s *Scripts) RenderUKI(ctx context.Context, req Request, d lifecycle.BootDe
 		return s.talosUKI(ctx, req, d.Allocation)
 	}
 
+	if s.AgentTalos != nil {
+		return s.agentTalosUKI(ctx, req, claims)
+	}
+
 	set, join, wait, ok := s.agentBoot(req.Arch)
 	if !ok {
 		return UKI{Status: http.StatusServiceUnavailable, Message: wait.message}
@@ -57,8 +61,8 @@ func (s *Scripts) RenderUKI(ctx context.Context, req Request, d lifecycle.BootDe
 
 	var b strings.Builder
 
-	b.Grow(s.agentArgsLen(set, join, req.MachineID, tok))
-	s.writeAgentArgs(&b, set, join, req.MachineID, tok)
+	b.Grow(s.agentArgsLen(set.Cmdline, join, req.MachineID, tok))
+	s.writeAgentArgs(&b, set.Cmdline, join, req.MachineID, tok)
 
 	return UKI{
 		Status:     http.StatusOK,

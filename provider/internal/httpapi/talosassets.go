@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/anvil-metal/anvil/provider/internal/boottrace"
 	"github.com/anvil-metal/anvil/provider/internal/imagecache"
 )
 
@@ -41,6 +42,13 @@ func (s *Server) handleTalosAsset(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Etag", `"`+blob.Digest+`"`)
 
 	http.ServeContent(w, r, "", blob.FetchedAt, f)
+
+	// Agent-mode Talos is the agent: its initramfs, fetched last and served whole, is the
+	// agent's assets in, as the agent initramfs' is.
+	if s.opts.Trace != nil && r.Context().Err() == nil && strings.HasPrefix(k.File, "initramfs-") && r.Header.Get("Range") == "" &&
+		s.opts.Scripts.IsAgentTalos(k.Schematic, k.Version) {
+		s.opts.Trace.MarkFrom(remoteIP(r), boottrace.PhaseAgentAssets, "")
+	}
 }
 
 // talosAssetError answers what the cache could not serve: 404 for what cannot exist or

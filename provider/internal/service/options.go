@@ -81,6 +81,14 @@ type Options struct {
 	ImageFactoryPXEBaseURL string
 	TalosPlatform          string
 	AgentAssetsDir         string
+	// AgentTalosVersion, when set, boots the agent as Talos of this version in agent mode
+	// (Anvil's metal-agent extension, from the Image Factory through the image cache)
+	// instead of from AgentAssetsDir; AgentTalosExtensions are more extensions of it
+	// (firmware); AgentTalosExtensionName is the name the factory knows Anvil's extension
+	// by.
+	AgentTalosVersion       string
+	AgentTalosExtensions    []string
+	AgentTalosExtensionName string
 	// ImageCacheDir holds the Talos boot assets fetched from the factory
 	// (<state-dir>/image-cache when empty); ImageCacheSize bounds them, a size like 10GiB.
 	ImageCacheDir  string
@@ -180,6 +188,7 @@ var DefaultOptions = Options{
 	ImageFactoryPXEBaseURL:  "https://pxe.factory.talos.dev",
 	TalosPlatform:           "metal",
 	AgentAssetsDir:          "_out/agent",
+	AgentTalosExtensionName: boot.DefaultAgentExtension,
 	ImageCacheSize:          "10GiB",
 	WipeMode:                "fast",
 	RejectedAction:          "reboot",

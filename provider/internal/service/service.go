@@ -64,6 +64,11 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		return err
 	}
 
+	agentTalos, err := parseAgentTalos(opts, talosKernelArgs)
+	if err != nil {
+		return err
+	}
+
 	adapter, omniMode, err := omniAdapter(opts, Version)
 	if err != nil {
 		return err
@@ -135,6 +140,7 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 			Tokens:            token.NewSigner(store.Keys().TokenKey()),
 			AgentKernelArgs:   agentKernelArgs,
 			TalosKernelArgs:   talosKernelArgs,
+			AgentTalos:        agentTalos,
 		},
 		observations: make(chan controllers.PXEObservation, observationBuffer),
 		status:       controllers.NewMachineStatusController(),
@@ -241,6 +247,8 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		}},
 	}
 
+	runners = append(runners, env.agentTalosServices(factory)...)
+
 	if env.omni != nil {
 		runners = append(runners,
 			runner{name: "omni adapter API", run: env.omni.Serve},
@@ -260,7 +268,7 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 	logger.Info("provider starting",
 		zap.String("advertise", apiEndpoint),
 		zap.String("state", opts.StateDir),
-		zap.String("agent_assets", opts.AgentAssetsDir),
+		zap.String("agent_assets", opts.AgentAssetsDir), zap.String("agent_talos", opts.AgentTalosVersion),
 		zap.String("ca_fingerprint", ca.Fingerprint()),
 		zap.Int("machine_labels", len(labels)),
 		zap.String("auto_accept", opts.AutoAccept),
