@@ -33,6 +33,7 @@ import (
 	"go.yaml.in/yaml/v4"
 
 	"github.com/anvil-metal/anvil/imager/internal/extension"
+	"github.com/anvil-metal/anvil/internal/talosext"
 )
 
 // fakeELF writes the smallest ELF64 executable debug/elf reads: a header and one program
@@ -400,4 +401,46 @@ func TestAgentRefused(t *testing.T) {
 	cfg, err := build(t, arm).ConfigFile()
 	require.NoError(t, err)
 	assert.Equal(t, "arm64", cfg.Architecture)
+}
+
+// TestLayoutReadAsTalosLoadsIt: the layout make agent-extension writes is what the lab's
+// factory stand-in (and anything else that lays extensions over Talos with
+// internal/talosext) reads: the manifest's metadata, the agent executable, the service
+// and the flag file that puts Talos in agent mode.
+func TestLayoutReadAsTalosLoadsIt(t *testing.T) {
+	t.Parallel()
+
+	opts := options(t)
+	dir := filepath.Join(t.TempDir(), "agent-extension")
+	require.NoError(t, ociimage.WriteLayout(t.Context(), dir, build(t, opts), "v0.1.0"))
+
+	ext, err := talosext.FromLayout(dir, filepath.Join(t.TempDir(), "unpacked"), "amd64")
+	require.NoError(t, err)
+
+	assert.Equal(t, extension.Name, ext.Metadata.Name)
+	assert.Equal(t, "v0.1.0", ext.Metadata.Version)
+	assert.Equal(t, extension.TalosConstraint, ext.Metadata.Compatibility.Talos.Version)
+
+	rootfs := func(p string) string { return filepath.Join(ext.Rootfs, strings.TrimPrefix(p, "rootfs/")) }
+
+	agent, err := os.Stat(rootfs(extension.AgentPath))
+	require.NoError(t, err)
+	assert.Equal(t, fs.FileMode(0o755), agent.Mode().Perm())
+
+	b, err := os.ReadFile(rootfs(extension.AgentPath))
+	require.NoError(t, err)
+
+	want, err := os.ReadFile(opts.Agent)
+	require.NoError(t, err)
+	assert.Equal(t, want, b, "the agent binary")
+
+	service, err := os.ReadFile(rootfs(extension.ServicePath))
+	require.NoError(t, err)
+	assert.Equal(t, extension.ServiceYAML(), service)
+
+	_, err = os.Stat(rootfs(extension.FlagPath))
+	assert.NoError(t, err, "the agent mode's flag file")
+
+	_, err = talosext.FromLayout(dir, filepath.Join(t.TempDir(), "unpacked"), "arm64")
+	assert.ErrorContains(t, err, "for amd64, not arm64")
 }
