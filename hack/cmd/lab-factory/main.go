@@ -14,11 +14,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/anvil-metal/anvil/internal/labfactory"
+	"github.com/anvil-metal/anvil/internal/talosext"
 )
 
 func main() {
@@ -29,7 +32,21 @@ func main() {
 	talosAssets := flag.String("talos-assets", "", "real Talos (make talos: _out/talos/assets), served for the version its talos.json names beside the stand-in's; empty: none")
 	talosWork := flag.String("talos-work", "", "where per-schematic initramfs and installer layers of real Talos are made (default: a temporary directory)")
 	kubernetes := flag.String("kubernetes-versions", strings.Join(labfactory.DefaultKubernetesVersions, ","), "Kubernetes versions offered (the registry's siderolabs/kubelet tags), comma-separated")
+
+	var extensions []string
+
+	flag.Func("extension", "NAME=DIR: a system extension schematics of real Talos may name as NAME, from the OCI image layout DIR "+
+		"(make agent-extension: anvil-metal/metal-agent=_out/agent-extension); repeatable; needs --talos-assets", func(s string) error {
+		extensions = append(extensions, s)
+
+		return nil
+	})
 	flag.Parse()
+
+	if len(extensions) > 0 && *talosAssets == "" {
+		fmt.Fprintln(os.Stderr, "error: --extension is for real Talos' schematics: it needs --talos-assets")
+		os.Exit(1)
+	}
 
 	opts := []labfactory.Option{
 		labfactory.WithTalosVersions(splitList(*talos)...),
@@ -41,26 +58,15 @@ func main() {
 	}
 
 	if *talosAssets != "" {
-		work := *talosWork
-		if work == "" {
-			tmp, err := os.MkdirTemp("", "lab-factory-")
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "error:", err)
-				os.Exit(1)
-			}
-
-			defer os.RemoveAll(tmp)
-
-			work = tmp
-		}
-
-		t, err := labfactory.NewTalos(*talosAssets, work)
+		opt, cleanup, err := realTalos(*talosAssets, *talosWork, extensions)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "error:", err)
-			os.Exit(1) //nolint:gocritic // the temp dir is empty yet
+			os.Exit(1)
 		}
 
-		opts = append(opts, labfactory.WithTalos(t))
+		defer cleanup()
+
+		opts = append(opts, opt)
 	}
 
 	if *baseURL != "" {
@@ -71,6 +77,61 @@ func main() {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
+}
+
+// realTalos serves real Talos from assets, its per-schematic files made in work (a
+// temporary directory, removed by cleanup, when empty), with the extensions.
+func realTalos(assets, work string, extensions []string) (labfactory.Option, func(), error) {
+	cleanup := func() {}
+
+	if work == "" {
+		tmp, err := os.MkdirTemp("", "lab-factory-")
+		if err != nil {
+			return nil, nil, err
+		}
+
+		work, cleanup = tmp, func() { os.RemoveAll(tmp) }
+	}
+
+	t, err := labfactory.NewTalos(assets, work)
+	if err == nil {
+		err = addExtensions(t, extensions, filepath.Join(work, "extensions"))
+	}
+
+	if err != nil {
+		cleanup()
+
+		return nil, nil, err
+	}
+
+	return labfactory.WithTalos(t), cleanup, nil
+}
+
+// addExtensions lets real Talos' schematics name each NAME=DIR extension: the system
+// extension image in the OCI image layout DIR, unpacked under work as Talos loads it
+// (talosext.FromLayout), then laid over Talos for the schematics that name it as the
+// Image Factory lays an extension image from its registry.
+func addExtensions(t *labfactory.Talos, specs []string, work string) error {
+	if err := os.RemoveAll(work); err != nil {
+		return err
+	}
+
+	for i, spec := range specs {
+		name, dir, ok := strings.Cut(spec, "=")
+		if !ok || name == "" || dir == "" {
+			return fmt.Errorf("--extension %q: want NAME=DIR", spec)
+		}
+
+		ext, err := talosext.FromLayout(dir, filepath.Join(work, strconv.Itoa(i)), "amd64")
+		if err != nil {
+			return fmt.Errorf("--extension %s: %w", name, err)
+		}
+
+		t.WithExtension(name, ext)
+		log.Printf("lab-factory: extension %s is %s %s (%s)", name, ext.Metadata.Name, ext.Metadata.Version, dir)
+	}
+
+	return nil
 }
 
 // splitList splits a comma-separated flag, dropping empty items.

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -66,6 +68,18 @@ func (s *State) startFactory(ctx context.Context, cfg Config) error {
 		// Per-schematic initramfs and installer layers are made in the lab's directory,
 		// removed with it.
 		args = append(args, "--talos-assets", talos, "--talos-work", filepath.Join(s.Dir, factoryTalosDir))
+
+		names := slices.Sorted(maps.Keys(cfg.FactoryExtensions))
+		for _, name := range names {
+			layout, err := filepath.Abs(cfg.FactoryExtensions[name])
+			if err != nil {
+				return fmt.Errorf("error resolving %s: %w", cfg.FactoryExtensions[name], err)
+			}
+
+			args = append(args, "--extension", name+"="+layout)
+		}
+	} else if len(cfg.FactoryExtensions) > 0 {
+		return fmt.Errorf("the factory's extensions are real Talos': they need TalosAssetsDir")
 	}
 
 	cmd := netns.Command(context.WithoutCancel(ctx), s.ProviderNS, bin, args...)

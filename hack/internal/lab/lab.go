@@ -63,6 +63,12 @@ type Config struct {
 	// TalosAssetsDir is real Talos (make talos: _out/talos/assets), which the factory
 	// serves for its version beside the stand-in's; empty: the stand-in only.
 	TalosAssetsDir string
+	// FactoryExtensions are system extensions real Talos' schematics may name, by the
+	// name the factory knows each by (anvil-metal/metal-agent): the OCI image layout of
+	// each (make agent-extension: _out/agent-extension), which the factory unpacks and
+	// lays over Talos as the Image Factory does an extension image from its registry.
+	// Needs TalosAssetsDir.
+	FactoryExtensions map[string]string
 	// ProviderArgs are appended to the provider's command line (after the lab's own
 	// power flags, which they may override).
 	ProviderArgs []string
