@@ -541,8 +541,10 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 const labTalosKernelArgs = "console=ttyS0 talos.dashboard.disabled=1 no_timer_check"
 
 // clusterTemplate is the lab cluster: Talos version, a control plane and a worker;
-// Omni's embedded discovery service (the lab has no other), and the lab registry: the
-// factory stand-in serves the installer images over plain HTTP.
+// Omni's embedded discovery service (the lab has no other); the lab registry (the
+// factory stand-in serves the installer images over plain HTTP); and no time sync: the
+// lab has no time server, and Talos holds back trustd, etcd and its API's certificates
+// until its clock is synchronised.
 func clusterTemplate(talosVersion, controlPlane, worker string) string {
 	return fmt.Sprintf(`kind: Cluster
 name: %s
@@ -561,6 +563,8 @@ patches:
             %s:
               endpoints:
                 - http://%s
+        time:
+          disabled: true
 ---
 kind: ControlPlane
 machines:
@@ -579,7 +583,7 @@ func (o *omniView) talosJoined(ctx context.Context, ctl func(...string) (string,
 	var ms struct {
 		TalosVersion string `json:"talosversion"`
 		Schematic    struct {
-			ID string `json:"id"`
+			FullID string `json:"fullid"`
 		} `json:"schematic"`
 	}
 
@@ -596,8 +600,8 @@ func (o *omniView) talosJoined(ctx context.Context, ctl func(...string) (string,
 		return err
 	}
 
-	if ms.Schematic.ID == "" || !strings.Contains(out, ms.Schematic.ID) {
-		return fmt.Errorf("Omni sees schematic %q, not the allocation's", ms.Schematic.ID)
+	if ms.Schematic.FullID == "" || !strings.Contains(out, ms.Schematic.FullID) {
+		return fmt.Errorf("Omni sees schematic %q, not the allocation's", ms.Schematic.FullID)
 	}
 
 	return nil
