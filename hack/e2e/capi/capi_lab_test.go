@@ -4,8 +4,9 @@
 // core manager and the Talos bootstrap provider (CABPT), built from their Go modules and
 // run as processes against envtest's API server, with Anvil's capi-manager on the lab
 // provider's control socket. A MachineDeployment of one replica ends with the VM booted
-// into the factory's stand-in Talos with CABPT's worker config; scaled to zero, the
-// server is released and wiped back to Available.
+// into real Talos (make talos) from the factory, which loads CABPT's worker config from
+// Anvil's metadata server, validates it, installs itself and runs from its disk on it;
+// scaled to zero, the server is released and wiped back to Available.
 package capi
 
 import (
@@ -46,18 +47,19 @@ import (
 )
 
 const (
-	// stepDeadline bounds each step: under TCG power-on to the agent is ~30–60 s, a boot
-	// into the stand-in as long, and the host's two cores are shared.
+	// stepDeadline bounds each step of the agent and the managers: under TCG power-on to
+	// the agent is ~30–60 s, and the host's two cores are shared.
 	stepDeadline = 6 * time.Minute
+	// talosDeadline bounds a step of real Talos under TCG: its 140 MiB initramfs fetched
+	// and booted, the installer's ~200 MiB pulled from the factory and laid down, the
+	// kexec into the installed system.
+	talosDeadline = 25 * time.Minute
 	// startDeadline bounds the managers' start (caches, webhooks, CRD migration).
 	startDeadline = 2 * time.Minute
-	talosVersion  = "v1.13.0"
 	namespace     = "default"
 	clusterName   = "lab"
-	standin       = "TALOS-STANDIN"
+	installDisk   = "/dev/vda"
 )
-
-var configLineRe = regexp.MustCompile(standin + ` config status=200 bytes=(\d+) sha256=([0-9a-f]{64})`)
 
 // TestE2EClusterAPI: see the package comment. Timings are logged as "step: …".
 func TestE2EClusterAPI(tt *testing.T) {
@@ -74,9 +76,12 @@ func TestE2EClusterAPI(tt *testing.T) {
 		t.Logf("step: %-58s %6.1fs (t=%.1fs)", what, time.Since(since).Seconds(), time.Since(start).Seconds())
 	}
 
-	// 1. The binaries: the lab's, ours, and the two upstream managers from their modules.
+	// 1. The binaries: the lab's, ours, the two upstream managers from their modules, and
+	// real Talos.
 	capiBin := capiCore.build(t, root)
 	cabptBin := cabpt.build(t, root)
+	talos := labtest.TalosAssets(t, root)
+	talosVersion := talos.Version
 
 	bin := t.TempDir()
 	b := labtest.BuildBinaries(t, root, bin)
@@ -88,14 +93,20 @@ func TestE2EClusterAPI(tt *testing.T) {
 	}
 	step("binaries built", start)
 
-	// 2. The lab, one BIOS machine behind an IPMI BMC (ipmi_sim): it boots the agent while
-	// the API server and the managers start.
+	// 2. The lab, one BIOS machine of 2 GiB (real Talos' need) behind an IPMI BMC
+	// (ipmi_sim), the factory serving real Talos: it boots the agent while the API
+	// server and the managers start. The site's Talos kernel arguments name the serial
+	// console, where the test reads Talos.
 	dir, prefix := labtest.NewLab(t, "anvc", nil)
 
 	cfg := b.Config(dir, prefix)
 	cfg.Machines = 1
 	cfg.Firmware = []machine.Firmware{machine.BIOS}
 	cfg.BMC = []lab.PowerOwner{lab.OwnerIPMI}
+	cfg.MemoryMB = 2048
+	cfg.TalosAssetsDir = talos.Dir
+	// The factory's real Talos has no extension images: TCG's CPU would call for amd-ucode.
+	cfg.ProviderArgs = []string{"--talos-kernel-args", labtest.TalosKernelArgs, "--detected-extensions=false"}
 
 	state, err := lab.Up(t.Context(), cfg)
 	require.NoError(t, err)
@@ -188,11 +199,22 @@ func TestE2EClusterAPI(tt *testing.T) {
 	t0 = time.Now()
 	createCluster(t, k, state.AdvertiseAddr())
 
+	// CABPT's worker config for the Talos version (its machinery is v1.12's: without
+	// talosVersion it writes v1.12's config, with v1.12's installer), patched as a site
+	// would for the lab: the install disk, the factory's installer of the schematic the
+	// allocation boots (as Omni names it), the factory's registry over plain HTTP, and
+	// time sync off (the lab has no NTP).
+	schematic := talos.Schematic(t)
 	tct := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "bootstrap.cluster.x-k8s.io/v1alpha3", "kind": "TalosConfigTemplate",
 		"metadata": map[string]any{"name": "workers", "namespace": namespace},
 		"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
 			"generateType": "worker", "talosVersion": talosVersion,
+			"strategicPatches": []any{
+				fmt.Sprintf("machine:\n  install:\n    disk: %s\n    image: %s\n", installDisk, talos.InstallImage(schematic)),
+				labtest.RegistryMirror,
+				labtest.TimeDisabled,
+			},
 		}}},
 	}}
 	require.NoError(t, k.Create(t.Context(), tct))
@@ -271,44 +293,27 @@ func TestE2EClusterAPI(tt *testing.T) {
 	assert.Equal(t, "anvil://"+id, mm.Spec.ProviderID)
 	step("MachineDeployment → server claimed", t0)
 
-	// 6. The VM boots the stand-in Talos and fetches the config Anvil serves.
-	var serial string
-
-	require.True(t, waitFor(t, stepDeadline, "the stand-in fetches its config", alive, func() error {
-		b, _ := os.ReadFile(m.SerialLog())
-		serial = string(b)
-
-		if !configLineRe.MatchString(serial) {
-			return errors.New("no config line on the console yet")
-		}
-
-		return nil
-	}))
-	step("MachineDeployment → stand-in fetched its config", t0)
-
-	served := allocationConfig(t, ctl, id)
-	got := configLineRe.FindAllStringSubmatch(serial, -1)
-	last := got[len(got)-1]
-	assert.Equal(t, sha([]byte(served)), last[2], "the stand-in got the config Anvil serves")
-	assert.Equal(t, strconv.Itoa(len(served)), last[1])
-	assert.Contains(t, serial, standin+" schematic=", "the factory's stand-in booted")
-	assert.Contains(t, serial, "version="+talosVersion)
-
 	// Anvil's config is CABPT's with the kubelet's provider ID.
+	served := allocationConfig(t, ctl, id)
 	assertWithProviderID(t, bootstrap, []byte(served), "anvil://"+id)
 	assert.Contains(t, served, `provider-id: anvil://`+id)
 	assert.Contains(t, served, "type: worker")
 
-	// 7. Installed; provisioned.
-	require.True(t, waitFor(t, stepDeadline, "the stand-in reports the install", alive, func() error {
-		b, _ := os.ReadFile(m.SerialLog())
-		if !strings.Contains(string(b), standin+" installed") {
-			return errors.New("not installed yet")
-		}
+	out, err = ctl("get", "intent", id, "-o", "yaml")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, schematic, "the allocation boots the schematic whose installer CABPT's config names")
 
-		return nil
-	}))
-	step("MachineDeployment → stand-in installed", t0)
+	// 6. The VM boots real Talos, which loads the config Anvil serves from the metadata
+	// server and validates it: a field Talos v1.13 refuses ends the test here.
+	require.True(t, waitTalos(t, m, alive, labtest.TalosFromMetal), "real Talos took CABPT's config from the metadata server")
+	step("MachineDeployment → real Talos loaded CABPT's config", t0)
+
+	serial, _ := os.ReadFile(m.SerialLog())
+	assert.Contains(t, string(serial), labtest.TalosKernel, "the factory's Talos booted")
+
+	// 7. Installed by its own installer, reported to Anvil; provisioned.
+	require.True(t, waitTalos(t, m, alive, fmt.Sprintf(labtest.TalosInstalledFmt, talosVersion)), "real Talos installed itself")
+	step("MachineDeployment → real Talos installed", t0)
 
 	require.True(t, waitFor(t, stepDeadline, "the MetalMachine provisioned", alive, func() error {
 		if err := k.Get(t.Context(), client.ObjectKeyFromObject(mm), mm); err != nil {
@@ -338,6 +343,10 @@ func TestE2EClusterAPI(tt *testing.T) {
 	if err := k.Get(t.Context(), client.ObjectKey{Name: id}, server); assert.NoError(t, err) {
 		assert.Equal(t, infrav1.ServerInstalled, server.Status.State)
 	}
+
+	// Talos kexecs into the installed system, which runs on the config it installed with.
+	assert.True(t, waitTalos(t, m, alive, labtest.TalosFromState), "real Talos running from its disk on CABPT's config")
+	step("MachineDeployment → real Talos running on its installed config", t0)
 
 	// 8. Scaled to zero: the Machine goes, the server is released and wiped.
 	t0 = time.Now()
@@ -402,6 +411,34 @@ func lastWipe(t testing.TB, ctl func(...string) (string, error), id string) stri
 	require.NoError(t, err, out)
 
 	return lastWipeRe.FindString(out)
+}
+
+// waitTalos waits for the Talos line on the machine's console; a configuration Talos
+// could not load or refused to validate fails the wait at once.
+func waitTalos(t testing.TB, m *machine.Machine, alive func() error, line string) bool {
+	t.Helper()
+
+	var refused string
+
+	ok := waitFor(t, talosDeadline, fmt.Sprintf("%q on %s's console", line, m.Name), alive, func() error {
+		if refused = labtest.RefusedConfig(m.SerialLog()); refused != "" {
+			return nil
+		}
+
+		if labtest.CountIn(m.SerialLog(), line) == 0 {
+			return errors.New("not yet")
+		}
+
+		return nil
+	})
+
+	if refused != "" {
+		t.Errorf("real Talos refused the config Anvil served (CABPT's): %s", refused)
+
+		return false
+	}
+
+	return ok
 }
 
 // waitFor is labtest.Eventually that gives up early when a manager has exited.
