@@ -8,6 +8,7 @@ package elfdeps
 import (
 	"bytes"
 	"debug/elf"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -277,10 +278,18 @@ func dlopenNotes(f *elf.File) ([][]string, error) {
 		return nil, err //nolint:wrapcheck // wrapped by the caller
 	}
 
+	return parseDlopenNotes(data, f.ByteOrder)
+}
+
+// parseDlopenNotes reads the ELF notes in data (a .note.dlopen section's bytes): each a
+// header of name size, descriptor size and type, then the name and the descriptor, each
+// padded to 4 bytes. FDO notes of the dlopen type hold a JSON array of features, each
+// with its sonames; other notes are skipped.
+func parseDlopenNotes(data []byte, order binary.ByteOrder) ([][]string, error) {
 	var out [][]string
 
 	for len(data) >= 12 {
-		namesz, descsz, typ := f.ByteOrder.Uint32(data), f.ByteOrder.Uint32(data[4:]), f.ByteOrder.Uint32(data[8:])
+		namesz, descsz, typ := order.Uint32(data), order.Uint32(data[4:]), order.Uint32(data[8:])
 		data = data[12:]
 
 		nameEnd, descEnd := align4(namesz), align4(namesz)+align4(descsz)
