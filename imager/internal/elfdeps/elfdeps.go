@@ -284,11 +284,19 @@ func dlopenNotes(f *elf.File) ([][]string, error) {
 // parseDlopenNotes reads the ELF notes in data (a .note.dlopen section's bytes): each a
 // header of name size, descriptor size and type, then the name and the descriptor, each
 // padded to 4 bytes. FDO notes of the dlopen type hold a JSON array of features, each
-// with its sonames; other notes are skipped.
+// with its sonames; other notes are skipped. Zero bytes after the last note are padding.
 func parseDlopenNotes(data []byte, order binary.ByteOrder) ([][]string, error) {
 	var out [][]string
 
-	for len(data) >= 12 {
+	for len(data) > 0 {
+		if len(data) < 12 {
+			if bytes.Count(data, []byte{0}) == len(data) {
+				break // the section's alignment padding
+			}
+
+			return nil, fmt.Errorf("truncated note header in %s", dlopenSection)
+		}
+
 		namesz, descsz, typ := order.Uint32(data), order.Uint32(data[4:]), order.Uint32(data[8:])
 		data = data[12:]
 

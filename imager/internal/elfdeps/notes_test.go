@@ -70,6 +70,7 @@ func TestParseDlopenNotes(t *testing.T) {
 		{name: "a feature without sonames", data: note(le, "FDO", dlopenNoteType, `[{"feature":"none"}]`), order: le, want: [][]string{nil}},
 		{name: "truncated descriptor", data: note(le, "FDO", dlopenNoteType, kmod)[:40], order: le, err: "truncated note"},
 		{name: "truncated name", data: note(le, "FDO", dlopenNoteType, kmod)[:14], order: le, err: "truncated note"},
+		{name: "truncated header", data: notes(note(le, "FDO", dlopenNoteType, kmod), []byte{4, 0, 0}), order: le, err: "truncated note header"},
 		{name: "wrong byte order", data: note(le, "FDO", dlopenNoteType, kmod), order: be, err: "truncated note"},
 		{name: "bad JSON", data: note(le, "FDO", dlopenNoteType, `[{"soname":`), order: le, err: "error decoding a note in .note.dlopen"},
 		{name: "not an array", data: note(le, "FDO", dlopenNoteType, `{"soname":["a.so"]}`), order: le, err: "error decoding"},
