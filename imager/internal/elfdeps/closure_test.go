@@ -66,6 +66,8 @@ func TestClosureHost(t *testing.T) {
 		require.NoError(t, err)
 
 		if st.Mode()&os.ModeSymlink == 0 {
+			assert.True(t, st.Mode().IsRegular(), "%s is a file", f)
+
 			continue
 		}
 
@@ -213,6 +215,21 @@ func TestClosureMergedUsrTree(t *testing.T) {
 			want: []string{
 				"/usr/bin/true", multiarch + "/ld-2.99.so", multiarch + "/ld-linux-x86-64.so.2", multiarch + "/libc-2.99.so",
 				multiarch + "/libc.so.6", lib64,
+			},
+		},
+		{
+			// Absolute targets are inside the tree, through /lib which it lacks too; the
+			// names are not the host's, so nothing resolves against the host's /.
+			name:  "absolute links",
+			files: with(map[string]string{multiarch + "/anvil-test-ld.so": ldso, multiarch + "/anvil-test-libc.so": libc}),
+			links: map[string]string{
+				lib64:                               "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+				multiarch + "/ld-linux-x86-64.so.2": "/usr/lib/x86_64-linux-gnu/anvil-test-ld.so",
+				multiarch + "/libc.so.6":            "/lib/x86_64-linux-gnu/anvil-test-libc.so",
+			},
+			want: []string{
+				"/usr/bin/true", multiarch + "/anvil-test-ld.so", multiarch + "/anvil-test-libc.so",
+				multiarch + "/ld-linux-x86-64.so.2", multiarch + "/libc.so.6", lib64,
 			},
 		},
 		{
@@ -650,6 +667,39 @@ func TestClosureFakeELF(t *testing.T) {
 			tree:     map[string]fakeELF{"/usr/bin/prog": {interp: "/lib/ld-musl-x86_64.so.1"}},
 			programs: []string{"/usr/bin/prog"},
 			err:      []string{"/usr/bin/prog's interpreter", "/usr/lib/ld-musl-x86_64.so.1"},
+		},
+		{
+			// An installed system's links to directories are listed, the directories not:
+			// a copy of the list would copy them whole.
+			name: "links to directories",
+			tree: map[string]fakeELF{
+				"/usr/bin/prog":                           {interp: "/lib64/ld.so", needed: []string{"libfoo.so.1"}},
+				"/usr/lib/ld.so":                          leaf,
+				"/usr/lib/x86_64-linux-gnu/foo":           leaf,
+				"/usr/lib/x86_64-linux-gnu/libfoo.so.1.0": leaf,
+			},
+			links: map[string]string{
+				"/lib64": "usr/lib", "/lib": "usr/lib", "/usr/lib/x86_64-linux-gnu/libfoo.so.1": "/lib/x86_64-linux-gnu/libfoo.so.1.0",
+			},
+			programs: []string{"/usr/bin/prog"},
+			want: []string{
+				"/lib", "/lib64", "/usr/bin/prog", "/usr/lib/ld.so", "/usr/lib/x86_64-linux-gnu/libfoo.so.1",
+				"/usr/lib/x86_64-linux-gnu/libfoo.so.1.0",
+			},
+		},
+		{
+			name:     "a directory where a library is looked for first",
+			tree:     map[string]fakeELF{"/usr/bin/prog": {needed: []string{"libfoo.so.1"}}, "/usr/lib/libfoo.so.1": leaf},
+			links:    map[string]string{"/usr/lib/x86_64-linux-gnu/libfoo.so.1/x": "y"},
+			programs: []string{"/usr/bin/prog"},
+			want:     []string{"/usr/bin/prog", "/usr/lib/libfoo.so.1"},
+		},
+		{
+			name:     "a directory link into itself",
+			tree:     map[string]fakeELF{"/usr/bin/prog": {interp: "/opt/a/ld.so"}},
+			links:    map[string]string{"/opt/a": "/opt/a/b"},
+			programs: []string{"/usr/bin/prog"},
+			err:      []string{"/usr/bin/prog's interpreter", "too many links"},
 		},
 		{
 			name:     "a link loop",

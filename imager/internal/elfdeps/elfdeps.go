@@ -165,74 +165,124 @@ func (c *closure) find(lib string, runpath []string) (string, error) {
 	}
 
 	for _, dir := range slices.Concat(runpath, c.libDirs) {
-		candidate := path.Join(dir, lib)
-		if _, err := os.Stat(filepath.Join(c.root, candidate)); err != nil {
+		// Looked up inside root, as the file would be copied: an absolute link in the tree
+		// must not be followed on the host.
+		r := resolver{root: c.root, budget: maxLinks}
+
+		found, err := r.resolve(path.Join(dir, lib))
+		if err != nil {
 			continue
 		}
 
-		return c.resolve(candidate)
+		c.add(r.links, found)
+
+		return found, nil
 	}
 
 	return "", fmt.Errorf("not found in %v under %s", slices.Concat(runpath, c.libDirs), c.root)
 }
 
-// maxLinks bounds the symlinks followed for one path, as the kernel's ELOOP does.
-const maxLinks = 40
-
 // resolve follows p's symlinks inside root (an absolute target is inside root too),
 // adding every link met and the final file; it returns the final path.
 func (c *closure) resolve(p string) (string, error) {
+	r := resolver{root: c.root, budget: maxLinks}
+
+	found, err := r.resolve(p)
+	if err != nil {
+		return "", err
+	}
+
+	c.add(r.links, found)
+
+	return found, nil
+}
+
+func (c *closure) add(links []string, file string) {
+	for _, l := range links {
+		c.files[l] = true
+	}
+
+	c.files[file] = true
+}
+
+// maxLinks bounds the symlinks followed for one path, as the kernel's ELOOP does.
+const maxLinks = 40
+
+// resolver follows one path's symlinks inside root, remembering the links it met.
+type resolver struct {
+	root  string
+	links []string
+	// budget is how many more links may be followed.
+	budget int
+}
+
+// resolve returns the file p ends at inside root, its directories' links and its own
+// followed.
+func (r *resolver) resolve(p string) (string, error) {
 	p = path.Clean("/" + p)
 
-	for range maxLinks {
+	for {
 		// Resolve the directories first: /lib is often a link to usr/lib.
-		dir, err := c.resolveDir(path.Dir(p))
+		dir, err := r.dir(path.Dir(p))
 		if err != nil {
 			return "", err
 		}
 
 		p = path.Join(dir, path.Base(p))
 
-		st, err := os.Lstat(filepath.Join(c.root, p))
+		st, err := os.Lstat(filepath.Join(r.root, p))
 		if err != nil {
 			return "", fmt.Errorf("error looking up %s: %w", p, err)
 		}
 
-		c.files[p] = true
+		if st.IsDir() {
+			return "", fmt.Errorf("%s is a directory", p)
+		}
 
 		if st.Mode()&fs.ModeSymlink == 0 {
 			return p, nil
 		}
 
-		target, err := os.Readlink(filepath.Join(c.root, p))
-		if err != nil {
-			return "", fmt.Errorf("error reading link %s: %w", p, err)
+		if p, err = r.follow(p); err != nil {
+			return "", err
 		}
-
-		if !path.IsAbs(target) {
-			target = path.Join(path.Dir(p), target)
-		}
-
-		p = path.Clean(target)
 	}
-
-	return "", fmt.Errorf("too many links resolving %s", p)
 }
 
-// resolveDir resolves the links among dir's components, adding them.
-func (c *closure) resolveDir(dir string) (string, error) {
+// follow reads the link p: its target, absolute inside root.
+func (r *resolver) follow(p string) (string, error) {
+	if r.budget--; r.budget < 0 {
+		return "", fmt.Errorf("too many links resolving %s", p)
+	}
+
+	r.links = append(r.links, p)
+
+	target, err := os.Readlink(filepath.Join(r.root, p))
+	if err != nil {
+		return "", fmt.Errorf("error reading link %s: %w", p, err)
+	}
+
+	if !path.IsAbs(target) {
+		target = path.Join(path.Dir(p), target)
+	}
+
+	return path.Clean(target), nil
+}
+
+// dir resolves the links among dir's components, the last one included.
+func (r *resolver) dir(dir string) (string, error) {
 	if dir == "/" {
 		return dir, nil
 	}
 
-	parent, err := c.resolveDir(path.Dir(dir))
+	parent, err := r.dir(path.Dir(dir))
 	if err != nil {
 		return "", err
 	}
 
 	p := path.Join(parent, path.Base(dir))
 
-	st, err := os.Lstat(filepath.Join(c.root, p))
+	st, err := os.Lstat(filepath.Join(r.root, p))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			// Packages of a merged-/usr distribution ship their files under /usr; the
@@ -252,9 +302,12 @@ func (c *closure) resolveDir(dir string) (string, error) {
 		return p, nil
 	}
 
-	c.files[p] = true
+	target, err := r.follow(p)
+	if err != nil {
+		return "", err
+	}
 
-	return c.resolve(p)
+	return r.dir(target)
 }
 
 // The ELF note systemd, kmod and others list the libraries they dlopen in
