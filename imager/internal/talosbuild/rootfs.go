@@ -3,6 +3,7 @@ package talosbuild
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path"
@@ -133,7 +134,8 @@ func fhs(t tree) error {
 		return err
 	}
 
-	if err := t.mkdir(0o1777, "/tmp", "/var/tmp"); err != nil {
+	// fs.ModeSticky, not 0o1000: os.Chmod keeps only Go's mode bits.
+	if err := t.mkdir(0o777|fs.ModeSticky, "/tmp", "/var/tmp"); err != nil {
 		return err
 	}
 

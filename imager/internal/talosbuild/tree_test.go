@@ -296,8 +296,8 @@ func TestFHS(t *testing.T) {
 		"/bin": link("usr/bin"), "/sbin": link("usr/bin"), "/lib": link("usr/lib"), "/lib64": link("usr/lib"),
 		"/usr/lib64": link("lib"), "/usr/sbin": link("bin"),
 		"/var/run": link("../run"), "/var/lock": link("../run/lock"),
-		"/root": dir(0o750),
-		"/dev":  dir(0o755), "/proc": dir(0o755), "/sys": dir(0o755), "/etc": dir(0o755), "/run/lock": dir(0o755),
+		"/tmp": dir(0o777 | fs.ModeSticky), "/var/tmp": dir(0o777 | fs.ModeSticky), "/root": dir(0o750),
+		"/dev": dir(0o755), "/proc": dir(0o755), "/sys": dir(0o755), "/etc": dir(0o755), "/run/lock": dir(0o755),
 		"/usr/bin": dir(0o755), "/usr/lib": dir(0o755), "/var/log": dir(0o755),
 	})
 
