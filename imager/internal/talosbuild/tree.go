@@ -104,6 +104,9 @@ func (t tree) copyFile(src, p string, perm fs.FileMode) error {
 	return os.Chmod(t.host(p), perm) //nolint:wrapcheck // the path is in the error
 }
 
+// modeBits are the mode bits a copy keeps: the permissions, setuid, setgid and sticky.
+const modeBits = fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky
+
 // copyFrom copies the path p of the tree src (a file, link or directory, recursively)
 // to the same path here, as it is (links stay links).
 func (t tree) copyFrom(src tree, p string) error {
@@ -138,12 +141,11 @@ func (t tree) copyTo(src tree, from, to string) error {
 
 			return t.symlink(target, dst)
 		case d.IsDir():
-			return t.mkdir(info.Mode().Perm(), dst)
+			return t.mkdir(info.Mode()&modeBits, dst)
 		case info.Mode().IsRegular():
-			return t.copyFile(hostPath, dst, info.Mode().Perm())
+			return t.copyFile(hostPath, dst, info.Mode()&modeBits)
 		default:
 			return nil // devices and pipes are not shipped by packages
 		}
 	})
 }
-

@@ -81,8 +81,6 @@ func check(tb testing.TB, t tree, want map[string]kind) {
 	}
 }
 
-const modeBits = fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky
-
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -128,10 +126,12 @@ func TestTreeCopyFrom(t *testing.T) {
 				"/usr/lib/udev/rules.d/60-block.rules": file("KERNEL==\"sd*\"\n", 0o644),
 				"/usr/lib/udev/rules.d/secret.rules":   file("x", 0o600),
 				"/usr/lib/udev/ata_id":                 file("\x7fELF ata_id", 0o755),
+				"/usr/lib/udev/setuid-helper":          file("\x7fELF helper", 0o755|fs.ModeSetuid),
 				"/usr/lib/udev/rules.d/99-link.rules":  link("60-block.rules"),
 				"/usr/lib/udev/abs-link":               link("/usr/bin/udevadm"),
 				"/usr/lib/udev/dangling":               link("nowhere"),
 				"/usr/lib/udev/empty":                  dir(0o700),
+				"/usr/lib/udev/sticky":                 dir(0o777 | fs.ModeSticky),
 			},
 			gone: []string{"/usr/lib/other"},
 		},
