@@ -406,7 +406,7 @@ func (e fakeELF) bytes(t *testing.T) []byte {
 	nameOff := make([]uint32, len(sections)+1)
 
 	for i, s := range append(sections, section{name: ".shstrtab"}) {
-		nameOff[i] = uint32(len(shstrtab)) //nolint:gosec // a few short names
+		nameOff[i] = uint32(len(shstrtab))
 		shstrtab = append(append(shstrtab, s.name...), 0)
 	}
 
@@ -459,10 +459,10 @@ func (e fakeELF) bytes(t *testing.T) []byte {
 	b = le.AppendUint32(b, 0) // flags
 	b = le.AppendUint16(b, ehsize)
 	b = le.AppendUint16(b, phsize)
-	b = le.AppendUint16(b, uint16(phnum))           //nolint:gosec // 0 or 1
-	b = le.AppendUint16(b, shsize)                  //nolint:gosec // a handful
-	b = le.AppendUint16(b, uint16(len(sections)+1)) //nolint:gosec // a handful
-	b = le.AppendUint16(b, uint16(len(sections)))   //nolint:gosec // .shstrtab, the last
+	b = le.AppendUint16(b, uint16(phnum))
+	b = le.AppendUint16(b, shsize)
+	b = le.AppendUint16(b, uint16(len(sections)+1))
+	b = le.AppendUint16(b, uint16(len(sections)))
 
 	if phnum > 0 {
 		interp := sections[0]

@@ -14,8 +14,8 @@ func note(order binary.AppendByteOrder, name string, typ uint32, desc string) []
 	pad := func(b []byte) []byte { return append(b, make([]byte, (4-len(b)%4)%4)...) }
 
 	n := append([]byte(name), 0)
-	b := order.AppendUint32(nil, uint32(len(n))) //nolint:gosec // a test's short name
-	b = order.AppendUint32(b, uint32(len(desc))) //nolint:gosec // a test's short descriptor
+	b := order.AppendUint32(nil, uint32(len(n)))
+	b = order.AppendUint32(b, uint32(len(desc)))
 	b = order.AppendUint32(b, typ)
 
 	return append(append(b, pad(n)...), pad([]byte(desc))...)
