@@ -75,9 +75,9 @@ func installerTree(t *testing.T) string {
 		{path: "usr/bin", mode: fs.ModeDir | 0o755},
 		{path: "usr/bin/installer", mode: 0o755, data: "\x7fELF installer"},
 		{path: "usr/bin/imager", target: "installer"},
-		{path: "usr/bin/helper", mode: 0o755, data: "\x7fELF helper"},
+		{path: "usr/bin/helper", mode: 0o755 | fs.ModeSetuid, data: "\x7fELF helper"},
 		{path: "usr/lib", mode: fs.ModeDir | 0o755},
-		{path: "usr/lib/grub", mode: fs.ModeDir | 0o750},
+		{path: "usr/lib/grub", mode: fs.ModeDir | 0o750 | fs.ModeSetgid},
 		{path: "usr/lib/grub/normal.mod", mode: 0o600, data: "grub"},
 		{path: "usr/lib/empty", mode: 0o644},
 		{path: "bin", target: "usr/bin"},
@@ -107,8 +107,8 @@ func installerTree(t *testing.T) string {
 	return dir
 }
 
-// TestWriteTree: the layer holds the tree as it is — links as links, modes with the
-// sticky bit, directories before what they hold — root's, of one
+// TestWriteTree: the layer holds the tree as it is — links as links, modes with their
+// setuid, setgid and sticky bits, directories before what they hold — root's, of one
 // time, and the same tree gives the same bytes whenever it is written.
 func TestWriteTree(t *testing.T) {
 	t.Parallel()
@@ -129,12 +129,12 @@ func TestWriteTree(t *testing.T) {
 		{name: "tmp/", typ: tar.TypeDir, mode: 0o1777},
 		{name: "usr/", typ: tar.TypeDir, mode: 0o755},
 		{name: "usr/bin/", typ: tar.TypeDir, mode: 0o755},
-		{name: "usr/bin/helper", typ: tar.TypeReg, mode: 0o755, content: "\x7fELF helper"},
+		{name: "usr/bin/helper", typ: tar.TypeReg, mode: 0o4755, content: "\x7fELF helper"},
 		{name: "usr/bin/imager", typ: tar.TypeSymlink, mode: 0o777, linkname: "installer"},
 		{name: "usr/bin/installer", typ: tar.TypeReg, mode: 0o755, content: "\x7fELF installer"},
 		{name: "usr/lib/", typ: tar.TypeDir, mode: 0o755},
 		{name: "usr/lib/empty", typ: tar.TypeReg, mode: 0o644},
-		{name: "usr/lib/grub/", typ: tar.TypeDir, mode: 0o750},
+		{name: "usr/lib/grub/", typ: tar.TypeDir, mode: 0o2750},
 		{name: "usr/lib/grub/normal.mod", typ: tar.TypeReg, mode: 0o600, content: "grub"},
 	}, readTar(t, first.Bytes(), mtime))
 

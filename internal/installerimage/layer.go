@@ -18,7 +18,8 @@ import (
 )
 
 // WriteTree writes the directory dir as an uncompressed layer tar to w, the same bytes
-// every time: entries in walk order, owned by root, every mtime mtime, links as links.
+// every time: entries in walk order, owned by root, every mtime mtime, links as links,
+// modes with their setuid, setgid and sticky bits.
 func WriteTree(w io.Writer, dir string, mtime time.Time) error {
 	tw := tar.NewWriter(w)
 
@@ -54,8 +55,10 @@ func WriteTree(w io.Writer, dir string, mtime time.Time) error {
 			return nil
 		}
 
-		if info.Mode()&fs.ModeSticky != 0 {
-			h.Mode |= 0o1000
+		for bit, mode := range map[fs.FileMode]int64{fs.ModeSetuid: 0o4000, fs.ModeSetgid: 0o2000, fs.ModeSticky: 0o1000} {
+			if info.Mode()&bit != 0 {
+				h.Mode |= mode
+			}
 		}
 
 		if err := tw.WriteHeader(h); err != nil {
