@@ -227,9 +227,17 @@ func appendFile(out, src string, more func(io.Writer) error) error {
 var installerManifestRe = regexp.MustCompile(`^/v2/(metal-installer/([0-9a-f]{64})|siderolabs/installer)/manifests/([^/]+)$`)
 
 // registry answers the distribution API for the installer images, pushing an image into
-// the in-process registry when its manifest is first asked for.
+// the in-process registry when its manifest is first asked for (an unknown schematic's is
+// not found).
 func (t *Talos) registry(w http.ResponseWriter, r *http.Request, f *Factory) {
 	if m := installerManifestRe.FindStringSubmatch(r.URL.Path); m != nil && m[3] == t.version {
+		// A schematic never registered has no installer, as the factory answers.
+		if _, ok := f.Schematic(m[2]); m[2] != "" && !ok {
+			registryError(w, http.StatusNotFound, "MANIFEST_UNKNOWN", "unknown schematic "+m[2])
+
+			return
+		}
+
 		if err := t.ensureInstaller(r.Context(), f, m[1], m[2], f.base(r)); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 

@@ -480,8 +480,9 @@ func TestRealTalosRegistry(t *testing.T) {
 		})
 	}
 
-	// Another version: no image, 404 on the manifest.
+	// An unregistered schematic, another version: no image, 404 on the manifest.
 	for _, ref := range []string{
+		host + "/metal-installer/" + strings.Repeat("0", 64) + ":" + realVersion,
 		host + "/metal-installer/" + rf.id + ":v1.9.0",
 		host + "/siderolabs/installer:v1.12.0",
 	} {

@@ -100,14 +100,19 @@ func (f *Factory) registry(w http.ResponseWriter, r *http.Request) {
 	}
 
 	if tags == nil {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusNotFound)
-		writeJSONBody(w, map[string]any{"errors": []map[string]string{{"code": "NAME_UNKNOWN", "message": "repository name not known to registry"}}})
+		registryError(w, http.StatusNotFound, "NAME_UNKNOWN", "repository name not known to registry")
 
 		return
 	}
 
 	writeJSON(w, map[string]any{"name": m[1], "tags": tags})
+}
+
+// registryError answers with the distribution API's error document.
+func registryError(w http.ResponseWriter, status int, code, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	writeJSONBody(w, map[string]any{"errors": []map[string]string{{"code": code, "message": message}}})
 }
 
 func isRegistryPath(path string) bool { return path == "/v2" || strings.HasPrefix(path, "/v2/") }
