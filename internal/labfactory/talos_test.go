@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -556,5 +557,65 @@ func layerFiles(t *testing.T, l v1.Layer) map[string][]byte {
 
 			files[h.Name] = b
 		}
+	}
+}
+
+// TestRealTalosConcurrent: machines asking at once for one schematic's initramfs and
+// installer all get the same bytes.
+func TestRealTalosConcurrent(t *testing.T) {
+	t.Parallel()
+
+	if _, err := exec.LookPath("mksquashfs"); err != nil {
+		t.Skipf("mksquashfs is missing (make setup installs squashfs-tools): %v", err)
+	}
+
+	rf := newRealFactory(t)
+	u, err := url.Parse(rf.srv.URL)
+	require.NoError(t, err)
+
+	ref, err := name.ParseReference(u.Host+"/metal-installer/"+rf.id+":"+realVersion, name.Insecure)
+	require.NoError(t, err)
+
+	const n = 4
+
+	var (
+		wg               sync.WaitGroup
+		digests          [n]v1.Hash
+		initrds          [n][]byte
+		imgErrs, getErrs [n]error
+		statuses         [n]int
+	)
+
+	for i := range n {
+		wg.Go(func() {
+			img, err := remote.Image(ref, remote.WithContext(t.Context()))
+			if err == nil {
+				digests[i], err = img.Digest()
+			}
+
+			imgErrs[i] = err
+
+			resp, err := http.Get(rf.srv.URL + "/image/" + rf.id + "/" + realVersion + "/initramfs-amd64.xz")
+			if err != nil {
+				getErrs[i] = err
+
+				return
+			}
+
+			defer resp.Body.Close()
+
+			statuses[i] = resp.StatusCode
+			initrds[i], getErrs[i] = io.ReadAll(resp.Body)
+		})
+	}
+
+	wg.Wait()
+
+	for i := range n {
+		require.NoError(t, imgErrs[i])
+		require.NoError(t, getErrs[i])
+		assert.Equal(t, http.StatusOK, statuses[i])
+		assert.Equal(t, digests[0], digests[i])
+		assert.True(t, bytes.Equal(initrds[0], initrds[i]))
 	}
 }
