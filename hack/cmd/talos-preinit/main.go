@@ -7,10 +7,8 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -26,8 +24,12 @@ func main() {
 
 	logf := kmsgLogger()
 
-	if err := loadAll(logf); err != nil {
+	if dir, err := modules.DefaultDir(); err != nil {
 		logf("talos-preinit: %v", err)
+	} else if loaded, failed, err := loadAll(dir, modules.Finit{}, logf); err != nil {
+		logf("talos-preinit: %v", err)
+	} else {
+		logf("talos-preinit: %d modules loaded, %d failed; running Talos' init", loaded, failed)
 	}
 
 	unmount()
@@ -68,51 +70,4 @@ func kmsgLogger() func(string, ...any) {
 	}
 
 	return func(format string, args ...any) { fmt.Fprintf(kmsg, format+"\n", args...) }
-}
-
-// loadAll loads every module of the running kernel's index in the initramfs, each once,
-// its dependencies first. A module that fails is reported and the rest still load:
-// Talos says what it then misses.
-func loadAll(logf func(string, ...any)) error {
-	dir, err := modules.DefaultDir()
-	if err != nil {
-		return err //nolint:wrapcheck // names uname
-	}
-
-	ix, err := modules.Open(dir)
-	if err != nil {
-		return fmt.Errorf("error reading the modules in %s: %w", dir, err)
-	}
-
-	done := map[string]bool{}
-	failed := 0
-
-	for m := range ix.Modules() {
-		closure, err := ix.Closure(m.Name)
-		if err != nil {
-			logf("talos-preinit: %s: %v", m.Name, err)
-
-			failed++
-
-			continue
-		}
-
-		for _, dep := range closure {
-			if done[dep.Name] {
-				continue
-			}
-
-			done[dep.Name] = true
-
-			if err := (modules.Finit{}).Load(dep); err != nil && !errors.Is(err, unix.EEXIST) {
-				logf("talos-preinit: loading %s: %v", filepath.Base(dep.File), err)
-
-				failed++
-			}
-		}
-	}
-
-	logf("talos-preinit: %d modules loaded, %d failed; running Talos' init", len(done)-failed, failed)
-
-	return nil
 }
