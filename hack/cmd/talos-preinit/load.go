@@ -13,7 +13,7 @@ import (
 // loadAll loads every module of the index in dir with l, each once, its dependencies
 // first. A module that fails (or whose dependencies the index does not know) is reported
 // and the rest still load: Talos says what it then misses. One already loaded (EEXIST)
-// is no failure. It returns how many modules are loaded and how many failed.
+// counts as loaded. It returns how many modules are loaded and how many failed.
 func loadAll(dir string, l modules.Loader, logf func(string, ...any)) (loaded, failed int, err error) {
 	ix, err := modules.Open(dir)
 	if err != nil {
@@ -25,9 +25,13 @@ func loadAll(dir string, l modules.Loader, logf func(string, ...any)) (loaded, f
 	for m := range ix.Modules() {
 		closure, err := ix.Closure(m.Name)
 		if err != nil {
-			logf("talos-preinit: %s: %v", m.Name, err)
+			if !done[m.Name] {
+				done[m.Name] = true
 
-			failed++
+				logf("talos-preinit: %s: %v", m.Name, err)
+
+				failed++
+			}
 
 			continue
 		}
@@ -43,9 +47,13 @@ func loadAll(dir string, l modules.Loader, logf func(string, ...any)) (loaded, f
 				logf("talos-preinit: loading %s: %v", filepath.Base(dep.File), err)
 
 				failed++
+
+				continue
 			}
+
+			loaded++
 		}
 	}
 
-	return len(done) - failed, failed, nil
+	return loaded, failed, nil
 }

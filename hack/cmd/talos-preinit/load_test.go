@@ -92,6 +92,14 @@ func TestLoadAll(t *testing.T) {
 			loaded: 7, failed: 2,
 			logged: []string{"loading virtio_net.ko.xz: no device", "loading libcurve25519-generic.ko.xz: finit_module: exec format error"},
 		},
+		{
+			// Built-in modules are not loaded; a dependency neither loadable nor built in
+			// fails its module alone.
+			name: "built in and unknown dependencies",
+			dep:  "kernel/fs/overlayfs/overlay.ko.xz: kernel/drivers/block/loop.ko\nkernel/fs/x.ko: kernel/fs/missing.ko\nkernel/fs/y.ko:\n",
+			want: []string{"overlay", "y"}, loaded: 2, failed: 1,
+			logged: []string{"x: module missing: not in modules.dep nor modules.builtin"},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
