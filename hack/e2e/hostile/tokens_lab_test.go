@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/siderolabs/siderolink/api/events"
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/stretchr/testify/assert"
 	"google.golang.org/grpc"
@@ -170,7 +171,11 @@ func attackTokens(ctx context.Context, t *testing.T, a attacker, machineID strin
 
 	sink := events.NewEventSinkServiceClient(sinkConn)
 
-	data, err := anypb.New(&machine.SequenceEvent{Sequence: "install", Action: machine.SequenceEvent_STOP})
+	// The install sequence's end in the reboot into the installed system, as Talos says it.
+	data, err := anypb.New(&machine.SequenceEvent{
+		Sequence: "install", Action: machine.SequenceEvent_NOOP,
+		Error: &common.Error{Code: common.Code_FATAL, Message: "sequence failed: error running phase 8 in install sequence: task 1/1: failed, unix.Reboot(45584543)"},
+	})
 	if !assert.NoError(t, err) {
 		return
 	}

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/siderolabs/siderolink/api/events"
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -20,12 +22,38 @@ import (
 
 const maxEventSize = 64 << 10
 
-// eventSink implements Talos' event sink API (talos.events.sink=): the install sequence
-// completing marks the machine installed.
+// Talos' install sequence as its events show it (machined's sequencer, v1.13): the
+// sequence's phases run one after another, each only once the one before succeeded —
+// install, meta, saveMeta, volumeFinalize, stopEverything, kexec, reboot. Its kexec
+// phase starting says the installer laid Talos on the disk and Talos is about to boot
+// it (Talos' own machine status turns "rebooting" there); the reboot then ends the
+// sequence as a failure with unix.Reboot as its error (a NOOP with a FATAL error,
+// Sidero's and Omni's sign of an install). The sequence's STOP proves nothing: Talos
+// publishes it whether the install worked or not. And what comes after the last phase
+// may never arrive: machined stops its event sink as it reboots, and a last event can
+// be dropped then.
+const (
+	installSequence = "install"
+	kexecPhase      = "kexec"
+	rebootError     = "unix.Reboot"
+)
+
+// eventSink implements Talos' event sink API (talos.events.sink=): an install sequence
+// that got to its kexec phase, or to its reboot, marks the machine installed.
 type eventSink struct {
 	events.UnimplementedEventSinkServiceServer
 
 	server *Server
+
+	mu sync.Mutex
+	// running is the Talos sequence each machine's Talos last started, and under which
+	// allocation: its phase events say nothing of their sequence. One entry per
+	// allocated machine at most; the stop of the sequence removes it.
+	running map[resource.ID]runningSequence
+}
+
+type runningSequence struct {
+	allocation, sequence string
 }
 
 // Publish implements events.EventSinkServiceServer.
@@ -38,47 +66,49 @@ func (e *eventSink) Publish(ctx context.Context, req *events.EventRequest) (*eve
 		return nil, grpcstatus.Error(codes.InvalidArgument, "event has no data")
 	}
 
-	// Talos names its messages talos/runtime/<full name>.
+	// Talos names its messages talos/runtime/<full name>, anypb type.googleapis.com/<full name>.
 	name := req.GetData().GetTypeUrl()
 	if i := strings.LastIndexByte(name, '/'); i >= 0 {
 		name = name[i+1:]
 	}
 
-	if name != "machine.SequenceEvent" {
+	var (
+		install bool
+		err     error
+	)
+
+	switch name {
+	case "machine.SequenceEvent":
+		install, err = e.sequence(ctx, req)
+	case "machine.PhaseEvent":
+		install, err = e.phase(ctx, req)
+	}
+
+	if err != nil {
+		return nil, err
+	}
+
+	if !install {
 		s.metrics.events.WithLabelValues("ignored").Inc()
 
 		return &events.EventResponse{}, nil
 	}
 
-	var ev machine.SequenceEvent
-	if err := req.GetData().UnmarshalTo(&ev); err != nil {
-		s.metrics.events.WithLabelValues("malformed").Inc()
-
-		return nil, grpcstatus.Errorf(codes.InvalidArgument, "malformed sequence event: %v", err)
-	}
-
-	if ev.GetSequence() != "install" || ev.GetAction() != machine.SequenceEvent_STOP || ev.GetError() != nil {
-		s.metrics.events.WithLabelValues("ignored").Inc()
-
-		return &events.EventResponse{}, nil
-	}
-
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return nil, grpcstatus.Error(codes.Internal, "no peer address")
-	}
-
-	addr := p.Addr.String()
-	if host, _, err := net.SplitHostPort(addr); err == nil {
-		addr = host
-	}
-
-	id, alloc, err := e.machineAt(addr)
+	id, alloc, err := e.machineFrom(ctx)
 	if err != nil {
 		s.metrics.events.WithLabelValues("refused").Inc()
-		s.opts.Logger.Warn("install event refused", zap.String("remote", addr), zap.Error(err))
+		s.opts.Logger.Warn("install event refused", zap.Error(err))
 
 		return nil, grpcstatus.Error(codes.PermissionDenied, err.Error())
+	}
+
+	e.forget(id)
+
+	// The kexec phase and the reboot after it both say so: the first one counts.
+	if m := s.opts.View.Get(id); m != nil && m.Installed() {
+		s.metrics.events.WithLabelValues("ignored").Inc()
+
+		return &events.EventResponse{}, nil
 	}
 
 	if err = s.opts.Installs.RecordInstalled(ctx, id, alloc, "event-sink"); err != nil {
@@ -88,6 +118,102 @@ func (e *eventSink) Publish(ctx context.Context, req *events.EventRequest) (*eve
 	s.metrics.events.WithLabelValues("installed").Inc()
 
 	return &events.EventResponse{}, nil
+}
+
+// sequence follows a Talos sequence's start and stop, and says whether the event is
+// the install sequence's end in a reboot.
+func (e *eventSink) sequence(ctx context.Context, req *events.EventRequest) (bool, error) {
+	var ev machine.SequenceEvent
+	if err := req.GetData().UnmarshalTo(&ev); err != nil {
+		e.server.metrics.events.WithLabelValues("malformed").Inc()
+
+		return false, grpcstatus.Errorf(codes.InvalidArgument, "malformed sequence event: %v", err)
+	}
+
+	switch ev.GetAction() {
+	case machine.SequenceEvent_START, machine.SequenceEvent_STOP:
+		// Only a machine booting Talos for an allocation is followed; another sender's
+		// sequences are none of the provider's business.
+		id, alloc, err := e.machineFrom(ctx)
+		if err != nil {
+			return false, nil // not a machine of the provider's: nothing to follow
+		}
+
+		e.server.opts.Logger.Info("Talos sequence", zap.String("machine", id), zap.String("sequence", ev.GetSequence()),
+			zap.Stringer("action", ev.GetAction()))
+
+		e.mu.Lock()
+		defer e.mu.Unlock()
+
+		if ev.GetAction() == machine.SequenceEvent_STOP {
+			delete(e.running, id)
+
+			return false, nil
+		}
+
+		if e.running == nil {
+			e.running = map[resource.ID]runningSequence{}
+		}
+
+		e.running[id] = runningSequence{allocation: alloc, sequence: ev.GetSequence()}
+
+		return false, nil
+	case machine.SequenceEvent_NOOP:
+		return ev.GetSequence() == installSequence && ev.GetError().GetCode() == common.Code_FATAL &&
+			strings.Contains(ev.GetError().GetMessage(), rebootError), nil
+	default:
+		return false, nil
+	}
+}
+
+// phase says whether the event is the install sequence's kexec phase starting.
+func (e *eventSink) phase(ctx context.Context, req *events.EventRequest) (bool, error) {
+	var ev machine.PhaseEvent
+	if err := req.GetData().UnmarshalTo(&ev); err != nil {
+		e.server.metrics.events.WithLabelValues("malformed").Inc()
+
+		return false, grpcstatus.Errorf(codes.InvalidArgument, "malformed phase event: %v", err)
+	}
+
+	if ev.GetPhase() != kexecPhase || ev.GetAction() != machine.PhaseEvent_START {
+		return false, nil
+	}
+
+	id, alloc, err := e.machineFrom(ctx)
+	if err != nil {
+		return false, nil // not a machine of the provider's: no sequence of its followed
+	}
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+
+	r, ok := e.running[id]
+
+	return ok && r.allocation == alloc && r.sequence == installSequence, nil
+}
+
+// forget drops what was followed of the machine's sequences.
+func (e *eventSink) forget(id resource.ID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+
+	delete(e.running, id)
+}
+
+// machineFrom finds the machine booting Talos that the event came from, by its sender's
+// address.
+func (e *eventSink) machineFrom(ctx context.Context) (resource.ID, string, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return "", "", grpcstatus.Error(codes.Internal, "no peer address")
+	}
+
+	addr := p.Addr.String()
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		addr = host
+	}
+
+	return e.machineAt(addr)
 }
 
 // machineAt finds the machine booting Talos from addr: events are accepted only from the

@@ -248,22 +248,31 @@ func eventBytes(f *testing.F, typeURL string, ev proto.Message) []byte {
 }
 
 // FuzzEventSink sends any bytes as a Talos event to the event sink over plaintext HTTP/2
-// gRPC: an install is recorded only for a well-formed install-sequence stop without error
-// from the allocated machine's address, and everything else is answered, not crashed on.
+// gRPC: an install is recorded only for the install sequence's kexec phase starting (a
+// phase event) or its end in a reboot (a sequence NOOP with a FATAL unix.Reboot), from
+// the allocated machine's address, and everything else is answered, not crashed on.
 func FuzzEventSink(f *testing.F) {
-	const seq = "talos/runtime/machine.SequenceEvent"
+	const (
+		seq   = "talos/runtime/machine.SequenceEvent"
+		phase = "talos/runtime/machine.PhaseEvent"
+	)
 
-	installed := eventBytes(f, seq, &machine.SequenceEvent{Sequence: "install", Action: machine.SequenceEvent_STOP})
+	rebooted := eventBytes(f, seq, &machine.SequenceEvent{
+		Sequence: "install", Action: machine.SequenceEvent_NOOP,
+		Error: &common.Error{Code: common.Code_FATAL, Message: "sequence failed: error running phase 8 in install sequence: task 1/1: failed, unix.Reboot(45584543)"},
+	})
 
 	fuzzcorpus.Seed(f,
-		fuzzcorpus.E("install-stop", installed),
+		fuzzcorpus.E("install-stop", eventBytes(f, seq, &machine.SequenceEvent{Sequence: "install", Action: machine.SequenceEvent_STOP})),
 		fuzzcorpus.E("install-start", eventBytes(f, seq, &machine.SequenceEvent{Sequence: "install", Action: machine.SequenceEvent_START})),
 		fuzzcorpus.E("install-failed", eventBytes(f, seq, &machine.SequenceEvent{Sequence: "install", Action: machine.SequenceEvent_STOP, Error: &common.Error{Message: "disk not found"}})),
+		fuzzcorpus.E("install-rebooted", rebooted),
+		fuzzcorpus.E("install-kexec", eventBytes(f, phase, &machine.PhaseEvent{Phase: "kexec", Action: machine.PhaseEvent_START})),
 		fuzzcorpus.E("boot-stop", eventBytes(f, seq, &machine.SequenceEvent{Sequence: "boot", Action: machine.SequenceEvent_STOP})),
-		fuzzcorpus.E("phase-event", eventBytes(f, "talos/runtime/machine.PhaseEvent", &machine.PhaseEvent{Phase: "install", Action: machine.PhaseEvent_STOP})),
+		fuzzcorpus.E("phase-event", eventBytes(f, phase, &machine.PhaseEvent{Phase: "install", Action: machine.PhaseEvent_STOP})),
 		fuzzcorpus.E("wrong-type", eventBytes(f, seq, &machine.PhaseEvent{Phase: "install"})),
 		fuzzcorpus.E("no-data", []byte{0x0a, 0x01, '1'}),
-		fuzzcorpus.E("truncated", installed[:len(installed)-3]),
+		fuzzcorpus.E("truncated", rebooted[:len(rebooted)-3]),
 		fuzzcorpus.E("empty", []byte{}),
 	)
 
@@ -324,12 +333,28 @@ func FuzzEventSink(f *testing.F) {
 			return
 		}
 
-		var ev machine.SequenceEvent
-		if !decodes || err != nil || req.GetData().UnmarshalTo(&ev) != nil || ev.GetSequence() != "install" ||
-			ev.GetAction() != machine.SequenceEvent_STOP || ev.GetError() != nil {
+		if !decodes || err != nil || !installEvent(req.GetData()) {
 			t.Fatalf("install recorded from %x (%v)", msg, err)
 		}
 	})
+}
+
+// installEvent says whether data is one of the two events that may mark an install: the
+// kexec phase's start (of the install sequence an earlier input started), or the install
+// sequence's FATAL unix.Reboot.
+func installEvent(data *anypb.Any) bool {
+	var ph machine.PhaseEvent
+	if data.UnmarshalTo(&ph) == nil {
+		return ph.GetPhase() == "kexec" && ph.GetAction() == machine.PhaseEvent_START
+	}
+
+	var ev machine.SequenceEvent
+	if data.UnmarshalTo(&ev) != nil {
+		return false
+	}
+
+	return ev.GetSequence() == "install" && ev.GetAction() == machine.SequenceEvent_NOOP &&
+		ev.GetError().GetCode() == common.Code_FATAL && strings.Contains(ev.GetError().GetMessage(), "unix.Reboot")
 }
 
 func (r *recorder) count() int {

@@ -357,11 +357,57 @@ func sequenceEvent(t *testing.T, sequence string, action machine.SequenceEvent_A
 		ev.Error = &common.Error{Message: "install failed"}
 	}
 
-	data, err := proto.Marshal(ev)
+	return talosEvent(t, ev)
+}
+
+// Talos' words for its install sequence ending in the reboot into the installed system,
+// and for one whose installer failed (v1.13's controller: "sequence failed: " and the
+// phase's error).
+const (
+	installRebooted = "sequence failed: error running phase 8 in install sequence: task 1/1: failed, unix.Reboot(45584543)"
+	installFailed   = "sequence failed: error running phase 2 in install sequence: task 1/1: failed, failed to install: exit status 1"
+)
+
+// failedSequence is Talos' event for a sequence that ended in an error.
+func failedSequence(t *testing.T, sequence, message string) *events.EventRequest {
+	t.Helper()
+
+	return talosEvent(t, &machine.SequenceEvent{
+		Sequence: sequence, Action: machine.SequenceEvent_NOOP,
+		Error: &common.Error{Code: common.Code_FATAL, Message: message},
+	})
+}
+
+func phaseEvent(t *testing.T, phase string, action machine.PhaseEvent_Action) *events.EventRequest {
+	t.Helper()
+
+	return talosEvent(t, &machine.PhaseEvent{Phase: phase, Action: action})
+}
+
+// talosEvent is the event as Talos' event sink client sends it.
+func talosEvent(t *testing.T, msg proto.Message) *events.EventRequest {
+	t.Helper()
+
+	data, err := anypb.New(msg)
 	require.NoError(t, err)
 
-	// Talos names its event messages talos/runtime/<full name>.
-	return &events.EventRequest{Id: "1", Data: &anypb.Any{TypeUrl: "talos/runtime/machine.SequenceEvent", Value: data}}
+	return &events.EventRequest{Id: "1", Data: data}
+}
+
+// installEvents are real Talos' events of an install, from the sequence's start to its
+// kexec phase.
+func installEvents(t *testing.T) []*events.EventRequest {
+	t.Helper()
+
+	var evs []*events.EventRequest
+
+	evs = append(evs, sequenceEvent(t, "install", machine.SequenceEvent_START, false))
+
+	for _, phase := range []string{"env", "install", "meta", "saveMeta", "volumeFinalize", "stopEverything"} {
+		evs = append(evs, phaseEvent(t, phase, machine.PhaseEvent_START), phaseEvent(t, phase, machine.PhaseEvent_STOP))
+	}
+
+	return append(evs, phaseEvent(t, "kexec", machine.PhaseEvent_START))
 }
 
 // serveEventSink serves f's server on a loopback port until the test ends, and returns
@@ -392,7 +438,8 @@ func (f *fixture) serveEventSink(t *testing.T) (string, events.EventSinkServiceC
 }
 
 // TestEventSink drives the event sink with a real gRPC client over plaintext HTTP/2, as
-// Talos does.
+// Talos does: an install sequence that got to its kexec phase marks the machine
+// installed; a failed one, whose STOP Talos publishes all the same, does not.
 func TestEventSink(t *testing.T) {
 	t.Parallel()
 
@@ -402,31 +449,55 @@ func TestEventSink(t *testing.T) {
 	addr, sink := f.serveEventSink(t)
 	ctx := t.Context()
 
-	// No machine booted Talos from 127.0.0.1 yet.
-	_, err := sink.Publish(ctx, sequenceEvent(t, "install", machine.SequenceEvent_STOP, false))
+	publish := func(evs ...*events.EventRequest) {
+		t.Helper()
+
+		for _, ev := range evs {
+			_, err := sink.Publish(ctx, ev)
+			require.NoError(t, err)
+		}
+	}
+
+	// No machine booted Talos from 127.0.0.1 yet: its sequences are not followed, and an
+	// install is refused.
+	publish(installEvents(t)...)
+
+	_, err := sink.Publish(ctx, failedSequence(t, "install", installRebooted))
 	assert.Equal(t, codes.PermissionDenied, grpcstatus.Code(err))
 
 	f.machine(t, m1, "127.0.0.1", lifecycle.BootTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc}, nil)
 
-	for _, ev := range []*events.EventRequest{
+	// A failed install: its phases stop at the installer's; Talos publishes the
+	// sequence's STOP, then its failure.
+	publish(
 		sequenceEvent(t, "install", machine.SequenceEvent_START, false),
+		phaseEvent(t, "env", machine.PhaseEvent_START), phaseEvent(t, "env", machine.PhaseEvent_STOP),
+		phaseEvent(t, "install", machine.PhaseEvent_START), phaseEvent(t, "install", machine.PhaseEvent_STOP),
+		sequenceEvent(t, "install", machine.SequenceEvent_STOP, false),
+		failedSequence(t, "install", installFailed),
 		sequenceEvent(t, "install", machine.SequenceEvent_STOP, true),
-		sequenceEvent(t, "boot", machine.SequenceEvent_STOP, false),
-	} {
-		_, err = sink.Publish(ctx, ev)
-		require.NoError(t, err)
-	}
+	)
 
-	assert.Empty(t, f.rec.records, "only a successful install sequence marks a machine installed")
+	// Another sequence's kexec phase (an upgrade's, a reboot's) is not an install.
+	publish(
+		sequenceEvent(t, "boot", machine.SequenceEvent_START, false),
+		phaseEvent(t, "kexec", machine.PhaseEvent_START),
+		sequenceEvent(t, "boot", machine.SequenceEvent_STOP, false),
+		phaseEvent(t, "kexec", machine.PhaseEvent_START),
+	)
+
+	assert.Empty(t, f.rec.records, "only an install that got to its kexec phase marks a machine installed")
 
 	_, err = sink.Publish(ctx, &events.EventRequest{Id: "2"})
 	assert.Equal(t, codes.InvalidArgument, grpcstatus.Code(err))
 
-	_, err = sink.Publish(ctx, &events.EventRequest{Id: "3", Data: &anypb.Any{TypeUrl: "talos/runtime/machine.SequenceEvent", Value: []byte{0xff, 0xff}}})
-	assert.Equal(t, codes.InvalidArgument, grpcstatus.Code(err))
+	for _, typ := range []string{"machine.SequenceEvent", "machine.PhaseEvent"} {
+		_, err = sink.Publish(ctx, &events.EventRequest{Id: "3", Data: &anypb.Any{TypeUrl: "talos/runtime/" + typ, Value: []byte{0xff, 0xff}}})
+		assert.Equal(t, codes.InvalidArgument, grpcstatus.Code(err), typ)
+	}
 
-	_, err = sink.Publish(ctx, sequenceEvent(t, "install", machine.SequenceEvent_STOP, false))
-	require.NoError(t, err)
+	// The install that worked: its kexec phase starts.
+	publish(installEvents(t)...)
 	assert.Equal(t, []string{m1 + "/a1/event-sink"}, f.rec.records)
 
 	// Plain HTTP still works on the same port.
@@ -436,6 +507,40 @@ func TestEventSink(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	assert.Equal(t, "ok\n", string(body))
+}
+
+// TestEventSinkInstallReboot: the install sequence's end in the reboot into the
+// installed system (Talos reports it as the sequence failing with unix.Reboot; Sidero
+// and Omni count it) marks the machine installed when its kexec phase was missed; a
+// machine installed already is not recorded again.
+func TestEventSinkInstallReboot(t *testing.T) {
+	t.Parallel()
+
+	f := newFixture(t)
+	_, sink := f.serveEventSink(t)
+	ctx := t.Context()
+
+	f.machine(t, m1, "127.0.0.1", lifecycle.BootTalos, &resources.MachineIntentSpec{
+		Acceptance: resources.AcceptanceAccepted, Allocation: &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0"},
+	}, nil)
+
+	_, err := sink.Publish(ctx, failedSequence(t, "install", installRebooted))
+	require.NoError(t, err)
+	assert.Equal(t, []string{m1 + "/a1/event-sink"}, f.rec.records)
+
+	g := newFixture(t)
+	_, sink = g.serveEventSink(t)
+
+	g.machine(t, m1, "127.0.0.1", lifecycle.BootTalos, &resources.MachineIntentSpec{
+		Acceptance: resources.AcceptanceAccepted, Allocation: &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0"},
+	}, &resources.MachineStatusSpec{InstalledAllocation: "a1", InstalledBy: "event-sink"})
+
+	for _, ev := range append(installEvents(t), failedSequence(t, "install", installRebooted)) {
+		_, err = sink.Publish(ctx, ev)
+		require.NoError(t, err)
+	}
+
+	assert.Empty(t, g.rec.records, "installed already")
 }
 
 // Over IPv6 Talos speaks from another address than the one iPXE booted it from: its
@@ -452,7 +557,7 @@ func TestEventSinkFromConfigAddress(t *testing.T) {
 
 	addr, sink := f.serveEventSink(t)
 	ctx := t.Context()
-	install := sequenceEvent(t, "install", machine.SequenceEvent_STOP, false)
+	install := failedSequence(t, "install", installRebooted)
 
 	_, err := sink.Publish(ctx, install)
 	assert.Equal(t, codes.PermissionDenied, grpcstatus.Code(err), "before the config fetch")
