@@ -20,12 +20,14 @@ import (
 	"time"
 
 	"github.com/siderolabs/siderolink/api/events"
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/anvil-metal/anvil/internal/bootparams"
@@ -280,8 +282,32 @@ func fetchConfig(ctx context.Context, logger *zap.Logger, url string) (status in
 	return status, n, sum, err
 }
 
-// sendInstall sends the install sequence's START and STOP, as Talos does once the
-// installer has run; the provider marks the machine installed on the STOP.
+// installEvents are the events real Talos (v1.13) sends its event sink as its install
+// sequence runs and reboots into the installed system, those the provider reads: the
+// sequence's start, its install phase, its kexec phase starting (which only follows a
+// successful install: the provider marks the machine installed there), the sequence's
+// stop (published whether the install worked or not) and its end in the reboot, a FATAL
+// error of unix.Reboot (what Sidero and Omni count).
+func installEvents() []proto.Message {
+	return []proto.Message{
+		&machine.SequenceEvent{Sequence: "install", Action: machine.SequenceEvent_START},
+		&machine.PhaseEvent{Phase: "install", Action: machine.PhaseEvent_START},
+		&machine.PhaseEvent{Phase: "install", Action: machine.PhaseEvent_STOP},
+		&machine.PhaseEvent{Phase: "kexec", Action: machine.PhaseEvent_START},
+		&machine.SequenceEvent{Sequence: "install", Action: machine.SequenceEvent_STOP},
+		&machine.SequenceEvent{
+			Sequence: "install", Action: machine.SequenceEvent_NOOP,
+			Error: &common.Error{Code: common.Code_FATAL, Message: installRebootError},
+		},
+	}
+}
+
+// installRebootError is the error real Talos v1.13's install sequence ends with as it
+// kexecs into the installed system (its eighth phase, reboot; LINUX_REBOOT_CMD_KEXEC).
+const installRebootError = "sequence failed: error running phase 8 in install sequence: task 1/1: failed, unix.Reboot(45584543)"
+
+// sendInstall sends the install sequence's events, as Talos does once the installer
+// has run.
 func sendInstall(ctx context.Context, logger *zap.Logger, sink string) error {
 	conn, err := grpc.NewClient(sink, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -292,24 +318,25 @@ func sendInstall(ctx context.Context, logger *zap.Logger, sink string) error {
 
 	client := events.NewEventSinkServiceClient(conn)
 
-	for _, action := range []machine.SequenceEvent_Action{machine.SequenceEvent_START, machine.SequenceEvent_STOP} {
-		data, err := anypb.New(&machine.SequenceEvent{Sequence: "install", Action: action})
+	for _, ev := range installEvents() {
+		data, err := anypb.New(ev)
 		if err != nil {
-			return fmt.Errorf("error encoding the sequence event: %w", err)
+			return fmt.Errorf("error encoding the install event: %w", err)
 		}
 
 		req := &events.EventRequest{Data: data, Id: fmt.Sprintf("standin-%d", time.Now().UnixNano())}
+		what := fmt.Sprintf("install event %s", ev)
 
-		err = retry(ctx, logger, "install "+action.String()+" event", func(ctx context.Context) error {
+		err = retry(ctx, logger, what, func(ctx context.Context) error {
 			_, err := client.Publish(ctx, req)
 
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("error sending the install %s event: %w", action, err)
+			return fmt.Errorf("error sending the %s: %w", what, err)
 		}
 
-		logger.Info("install event acknowledged", zap.Stringer("action", action))
+		logger.Info("install event acknowledged", zap.String("event", what))
 	}
 
 	return nil

@@ -26,20 +26,34 @@ type sink struct {
 }
 
 func (s *sink) Publish(_ context.Context, req *events.EventRequest) (*events.EventResponse, error) {
-	var ev machine.SequenceEvent
-	if err := req.GetData().UnmarshalTo(&ev); err != nil {
-		return nil, err
+	var got string
+
+	var (
+		seq   machine.SequenceEvent
+		phase machine.PhaseEvent
+	)
+
+	switch {
+	case req.GetData().UnmarshalTo(&seq) == nil:
+		got = "sequence " + seq.GetSequence() + " " + seq.GetAction().String()
+		if e := seq.GetError(); e != nil {
+			got += " " + e.GetCode().String() + " " + e.GetMessage()
+		}
+	case req.GetData().UnmarshalTo(&phase) == nil:
+		got = "phase " + phase.GetPhase() + " " + phase.GetAction().String()
+	default:
+		got = req.GetData().GetTypeUrl()
 	}
 
 	s.mu.Lock()
-	s.got = append(s.got, req.GetData().GetTypeUrl()+" "+ev.GetSequence()+" "+ev.GetAction().String())
+	s.got = append(s.got, got)
 	s.mu.Unlock()
 
 	return &events.EventResponse{}, nil
 }
 
 // TestRun: outside an initramfs, the stand-in reports its boot, fetches its config and
-// sends the install sequence's START and STOP, as Talos does.
+// sends the install sequence's events, as Talos does.
 func TestRun(t *testing.T) {
 	t.Parallel()
 
@@ -74,7 +88,14 @@ func TestRun(t *testing.T) {
 		"TALOS-STANDIN cmdline="+cmdline+"\n"+
 		"TALOS-STANDIN config status=200 bytes=5 sha256=2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824\n"+
 		"TALOS-STANDIN installed\n", out.String())
-	assert.Equal(t, []string{"type.googleapis.com/machine.SequenceEvent install START", "type.googleapis.com/machine.SequenceEvent install STOP"}, s.got)
+	assert.Equal(t, []string{
+		"sequence install START",
+		"phase install START",
+		"phase install STOP",
+		"phase kexec START",
+		"sequence install STOP",
+		"sequence install NOOP FATAL " + installRebootError,
+	}, s.got)
 
 	// A refused config is reported with its status, not retried.
 	out.Reset()
