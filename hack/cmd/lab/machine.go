@@ -129,6 +129,7 @@ func newMachineAddCmd(dir *string) *cobra.Command {
 	f.StringVar(&owner, "bmc", "api", "power owner: api (the lab's power API), ipmi (a simulated IPMI BMC of its own) or none")
 	f.BoolVar(&register, "register-bmc", true, "give the provider the machine's BMC; false: a user gives it (anvilctl machine bmc set, Omni's InfraMachineBMCConfig), and this prints how")
 	f.IntVar(&mc.MemoryMB, "memory", 0, "memory, MiB (0: the lab's, lab up --memory; real Talos wants 2048)")
+	f.IntVar(&mc.CPUs, "cpus", 0, "virtual CPUs (0: the lab's, lab up --cpus; real Talos under TCG wants 1)")
 	f.StringVar(&mc.DiskSize, "disk-size", "", "size of its qcow2 disk (empty: the lab's, lab up --disk-size)")
 	f.IntVar(&mc.NICs, "nics", 1, fmt.Sprintf("network ports (1 to %d; it boots from the last)", machine.MaxNICs))
 

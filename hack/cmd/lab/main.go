@@ -156,6 +156,7 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 	f.BoolVar(&cfg.IPv6Only, "ipv6-only", false, "an IPv6-only provisioning network: the provider serves DHCPv6 and advertises fd77::1")
 	f.BoolVar(&cfg.KVM, "kvm", false, "use KVM instead of TCG (only where KVM really works; not under kvm-pvm)")
 	f.IntVar(&cfg.MemoryMB, "memory", 1024, "memory of each machine, MiB")
+	f.IntVar(&cfg.CPUs, "cpus", 0, "virtual CPUs of each machine (0: 2); real Talos under TCG wants 1: with 2 its kernel's text patching sometimes panics it")
 	f.StringVar(&cfg.DiskSize, "disk-size", "8G", "size of each machine's qcow2 disk")
 	f.StringVar(&cfg.ProviderBin, "provider-bin", "_out/bin/provider", "provider binary")
 	f.StringVar(&cfg.AgentAssetsDir, "agent-assets-dir", "_out/agent", "the agent's boot assets (make agent-initramfs)")

@@ -47,6 +47,10 @@ type Config struct {
 	IPv6Only bool
 	KVM      bool
 	MemoryMB int
+	// CPUs are each machine's virtual CPUs (0: machine.Spec's default, 2). Real Talos'
+	// kernel runs with one: under TCG with two, its text patching (int3 breakpoints
+	// while another vCPU runs the code) sometimes panics it as it boots.
+	CPUs int
 	DiskSize string
 
 	ProviderBin    string
@@ -123,6 +127,7 @@ type State struct {
 	// brought up (Config's), for machines added later (AddMachine).
 	KVM      bool   `json:"kvm,omitempty"`
 	MemoryMB int    `json:"memoryMB,omitempty"`
+	CPUs     int    `json:"cpus,omitempty"`
 	DiskSize string `json:"diskSize,omitempty"`
 
 	// OmniNS is Omni's namespace, Omni what runs there; both empty without Omni.
@@ -230,7 +235,7 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 		n := labnet.New(cfg.Prefix)
 		s = &State{
 			Dir: dir, Prefix: cfg.Prefix, ProviderNS: n.ProviderNS, SiteNS: n.SiteNS,
-			KVM: cfg.KVM, MemoryMB: cfg.MemoryMB, DiskSize: cfg.DiskSize,
+			KVM: cfg.KVM, MemoryMB: cfg.MemoryMB, CPUs: cfg.CPUs, DiskSize: cfg.DiskSize,
 		}
 	} else if s.Prefix != cfg.Prefix {
 		return nil, fmt.Errorf("the lab in %s has prefix %q, not %q: bring it down first", dir, s.Prefix, cfg.Prefix)

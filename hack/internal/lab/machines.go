@@ -25,6 +25,8 @@ type MachineConfig struct {
 	// it was first brought up).
 	MemoryMB int
 	DiskSize string
+	// CPUs: 0 is the lab's (Config.CPUs), else machine.Spec's default.
+	CPUs int
 	// BMC is its power owner.
 	BMC PowerOwner
 	// BMCElsewhere: the lab does not tell the provider its BMC; it is given another way
@@ -39,7 +41,7 @@ func (s *State) addMachines(cfg Config) error {
 		mc := MachineConfig{
 			Firmware: inTurn(cfg.Firmware, i, machine.BIOS),
 			NICs:     inTurn(cfg.NICs, i, 1),
-			MemoryMB: cfg.MemoryMB, DiskSize: cfg.DiskSize,
+			MemoryMB: cfg.MemoryMB, DiskSize: cfg.DiskSize, CPUs: cfg.CPUs,
 		}
 
 		mc.BMC = inTurn(cfg.BMC, i, OwnerNone)
@@ -92,7 +94,7 @@ func (s *State) appendMachine(i int, mc MachineConfig, kvm bool) (machine.Spec, 
 	spec := machine.Spec{
 		Name: name, Index: i, Seed: s.Prefix, Firmware: mc.Firmware, NICs: nics,
 		Dir: filepath.Join(s.Dir, "machines", name), NetNS: s.ProviderNS, Tap: fmt.Sprintf("tap%d", i),
-		KVM: kvm, MemoryMB: mc.MemoryMB, DiskSize: mc.DiskSize, IPv6: s.IPv6Only,
+		KVM: kvm, MemoryMB: mc.MemoryMB, CPUs: mc.CPUs, DiskSize: mc.DiskSize, IPv6: s.IPv6Only,
 	}
 
 	b := &MachineBMC{Owner: mc.BMC, Elsewhere: mc.BMCElsewhere && mc.BMC != OwnerNone}
@@ -186,6 +188,8 @@ func (s *State) checkMachineConfig(mc *MachineConfig) error {
 	switch {
 	case mc.NICs < 0 || mc.NICs > machine.MaxNICs:
 		return fmt.Errorf("a machine has 1 to %d network ports, not %d", machine.MaxNICs, mc.NICs)
+	case mc.CPUs < 0:
+		return fmt.Errorf("a machine has a positive number of CPUs, not %d", mc.CPUs)
 	case mc.MemoryMB < 0:
 		return fmt.Errorf("a machine's memory is a positive number of MiB, not %d", mc.MemoryMB)
 	case mc.BMC == OwnerIPMI && mc.Firmware == machine.ARM64:
@@ -206,6 +210,10 @@ func (s *State) checkMachineConfig(mc *MachineConfig) error {
 
 	if mc.MemoryMB == 0 {
 		mc.MemoryMB = s.MemoryMB
+	}
+
+	if mc.CPUs == 0 {
+		mc.CPUs = s.CPUs
 	}
 
 	if mc.DiskSize == "" {

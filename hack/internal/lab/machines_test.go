@@ -23,6 +23,7 @@ func TestAddMachineRefuses(t *testing.T) {
 		{MachineConfig{Firmware: machine.BIOS, BMC: "redfish"}, `unknown power owner "redfish"`},
 		{MachineConfig{Firmware: machine.BIOS, NICs: 4}, "1 to 3 network ports, not 4"},
 		{MachineConfig{Firmware: machine.BIOS, MemoryMB: -1}, "positive number of MiB"},
+		{MachineConfig{Firmware: machine.BIOS, CPUs: -1}, "positive number of CPUs"},
 		{MachineConfig{Firmware: machine.ARM64, BMC: OwnerIPMI}, "arm64 machine has no IPMI device"},
 		{MachineConfig{Firmware: machine.BIOS, BMCElsewhere: true}, "no BMC to give"},
 		{MachineConfig{Firmware: machine.BIOS, BMC: OwnerAPI}, "is not up (no namespace anvnone-lab)"},
