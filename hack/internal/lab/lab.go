@@ -50,7 +50,7 @@ type Config struct {
 	// CPUs are each machine's virtual CPUs (0: machine.Spec's default, 2). Real Talos'
 	// kernel runs with one: under TCG with two, its text patching (int3 breakpoints
 	// while another vCPU runs the code) sometimes panics it as it boots.
-	CPUs int
+	CPUs     int
 	DiskSize string
 
 	ProviderBin    string
