@@ -106,14 +106,8 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 	talos := labtest.TalosAssets(t, root)
 
 	bin := t.TempDir()
-	factory, power, anvilctl := filepath.Join(bin, "lab-factory"), filepath.Join(bin, "lab-power"), filepath.Join(bin, "anvilctl")
-
-	provider := labtest.BuildProvider(t, root, bin)
-	labtest.GoBuild(t, root, factory, "./hack/cmd/lab-factory")
-	labtest.GoBuild(t, root, power, "./hack/cmd/lab-power")
-	labtest.GoBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
-
-	agent := labtest.AgentAssets(t, root, bin)
+	bins := labtest.BuildPrograms(t, root, bin)
+	provider, factory, power, anvilctl, agent := bins.Provider, bins.Factory, bins.Power, bins.Anvilctl, bins.Agent
 
 	dir, prefix := labtest.NewLab(t, "anvl", nil)
 

@@ -109,15 +109,8 @@ func TestE2ERealTalos(tt *testing.T) {
 	talos := labtest.TalosAssets(t, root)
 
 	bin := t.TempDir()
-	provider, anvilctl := filepath.Join(bin, "provider"), filepath.Join(bin, "anvilctl")
-	factory, power := filepath.Join(bin, "lab-factory"), filepath.Join(bin, "lab-power")
-
-	labtest.GoBuild(t, root, provider, "./provider/cmd/provider")
-	labtest.GoBuild(t, root, anvilctl, "./provider/cmd/anvilctl")
-	labtest.GoBuild(t, root, factory, "./hack/cmd/lab-factory")
-	labtest.GoBuild(t, root, power, "./hack/cmd/lab-power")
-
-	agent := labtest.AgentAssets(t, root, bin)
+	bins := labtest.BuildPrograms(t, root, bin)
+	provider, factory, power, anvilctl, agent := bins.Provider, bins.Factory, bins.Power, bins.Anvilctl, bins.Agent
 
 	dir, prefix := labtest.NewLab(t, "anvr", nil)
 	consoles := timeline.Follow(t.Context(), filepath.Join(dir, "machines", "*", "serial.log"), 50*time.Millisecond)

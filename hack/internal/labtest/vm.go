@@ -22,26 +22,37 @@ type Binaries struct {
 	Agent, Standin                     string
 }
 
-// BuildBinaries builds the Binaries into bin: the agent's assets are _out/agent where
-// make agent-initramfs has run (AgentAssets); the stand-in's are always built, as they
-// are small and must match its source.
-func BuildBinaries(t testing.TB, root, bin string) Binaries {
+// BuildPrograms builds the lab's programs into bin: the provider (with its Omni adapter),
+// anvilctl, the power API and the factory stand-in, and the agent's assets (_out/agent
+// where make agent-initramfs has run: AgentAssets). Not the stand-in Talos: a lab of
+// real Talos has no use for it.
+func BuildPrograms(t testing.TB, root, bin string) Binaries {
 	t.Helper()
 
 	b := Binaries{
-		Provider: filepath.Join(bin, "provider"),
+		Provider: BuildProvider(t, root, bin),
 		Anvilctl: filepath.Join(bin, "anvilctl"),
 		Power:    filepath.Join(bin, "lab-power"),
 		Factory:  filepath.Join(bin, "lab-factory"),
-		Standin:  filepath.Join(bin, "talos-standin"),
 	}
 
-	GoBuild(t, root, b.Provider, "./provider/cmd/provider")
 	GoBuild(t, root, b.Anvilctl, "./provider/cmd/anvilctl")
 	GoBuild(t, root, b.Power, "./hack/cmd/lab-power")
 	GoBuild(t, root, b.Factory, "./hack/cmd/lab-factory")
 
 	b.Agent = AgentAssets(t, root, bin)
+
+	return b
+}
+
+// BuildBinaries builds the Binaries into bin: BuildPrograms' and the stand-in's assets,
+// always built, as they are small and must match its source.
+func BuildBinaries(t testing.TB, root, bin string) Binaries {
+	t.Helper()
+
+	b := BuildPrograms(t, root, bin)
+	b.Standin = filepath.Join(bin, "talos-standin")
+
 	require.NoError(t, lab.BuildStandinAssets(t.Context(), root, b.Standin), "building the stand-in Talos' boot assets")
 
 	return b
