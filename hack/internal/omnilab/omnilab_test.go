@@ -49,7 +49,8 @@ func TestArgs(t *testing.T) {
 		"--image-factory-address=http://10.77.0.1:8080",
 		"--image-factory-pxe-address=http://10.77.0.1:8080",
 		"--workload-proxying-enabled=false",
-		"--embedded-discovery-service-enabled=false",
+		// Real Talos workers find a control plane's trustd through discovery.
+		"--embedded-discovery-service-enabled=true",
 	} {
 		assert.Contains(t, args, want)
 	}
