@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
 	goruntime "runtime"
 
+	"github.com/google/uuid"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
+	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -51,8 +54,16 @@ type machineService struct {
 // which is built for the machine it runs on.
 func (m *machineService) Version(context.Context, *emptypb.Empty) (*machine.VersionResponse, error) {
 	tag, mode := TalosVersion, platformMode
+
+	var features *machine.FeaturesInfo
+
 	if m.talos != nil {
-		tag, mode = m.talos.Version, ""
+		// Talos names its mode as its platform does (metal); it tells its features once
+		// it has a machine config, which a running machine has.
+		tag, mode = m.talos.Version, platformName
+		if m.talos.Stage != runtimeres.MachineStageMaintenance {
+			features = &machine.FeaturesInfo{Rbac: true}
+		}
 	}
 
 	return &machine.VersionResponse{
@@ -65,6 +76,7 @@ func (m *machineService) Version(context.Context, *emptypb.Empty) (*machine.Vers
 				Arch:      goruntime.GOARCH,
 			},
 			Platform: &machine.PlatformInfo{Name: platformName, Mode: mode},
+			Features: features,
 		}},
 	}, nil
 }
@@ -90,36 +102,19 @@ func (m *machineService) Read(req *machine.ReadRequest, srv grpc.ServerStreaming
 	return srv.Send(&common.Data{Bytes: b})
 }
 
-// ApplyConfiguration implements machine.MachineServiceServer for Talos: the config goes
-// to Talos.Apply. The config is never logged: it holds the cluster's secrets.
-func (m *machineService) ApplyConfiguration(ctx context.Context, req *machine.ApplyConfigurationRequest) (*machine.ApplyConfigurationResponse, error) {
-	if m.talos == nil || m.talos.Apply == nil {
-		return nil, status.Error(codes.Unimplemented, "the machine takes no configuration")
-	}
-
-	if len(req.GetData()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "the configuration is empty")
-	}
-
-	mode, err := m.talos.Apply(ctx, req.GetData())
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "error applying the configuration: %v", err)
-	}
-
-	m.logger.Info("configuration applied", zap.Int("bytes", len(req.GetData())), zap.Stringer("mode", mode))
-
-	return &machine.ApplyConfigurationResponse{Messages: []*machine.ApplyConfiguration{{Mode: mode}}}, nil
-}
-
 // MetaDelete implements machine.MachineServiceServer for a resettable Talos: its META
 // holds no key a caller may delete (Omni deletes the state encryption key before a
-// reset, and takes NotFound as "nothing to delete").
+// reset, and takes NotFound as "nothing to delete"), and it says so in Talos' words.
 func (m *machineService) MetaDelete(_ context.Context, req *machine.MetaDeleteRequest) (*machine.MetaDeleteResponse, error) {
 	if m.talos == nil || m.talos.Reset == nil {
 		return nil, status.Error(codes.Unimplemented, "the machine has no META")
 	}
 
-	return nil, status.Errorf(codes.NotFound, "META key 0x%x is not set", req.GetKey())
+	if req.GetKey() > math.MaxUint8 {
+		return nil, status.Error(codes.InvalidArgument, "key must be a uint8")
+	}
+
+	return nil, status.Error(codes.NotFound, "meta key not found")
 }
 
 // Reset implements machine.MachineServiceServer for Talos (talosctl reset, and the
@@ -129,13 +124,17 @@ func (m *machineService) Reset(ctx context.Context, req *machine.ResetRequest) (
 		return nil, status.Error(codes.Unimplemented, "the machine cannot be reset through this API")
 	}
 
-	if err := m.talos.Reset(ctx, req); err != nil {
+	// As Talos, the reset is an actor: its ID is in the answer and on the events the
+	// reset sends, so a caller can follow them.
+	actor := uuid.NewString()
+
+	if err := m.talos.Reset(ctx, req, actor); err != nil {
 		return nil, status.Errorf(codes.Internal, "error resetting the machine: %v", err)
 	}
 
-	m.logger.Info("reset", zap.Bool("graceful", req.GetGraceful()), zap.Bool("reboot", req.GetReboot()))
+	m.logger.Info("reset", zap.Bool("graceful", req.GetGraceful()), zap.Bool("reboot", req.GetReboot()), zap.String("actor", actor))
 
-	return &machine.ResetResponse{Messages: []*machine.Reset{{}}}, nil
+	return &machine.ResetResponse{Messages: []*machine.Reset{{ActorId: actor}}}, nil
 }
 
 // EtcdForfeitLeadership implements machine.MachineServiceServer for a resettable Talos:

@@ -36,13 +36,15 @@ type Talos struct {
 	// and which asks clients for theirs. Nil is maintenance's: self-signed, no client
 	// certificate.
 	TLS func(addrs []netip.Addr) (*tls.Config, error)
-	// Apply takes a machine config from ApplyConfiguration and says how it applies it;
-	// nil answers Unimplemented.
-	Apply func(ctx context.Context, config []byte) (machine.ApplyConfigurationRequest_Mode, error)
-	// Reset carries out MachineService/Reset (the machinery client's ResetGeneric);
-	// nil answers Unimplemented. It must return before the machine goes down: the
-	// caller waits for the answer.
-	Reset func(ctx context.Context, req *machine.ResetRequest) error
+	// Apply applies a config ApplyConfiguration took (loaded and valid for the machine)
+	// in the mode Talos answers with: NO_REBOOT or TRY now, STAGED at the next boot,
+	// REBOOT now and then a reboot. Nil answers Unimplemented.
+	Apply func(ctx context.Context, config []byte, mode machine.ApplyConfigurationRequest_Mode) error
+	// Reset carries out MachineService/Reset (the machinery client's ResetGeneric) as
+	// the actor named, whose ID goes on the events the reset sends; nil answers
+	// Unimplemented. It must return before the machine goes down: the caller waits for
+	// the answer.
+	Reset func(ctx context.Context, req *machine.ResetRequest, actor string) error
 }
 
 // status is the machine's status at t's stage, ready: a stand-in has nothing else to

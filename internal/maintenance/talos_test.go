@@ -23,9 +23,15 @@ import (
 // standin records what a Talos-mode server was asked to do.
 type standin struct {
 	applied [][]byte
+	modes   []machine.ApplyConfigurationRequest_Mode
 	resets  []*machine.ResetRequest
+	actors  []string
 	fail    error
 }
+
+// sinkConfig is a config of one document and no machine config, as Omni applies in
+// maintenance.
+const sinkConfig = "apiVersion: v1alpha1\nkind: EventSinkConfig\nendpoint: '[fdae:41e4:649b:9303::1]:8091'\n"
 
 func startTalos(t *testing.T, talos *maintenance.Talos) *client.Client {
 	t.Helper()
@@ -68,10 +74,11 @@ func TestTalosMaintenance(t *testing.T) {
 	c := startTalos(t, &maintenance.Talos{
 		Version: "v1.9.0", Schematic: "abc123", SchematicManifest: "customization: {}\n",
 		Stage: runtimeres.MachineStageMaintenance,
-		Apply: func(_ context.Context, b []byte) (machine.ApplyConfigurationRequest_Mode, error) {
+		Apply: func(_ context.Context, b []byte, mode machine.ApplyConfigurationRequest_Mode) error {
 			s.applied = append(s.applied, b)
+			s.modes = append(s.modes, mode)
 
-			return machine.ApplyConfigurationRequest_STAGED, s.fail
+			return s.fail
 		},
 	})
 	ctx := t.Context()
@@ -79,7 +86,8 @@ func TestTalosMaintenance(t *testing.T) {
 	v, err := c.Version(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, "v1.9.0", v.GetMessages()[0].GetVersion().GetTag())
-	assert.Empty(t, v.GetMessages()[0].GetPlatform().GetMode(), "Talos, not the agent")
+	assert.Equal(t, "metal", v.GetMessages()[0].GetPlatform().GetMode(), "Talos, not the agent")
+	assert.Nil(t, v.GetMessages()[0].GetFeatures(), "no machine config yet")
 
 	ms, err := safe.StateGetByID[*runtimeres.MachineStatus](ctx, c.COSI, runtimeres.MachineStatusID)
 	require.NoError(t, err)
@@ -92,18 +100,31 @@ func TestTalosMaintenance(t *testing.T) {
 	assert.Equal(t, "abc123", exts.Get(0).TypedSpec().Metadata.Version)
 	assert.Equal(t, "customization: {}\n", exts.Get(0).TypedSpec().Metadata.ExtraInfo)
 
-	resp, err := c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: []byte("config"), Mode: machine.ApplyConfigurationRequest_AUTO})
-	require.NoError(t, err)
-	require.Len(t, resp.GetMessages(), 1, "Omni wants exactly one answer")
-	assert.Equal(t, machine.ApplyConfigurationRequest_STAGED, resp.GetMessages()[0].GetMode())
-	assert.Equal(t, [][]byte{[]byte("config")}, s.applied)
+	// In maintenance AUTO and REBOOT apply without a reboot, STAGED stages.
+	for asked, want := range map[machine.ApplyConfigurationRequest_Mode]machine.ApplyConfigurationRequest_Mode{
+		machine.ApplyConfigurationRequest_AUTO:   machine.ApplyConfigurationRequest_NO_REBOOT,
+		machine.ApplyConfigurationRequest_REBOOT: machine.ApplyConfigurationRequest_NO_REBOOT, //nolint:staticcheck // deprecated, still taken
+		machine.ApplyConfigurationRequest_STAGED: machine.ApplyConfigurationRequest_STAGED,
+	} {
+		resp, err := c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: []byte(sinkConfig), Mode: asked})
+		require.NoError(t, err, asked)
+		require.Len(t, resp.GetMessages(), 1, "Omni wants exactly one answer")
+		assert.Equal(t, want, resp.GetMessages()[0].GetMode(), asked)
+		assert.Equal(t, want, s.modes[len(s.modes)-1], asked)
+	}
 
-	_, err = c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{})
-	assert.Equal(t, codes.InvalidArgument, status.Code(err), "an empty config: %v", err)
+	assert.Equal(t, []byte(sinkConfig), s.applied[0])
 
-	s.fail = errors.New("bad document")
-	_, err = c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: []byte("bad")})
-	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	for name, data := range map[string]string{"empty": "", "not YAML": "{{{", "no install disk": "version: v1alpha1\nmachine:\n  type: worker\n"} {
+		_, err = c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: []byte(data)})
+		assert.Equal(t, codes.InvalidArgument, status.Code(err), "%s: %v", name, err)
+	}
+
+	assert.Len(t, s.applied, 3, "no bad config applied")
+
+	s.fail = errors.New("disk full")
+	_, err = c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: []byte(sinkConfig)})
+	assert.Equal(t, codes.Internal, status.Code(err), "%v", err)
 
 	_, err = c.MachineClient.Reset(ctx, &machine.ResetRequest{})
 	assert.Equal(t, codes.Unimplemented, status.Code(err), "%v", err)
@@ -121,8 +142,9 @@ func TestTalosRunning(t *testing.T) {
 		// Any server TLS: an installed machine's mutual TLS is the stand-in's, tested
 		// there.
 		TLS: maintenance.MaintenanceTLS,
-		Reset: func(_ context.Context, req *machine.ResetRequest) error {
+		Reset: func(_ context.Context, req *machine.ResetRequest, actor string) error {
 			s.resets = append(s.resets, req)
+			s.actors = append(s.actors, actor)
 
 			return nil
 		},
@@ -143,9 +165,17 @@ func TestTalosRunning(t *testing.T) {
 	require.NoError(t, err)
 
 	req := &machine.ResetRequest{Graceful: true, Reboot: true, SystemPartitionsToWipe: []*machine.ResetPartitionSpec{{Label: "STATE", Wipe: true}}}
-	require.NoError(t, c.ResetGeneric(ctx, req))
+	resp, err := c.MachineClient.Reset(ctx, req)
+	require.NoError(t, err)
 	require.Len(t, s.resets, 1)
 	assert.True(t, s.resets[0].GetReboot())
+	require.Len(t, resp.GetMessages(), 1)
+	assert.NotEmpty(t, resp.GetMessages()[0].GetActorId(), "the reset is an actor")
+	assert.Equal(t, resp.GetMessages()[0].GetActorId(), s.actors[0], "the reset's events name its actor")
+
+	v, err := c.Version(ctx)
+	require.NoError(t, err)
+	assert.True(t, v.GetMessages()[0].GetFeatures().GetRbac(), "running on a machine config")
 
 	_, err = c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: []byte("config")})
 	assert.Equal(t, codes.Unimplemented, status.Code(err), "no Apply given: %v", err)

@@ -119,22 +119,12 @@ func runOmni(ctx context.Context, logger *zap.Logger, out io.Writer, args map[st
 		return errors.New("no siderolink.api: no Omni to join")
 	}
 
-	talos := &maintenance.Talos{Version: t.version, Schematic: t.schematic, SchematicManifest: t.manifest, Stage: runtimeres.MachineStageMaintenance, Apply: t.apply}
-
-	if t.config != nil {
-		talos.Stage, talos.Apply, talos.Reset = runtimeres.MachineStageRunning, t.applyRunning, t.reset
-
-		if talos.TLS, err = serverTLS(t.config, time.Now()); err != nil {
-			return err
-		}
-	}
-
-	st, err := maintenance.NewState(ctx)
+	talos, err := t.talos()
 	if err != nil {
 		return err
 	}
 
-	srv, err := maintenance.New(ctx, st, maintenance.Options{Talos: talos, Logger: logger.Named("api")})
+	srv, err := newAPI(ctx, talos, logger.Named("api"))
 	if err != nil {
 		return err
 	}
@@ -163,60 +153,85 @@ func runOmni(ctx context.Context, logger *zap.Logger, out io.Writer, args map[st
 	})
 }
 
-// apply takes Omni's config in maintenance. Omni's own maintenance documents (event
-// sink, kernel log) carry no machine config: they are taken as they are. A machine
-// config starts the install, once, and asks for the reboot it ends with.
-func (t *omniTalos) apply(_ context.Context, data []byte) (machine.ApplyConfigurationRequest_Mode, error) {
+// talos is the machine as its API speaks for it: in maintenance, or installed and
+// running on its config, whose machine CA the API's mutual TLS is of.
+func (t *omniTalos) talos() (*maintenance.Talos, error) {
+	talos := &maintenance.Talos{Version: t.version, Schematic: t.schematic, SchematicManifest: t.manifest, Stage: runtimeres.MachineStageMaintenance, Apply: t.apply}
+
+	if t.config != nil {
+		talos.Stage, talos.Apply, talos.Reset = runtimeres.MachineStageRunning, t.applyRunning, t.reset
+
+		var err error
+		if talos.TLS, err = serverTLS(t.config, time.Now()); err != nil {
+			return nil, err
+		}
+	}
+
+	return talos, nil
+}
+
+// newAPI is Talos' API over a state of its own.
+func newAPI(ctx context.Context, talos *maintenance.Talos, logger *zap.Logger) (*maintenance.Server, error) {
+	st, err := maintenance.NewState(ctx)
+	if err != nil {
+		return nil, err //nolint:wrapcheck // says what failed
+	}
+
+	return maintenance.New(ctx, st, maintenance.Options{Talos: talos, Logger: logger}) //nolint:wrapcheck // says what failed
+}
+
+// apply takes Omni's config in maintenance, loaded and valid (the API checked it, as
+// Talos' does). Omni's own maintenance documents (event sink, kernel log) carry no
+// machine config: they are taken as they are. A machine config starts the install, once,
+// which ends in the reboot into the installed system; staged, it waits for a reboot
+// that never comes.
+func (t *omniTalos) apply(_ context.Context, data []byte, mode machine.ApplyConfigurationRequest_Mode) error {
 	cfg, err := configloader.NewFromBytes(data)
 	if err != nil {
-		return 0, fmt.Errorf("the configuration does not load: %w", err)
+		return fmt.Errorf("the configuration does not load: %w", err)
 	}
 
-	if cfg.RawV1Alpha1() == nil {
-		fmt.Fprintf(t.out, "%s omni config documents=%d (no machine config)\n", Prefix, len(cfg.Documents()))
+	if cfg.RawV1Alpha1() == nil || mode == machine.ApplyConfigurationRequest_STAGED {
+		fmt.Fprintf(t.out, "%s omni config documents=%d machine=%t mode=%s\n", Prefix, len(cfg.Documents()), cfg.RawV1Alpha1() != nil, mode)
 
-		return machine.ApplyConfigurationRequest_NO_REBOOT, nil
+		return nil
 	}
 
+	// The stand-in's installed API is of the config's machine CA: a control plane's
+	// config carries its key (a worker's does not; real Talos asks a control plane's
+	// trustd for its certificate).
 	if _, err := serverTLS(data, time.Now()); err != nil {
-		return 0, err
+		return err
 	}
 
 	t.installing.Do(func() {
 		go t.install(data)
 	})
 
-	// What Talos in maintenance answers: Omni records the config as applied only once
-	// the machine, installed, takes it again in normal mode (applyRunning).
-	return machine.ApplyConfigurationRequest_REBOOT, nil //nolint:staticcheck // deprecated in Talos' API, still Talos' answer in maintenance
+	return nil
 }
 
-// applyRunning takes Omni's config on the installed machine: saved, as Talos keeps its
-// config in STATE, and in effect without a reboot (the stand-in runs nothing it
-// configures).
-func (t *omniTalos) applyRunning(_ context.Context, data []byte) (machine.ApplyConfigurationRequest_Mode, error) {
-	cfg, err := configloader.NewFromBytes(data)
-	if err != nil {
-		return 0, fmt.Errorf("the configuration does not load: %w", err)
-	}
-
-	if cfg.RawV1Alpha1() == nil {
-		return 0, errors.New("the configuration has no machine config")
-	}
-
+// applyRunning takes Omni's config on the installed machine, loaded, with a machine
+// config and valid: saved, as Talos keeps its config in STATE, and in effect at once
+// (the stand-in runs nothing it configures), or after the reboot asked for.
+func (t *omniTalos) applyRunning(_ context.Context, data []byte, mode machine.ApplyConfigurationRequest_Mode) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 
 	s := &saved{UniqueToken: t.token, Config: data, Join: t.join, Schematic: t.schematic, SchematicManifest: t.manifest, Version: t.version}
 	if err := writeSaved(t.disk, s); err != nil {
-		return 0, err
+		return err
 	}
 
 	t.config = data
 
-	fmt.Fprintf(t.out, "%s omni config applied bytes=%d\n", Prefix, len(data))
+	fmt.Fprintf(t.out, "%s omni config applied bytes=%d mode=%s\n", Prefix, len(data), mode)
 
-	return machine.ApplyConfigurationRequest_NO_REBOOT, nil
+	if mode == machine.ApplyConfigurationRequest_REBOOT { //nolint:staticcheck // deprecated in Talos' API, still taken
+		go t.reboot()
+	}
+
+	return nil
 }
 
 // install writes the disk image and the saved state, tells Omni the install is done as
@@ -248,7 +263,7 @@ func (t *omniTalos) install(config []byte) {
 			Error: &common.Error{Code: common.Code_FATAL, Message: rebootMessage},
 		}
 
-		return t.publish(ctx, t.join.EventsSink, event)
+		return t.publish(ctx, t.join.EventsSink, "", event)
 	}()
 	if err != nil {
 		t.logger.Error("install failed", zap.Error(err))
@@ -297,7 +312,7 @@ func (t *omniTalos) fetchManifest(ctx context.Context) (string, error) {
 
 // reset forgets the config, as a reset wiping STATE does, keeping the node unique token
 // (META), then reboots once the answer is out.
-func (t *omniTalos) reset(ctx context.Context, req *machine.ResetRequest) error {
+func (t *omniTalos) reset(ctx context.Context, req *machine.ResetRequest, actor string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 
@@ -316,7 +331,7 @@ func (t *omniTalos) reset(ctx context.Context, req *machine.ResetRequest) error 
 		ctx, cancel := context.WithTimeout(ctx, rebootDelay)
 		defer cancel()
 
-		if err := t.publish(ctx, t.join.EventsSink, &machine.MachineStatusEvent{Stage: machine.MachineStatusEvent_RESETTING}); err != nil {
+		if err := t.publish(ctx, t.join.EventsSink, actor, &machine.MachineStatusEvent{Stage: machine.MachineStatusEvent_RESETTING}); err != nil {
 			t.logger.Warn("the resetting stage was not sent", zap.Error(err))
 		}
 
@@ -366,7 +381,7 @@ func (t *omniTalos) announce(ctx context.Context, sink string, stage runtimeres.
 // publishUntilDone publishes an event until the sink takes it or ctx ends.
 func (t *omniTalos) publishUntilDone(ctx context.Context, sink, what string, event proto.Message) {
 	for ctx.Err() == nil {
-		err := t.publish(ctx, sink, event)
+		err := t.publish(ctx, sink, "", event)
 		if err == nil {
 			fmt.Fprintf(t.out, "%s omni event %s sent\n", Prefix, what)
 
@@ -384,7 +399,7 @@ func (t *omniTalos) publishUntilDone(ctx context.Context, sink, what string, eve
 
 // publish sends one event to Omni's sink, as Talos does: plaintext gRPC over SideroLink,
 // Omni telling the machine by its address there.
-func (t *omniTalos) publish(ctx context.Context, sink string, event proto.Message) error {
+func (t *omniTalos) publish(ctx context.Context, sink, actor string, event proto.Message) error {
 	if sink == "" {
 		return errors.New("no event sink")
 	}
@@ -404,7 +419,7 @@ func (t *omniTalos) publish(ctx context.Context, sink string, event proto.Messag
 	}
 
 	return retry(ctx, t.logger, "event", func(ctx context.Context) error {
-		_, err := events.NewEventSinkServiceClient(conn).Publish(ctx, &events.EventRequest{Data: data, Id: fmt.Sprintf("standin-%d", time.Now().UnixNano())})
+		_, err := events.NewEventSinkServiceClient(conn).Publish(ctx, &events.EventRequest{Data: data, Id: fmt.Sprintf("standin-%d", time.Now().UnixNano()), ActorId: actor})
 
 		return err
 	})
