@@ -281,8 +281,9 @@ lint: lint-tools
 # The Cluster API end-to-end test (hack/e2e/capi) is make e2e's: Cluster API's manager and
 # the Talos bootstrap provider it runs take ~15 min to build the first time; make lab runs
 # the Cluster API scenarios on a real API server instead (provider/internal/capi/manager).
-# So is the standalone flow on real Talos (hack/e2e/realtalos, ~25 min of TCG).
-LAB_FILES = $(shell grep -rl --include='*_test.go' '^//go:build lab' . | grep -v -e '^./_out/' -e '^./hack/e2e/capi/' -e '^./hack/e2e/realtalos/')
+# So is the standalone flow on real Talos (hack/e2e/realtalos, ~25 min of TCG), and the
+# agent as a Talos extension on real Talos (hack/e2e/agentmode, ~20 min).
+LAB_FILES = $(shell grep -rl --include='*_test.go' '^//go:build lab' . | grep -v -e '^./_out/' -e '^./hack/e2e/capi/' -e '^./hack/e2e/realtalos/' -e '^./hack/e2e/agentmode/')
 LAB_PKGS  = $(sort $(dir $(LAB_FILES)))
 LAB_TESTS = $(shell sed -n 's/^func \(Test[A-Za-z0-9_]*\)([a-z]* \*testing\.T).*/\1/p' $(LAB_FILES) | sort -u | paste -sd'|')
 
@@ -317,9 +318,11 @@ unit:
 # and real Talos (make talos).
 lab-tools: omni talosctl envtest-assets talos
 
+# Each package's bound: hack/e2e/omnicluster's real-Talos cluster (two machines installing
+# under TCG, ~35 min beside the other packages) and its adoption test run one after the other.
 lab: setup lab-tools
 	@mkdir -p $(TEST_LOGS)
-	set -o pipefail; $(GO) test -tags lab -count=1 -timeout 45m -run '^($(LAB_TESTS))$$' $(LAB_PKGS) 2>&1 | tee $(TEST_LOGS)/lab.log
+	set -o pipefail; $(GO) test -tags lab -count=1 -timeout 70m -run '^($(LAB_TESTS))$$' $(LAB_PKGS) 2>&1 | tee $(TEST_LOGS)/lab.log
 
 # Every benchmark (bench/README.md), or those named: make bench BENCH="storm tftp".
 BENCH ?= all
@@ -353,7 +356,10 @@ run: agent-initramfs
 # Then an arm64 machine (AAVMF's HTTP boot of the UKI Anvil builds for it), alone: TCG
 # emulating arm64 is slow. Timings in _out/e2e/report.txt, the last run's. Then the
 # standalone flow on real Talos (make talos), by kexec and through the firmware
-# (hack/e2e/realtalos; _out/e2e/real-talos-report.txt). Last, the Cluster API provider
+# (hack/e2e/realtalos; _out/e2e/real-talos-report.txt), and the agent as a Talos
+# extension: a machine booting real Talos in agent mode (--agent-talos-version, make
+# agent-extension's image) registers, is wiped and installed, beside Anvil's own agent
+# initramfs for the boot time (hack/e2e/agentmode; _out/e2e/agent-mode-report.txt). Last, the Cluster API provider
 # with Cluster API's own manager and the Talos bootstrap provider, on real Talos too
 # (hack/e2e/capi, docs/capi.md).
 E2E_MATRIX := \
@@ -363,13 +369,15 @@ E2E_MATRIX := \
 	ANVIL_E2E_FIRMWARE=uefi,uefi-pxe,uefi-http+ANVIL_E2E_IPV6=1 \
 	ANVIL_E2E_FIRMWARE=arm64
 
-e2e: setup agent-initramfs agent-arm64 envtest-assets capi-tools talos talosctl
+e2e: setup agent-initramfs agent-arm64 agent-extension envtest-assets capi-tools talos talosctl
 	@for run in $(E2E_MATRIX); do \
 		echo "== e2e: $$run"; \
 		env $$(echo $$run | tr '+' ' ') $(GO) test -tags lab -count=1 -timeout 25m -run '^TestE2E$$' -v ./hack/e2e || exit 1; \
 	done
 	@echo "== e2e: real Talos, standalone (a BIOS machine by kexec, one through its firmware)"
 	$(GO) test -tags lab -count=1 -timeout 90m -run '^TestE2ERealTalos$$' -v ./hack/e2e/realtalos
+	@echo "== e2e: the agent as a Talos extension (a BIOS machine in agent-mode Talos, then Anvil's initramfs agent)"
+	$(GO) test -tags lab -count=1 -timeout 60m -run '^TestE2EAgentModeTalos$$' -v ./hack/e2e/agentmode
 	@echo "== e2e: Cluster API (a MachineDeployment of one on a BIOS machine, real Talos)"
 	$(GO) test -tags lab -count=1 -timeout 60m -run '^TestE2EClusterAPI$$' -v ./hack/e2e/capi
 

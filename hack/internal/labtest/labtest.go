@@ -133,6 +133,17 @@ func TalosAssets(t testing.TB, root string) RealTalos {
 	return RealTalos{Dir: dir, Version: m.TalosVersion, InitramfsSHA256: m.Files["initramfs-amd64.xz"]}
 }
 
+// AgentExtension is Anvil's agent as a Talos system extension, the OCI image layout make
+// agent-extension writes (_out/agent-extension), made first: the agent built and packed
+// (seconds; the same digest for the same tree).
+func AgentExtension(t testing.TB, root string) string {
+	t.Helper()
+
+	makeTarget(t, root, "agent-extension")
+
+	return filepath.Join(root, "_out", "agent-extension")
+}
+
 // makeTarget runs the Makefile's target in root: make lab has built it already, so this is
 // instant there, and a lone go test builds what it needs.
 func makeTarget(t testing.TB, root, target string) {
