@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -230,6 +231,15 @@ var installerManifestRe = regexp.MustCompile(`^/v2/(metal-installer/([0-9a-f]{64
 // the in-process registry when its manifest is first asked for (an unknown schematic's is
 // not found).
 func (t *Talos) registry(w http.ResponseWriter, r *http.Request, f *Factory) {
+	// The registry slices a tag list by its page size unchecked: a negative n panics it.
+	if ns := r.URL.Query().Get("n"); ns != "" && tagsPathRe.MatchString(r.URL.Path) {
+		if n, err := strconv.Atoi(ns); err != nil || n < 0 {
+			registryError(w, http.StatusBadRequest, "PAGINATION_NUMBER_INVALID", "invalid number of results requested")
+
+			return
+		}
+	}
+
 	if m := installerManifestRe.FindStringSubmatch(r.URL.Path); m != nil && m[3] == t.version {
 		// A schematic never registered has no installer, as the factory answers.
 		if _, ok := f.Schematic(m[2]); m[2] != "" && !ok {

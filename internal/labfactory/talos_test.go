@@ -619,3 +619,47 @@ func TestRealTalosConcurrent(t *testing.T) {
 		assert.True(t, bytes.Equal(initrds[0], initrds[i]))
 	}
 }
+
+// TestRealTalosTagsList: anyone on the provisioning network may list an installer's tags;
+// a page size that is not a count is refused, never a panic of the registry (which sliced
+// its tags by a negative n).
+func TestRealTalosTagsList(t *testing.T) {
+	t.Parallel()
+
+	if _, err := exec.LookPath("mksquashfs"); err != nil {
+		t.Skipf("mksquashfs is missing (make setup installs squashfs-tools): %v", err)
+	}
+
+	rf := newRealFactory(t)
+
+	// The schematic's installer pushed, so that its repository has tags.
+	status, body := get(t, rf.srv.URL+"/v2/metal-installer/"+rf.id+"/manifests/"+realVersion)
+	require.Equal(t, http.StatusOK, status, "%s", body)
+
+	for _, tc := range []struct {
+		query  string
+		status int
+		tags   string
+	}{
+		{"", http.StatusOK, `["` + realVersion + `"]`},
+		{"?n=1", http.StatusOK, `["` + realVersion + `"]`},
+		{"?n=5", http.StatusOK, `["` + realVersion + `"]`},
+		{"?n=0", http.StatusOK, `[]`},
+		{"?n=-1", http.StatusBadRequest, ""},
+		{"?n=-9223372036854775808", http.StatusBadRequest, ""},
+		{"?n=x", http.StatusBadRequest, ""},
+		{"?n=1&n=-1", http.StatusOK, `["` + realVersion + `"]`},
+	} {
+		t.Run(tc.query, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			rf.f.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet,
+				"/v2/metal-installer/"+rf.id+"/tags/list"+tc.query, nil))
+
+			assert.Equal(t, tc.status, rec.Code, rec.Body.String())
+
+			if tc.tags != "" {
+				assert.JSONEq(t, `{"name":"metal-installer/`+rf.id+`","tags":`+tc.tags+`}`, rec.Body.String())
+			}
+		})
+	}
+}
