@@ -232,7 +232,8 @@ var installerManifestRe = regexp.MustCompile(`^/v2/(metal-installer/([0-9a-f]{64
 // not found).
 func (t *Talos) registry(w http.ResponseWriter, r *http.Request, f *Factory) {
 	// The registry slices a tag list by its page size unchecked: a negative n panics it.
-	if ns := r.URL.Query().Get("n"); ns != "" && tagsPathRe.MatchString(r.URL.Path) {
+	// Any path whose next to last element is "tags" is a tag list to it, /tags/list or not.
+	if ns := r.URL.Query().Get("n"); ns != "" {
 		if n, err := strconv.Atoi(ns); err != nil || n < 0 {
 			registryError(w, http.StatusBadRequest, "PAGINATION_NUMBER_INVALID", "invalid number of results requested")
 

@@ -637,23 +637,26 @@ func TestRealTalosTagsList(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, "%s", body)
 
 	for _, tc := range []struct {
-		query  string
-		status int
-		tags   string
+		path, query string
+		status      int
+		tags        string
 	}{
-		{"", http.StatusOK, `["` + realVersion + `"]`},
-		{"?n=1", http.StatusOK, `["` + realVersion + `"]`},
-		{"?n=5", http.StatusOK, `["` + realVersion + `"]`},
-		{"?n=0", http.StatusOK, `[]`},
-		{"?n=-1", http.StatusBadRequest, ""},
-		{"?n=-9223372036854775808", http.StatusBadRequest, ""},
-		{"?n=x", http.StatusBadRequest, ""},
-		{"?n=1&n=-1", http.StatusOK, `["` + realVersion + `"]`},
+		{"tags/list", "", http.StatusOK, `["` + realVersion + `"]`},
+		{"tags/list", "?n=1", http.StatusOK, `["` + realVersion + `"]`},
+		{"tags/list", "?n=5", http.StatusOK, `["` + realVersion + `"]`},
+		{"tags/list", "?n=0", http.StatusOK, `[]`},
+		{"tags/list", "?n=-1", http.StatusBadRequest, ""},
+		{"tags/list", "?n=-9223372036854775808", http.StatusBadRequest, ""},
+		{"tags/list", "?n=x", http.StatusBadRequest, ""},
+		{"tags/list", "?n=1&n=-1", http.StatusOK, `["` + realVersion + `"]`},
+		// The registry takes any .../tags/<x> for a tag list.
+		{"tags/x", "?n=1", http.StatusOK, `["` + realVersion + `"]`},
+		{"tags/x", "?n=-1", http.StatusBadRequest, ""},
 	} {
-		t.Run(tc.query, func(t *testing.T) {
+		t.Run(tc.path+tc.query, func(t *testing.T) {
 			rec := httptest.NewRecorder()
 			rf.f.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodGet,
-				"/v2/metal-installer/"+rf.id+"/tags/list"+tc.query, nil))
+				"/v2/metal-installer/"+rf.id+"/"+tc.path+tc.query, nil))
 
 			assert.Equal(t, tc.status, rec.Code, rec.Body.String())
 
