@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -38,7 +39,15 @@ func main() {
 	err := syscall.Exec(talosInit, []string{"/init"}, os.Environ())
 	logf("talos-preinit: exec %s: %v", talosInit, err)
 
-	select {} // PID 1 must not exit: the kernel would panic without saying why
+	halt()
+}
+
+// halt never returns: PID 1 must not exit, or the kernel panics. Not select {}: with no
+// other goroutine and no timer, Go's runtime takes that for a deadlock and exits.
+func halt() {
+	for {
+		time.Sleep(time.Hour)
+	}
 }
 
 // mountPseudo mounts /proc, /sys and /dev where the kernel has not, for the module index
