@@ -268,6 +268,11 @@ func logStream(logger *zap.Logger) grpc.StreamServerInterceptor {
 	}
 }
 
+// quotesRequest are the methods whose errors may quote what the caller sent.
+var quotesRequest = map[string]bool{
+	machine.MachineService_ApplyConfiguration_FullMethodName: true,
+}
+
 func logCall(ctx context.Context, logger *zap.Logger, method string, start time.Time, err error) {
 	fields := []zap.Field{
 		zap.String("method", method),
@@ -279,7 +284,9 @@ func logCall(ctx context.Context, logger *zap.Logger, method string, start time.
 		fields = append(fields, zap.Stringer("peer", p.Addr))
 	}
 
-	if err != nil && !errors.Is(err, context.Canceled) {
+	// A config's loader and validator quote it in their errors (an unknown key with its
+	// value): the answer goes to the caller, who sent it, never to the log.
+	if err != nil && !errors.Is(err, context.Canceled) && !quotesRequest[method] {
 		fields = append(fields, zap.String("error", status.Convert(err).Message()))
 	}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 
@@ -13,7 +14,9 @@ import (
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -36,12 +39,19 @@ const sinkConfig = "apiVersion: v1alpha1\nkind: EventSinkConfig\nendpoint: '[fda
 func startTalos(t *testing.T, talos *maintenance.Talos) *client.Client {
 	t.Helper()
 
+	return startTalosLogged(t, talos, zaptest.NewLogger(t))
+}
+
+// startTalosLogged is startTalos with the server's logger.
+func startTalosLogged(t *testing.T, talos *maintenance.Talos, logger *zap.Logger) *client.Client {
+	t.Helper()
+
 	ctx, cancel := context.WithCancel(t.Context())
 
 	st, err := maintenance.NewState(ctx)
 	require.NoError(t, err)
 
-	srv, err := maintenance.New(ctx, st, maintenance.Options{Talos: talos, Logger: zaptest.NewLogger(t)})
+	srv, err := maintenance.New(ctx, st, maintenance.Options{Talos: talos, Logger: logger})
 	require.NoError(t, err)
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -179,4 +189,36 @@ func TestTalosRunning(t *testing.T) {
 
 	_, err = c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: []byte("config")})
 	assert.Equal(t, codes.Unimplemented, status.Code(err), "no Apply given: %v", err)
+}
+
+// TestTalosApplyErrorNotLogged: a refused config's error quotes it (an unknown key and
+// its value); the caller gets it, the log does not.
+func TestTalosApplyErrorNotLogged(t *testing.T) {
+	t.Parallel()
+
+	core, logs := observer.New(zap.DebugLevel)
+	c := startTalosLogged(t, &maintenance.Talos{
+		Version: "v1.13.9", Stage: runtimeres.MachineStageMaintenance,
+		Apply: func(context.Context, []byte, machine.ApplyConfigurationRequest_Mode) error { return nil },
+	}, zap.New(core))
+
+	const secret = "s3cret-bootstrap-token"
+
+	for name, doc := range map[string]string{
+		"unknown key":  "version: v1alpha1\nmachine:\n  tokken: " + secret + "\n",
+		"unknown kind": "apiVersion: v1alpha1\nkind: NoSuchKind\nvalue: " + secret + "\n",
+		"bad type":     "version: v1alpha1\nmachine:\n  token: [" + secret + "]\n",
+	} {
+		_, err := c.ApplyConfiguration(t.Context(), &machine.ApplyConfigurationRequest{Data: []byte(doc)})
+		require.Error(t, err, name)
+		assert.Equal(t, codes.InvalidArgument, status.Code(err), "%s: %v", name, err)
+	}
+
+	require.NotZero(t, logs.Len(), "the calls are logged")
+
+	for _, e := range logs.All() {
+		for k, v := range e.ContextMap() {
+			assert.NotContains(t, fmt.Sprint(v), secret, "log field %s of %q", k, e.Message)
+		}
+	}
 }
