@@ -9,6 +9,8 @@ import (
 	"path"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
+	"sync"
 
 	"github.com/google/uuid"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
@@ -47,6 +49,10 @@ type machineService struct {
 	procRoot     string
 	talos        *Talos
 	logger       *zap.Logger
+
+	// deleted are the META keys of talos.Meta deleted since the start.
+	mu      sync.Mutex
+	deleted map[uint8]bool
 }
 
 // Version implements machine.MachineServiceServer. The agent's own version goes in
@@ -102,9 +108,9 @@ func (m *machineService) Read(req *machine.ReadRequest, srv grpc.ServerStreaming
 	return srv.Send(&common.Data{Bytes: b})
 }
 
-// MetaDelete implements machine.MachineServiceServer for a resettable Talos: its META
-// holds no key a caller may delete (Omni deletes the state encryption key before a
-// reset, and takes NotFound as "nothing to delete"), and it says so in Talos' words.
+// MetaDelete implements machine.MachineServiceServer for a resettable Talos: a key of
+// Talos.Meta is deleted once (Omni deletes the state encryption key before a reset),
+// any other is NotFound, which Omni takes as "nothing to delete", in Talos' words.
 func (m *machineService) MetaDelete(_ context.Context, req *machine.MetaDeleteRequest) (*machine.MetaDeleteResponse, error) {
 	if m.talos == nil || m.talos.Reset == nil {
 		return nil, status.Error(codes.Unimplemented, "the machine has no META")
@@ -114,7 +120,22 @@ func (m *machineService) MetaDelete(_ context.Context, req *machine.MetaDeleteRe
 		return nil, status.Error(codes.InvalidArgument, "key must be a uint8")
 	}
 
-	return nil, status.Error(codes.NotFound, "meta key not found")
+	key := uint8(req.GetKey())
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	if !slices.Contains(m.talos.Meta, key) || m.deleted[key] {
+		return nil, status.Error(codes.NotFound, "meta key not found")
+	}
+
+	if m.deleted == nil {
+		m.deleted = map[uint8]bool{}
+	}
+
+	m.deleted[key] = true
+
+	return &machine.MetaDeleteResponse{Messages: []*machine.MetaDelete{{}}}, nil
 }
 
 // Reset implements machine.MachineServiceServer for Talos (talosctl reset, and the

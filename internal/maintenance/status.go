@@ -51,9 +51,16 @@ func extensionStatus(agentVersion string) runtimeres.ExtensionStatusSpec {
 }
 
 // schematicStatus is the image factory's schematic meta extension, as Talos booted
-// from a factory image reports it.
-func schematicStatus(id, manifest string) runtimeres.ExtensionStatusSpec {
-	return extensions.Layer{Metadata: extensions.Metadata{Name: SchematicExtensionName, Version: id, ExtraInfo: manifest}}
+// from a factory image reports it: the factory's first layer, in its words.
+func schematicStatus(id, manifest, factory string) runtimeres.ExtensionStatusSpec {
+	return extensions.Layer{
+		Image: "000-" + SchematicExtensionName + ".sqsh",
+		Metadata: extensions.Metadata{
+			Name: SchematicExtensionName, Version: id, ExtraInfo: manifest,
+			Author:      "Image Factory (" + factory + ")",
+			Description: "Virtual extension which specifies the schematic of the image built with Image Factory.",
+		},
+	}
 }
 
 // publish registers Definitions in st and writes the machine status and the
@@ -81,7 +88,7 @@ func publish(ctx context.Context, st state.State, agentVersion string, talos *Ta
 
 	name, spec := ExtensionName, extensionStatus(agentVersion)
 	if talos != nil {
-		name, spec = SchematicExtensionName, schematicStatus(talos.Schematic, talos.SchematicManifest)
+		name, spec = SchematicExtensionName, schematicStatus(talos.Schematic, talos.SchematicManifest, talos.Factory)
 	}
 
 	if err := safe.StateModify(ctx, st, runtimeres.NewExtensionStatus(runtimeres.NamespaceName, name), func(res *runtimeres.ExtensionStatus) error {

@@ -29,6 +29,13 @@ type Talos struct {
 	// does (the factory bakes it into the image): Omni reads the schematic's kernel
 	// arguments from it, and generates no config for a machine without it.
 	SchematicManifest string
+	// Factory is the base URL of the image factory the machine's image came from: the
+	// schematic extension's author names it, as the factory writes it.
+	Factory string
+	// Meta are the META keys set when the API starts. An installed Talos has its STATE
+	// encryption config there (meta.StateEncryptionConfig), which Omni deletes before a
+	// reset; MetaDelete deletes each once, and a key not there is NotFound.
+	Meta []uint8
 	// Stage is the machine's stage: maintenance (booted without a config) or running.
 	Stage runtimeres.MachineStage
 	// TLS, when set, gives the server's TLS configuration for the addresses it listens

@@ -43,6 +43,9 @@ type saved struct {
 	Schematic         string `json:"schematic"`
 	SchematicManifest string `json:"schematicManifest"`
 	Version           string `json:"version"`
+	// Factory is the image factory the install came from: the schematic extension's
+	// author names it.
+	Factory string `json:"factory,omitempty"`
 }
 
 // joinArgs are Omni's join kernel arguments, as given.

@@ -19,6 +19,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"github.com/siderolabs/talos/pkg/machinery/meta"
 	runtimeres "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -97,6 +98,9 @@ func runOmni(ctx context.Context, logger *zap.Logger, out io.Writer, args map[st
 		}
 
 		t.token, t.join, t.schematic, t.manifest, t.version, t.config = s.UniqueToken, s.Join, s.Schematic, s.SchematicManifest, s.Version, s.Config
+		if t.factory == "" {
+			t.factory = s.Factory
+		}
 	} else {
 		t.join = joinArgs{API: args[bootparams.SideroLinkAPI], EventsSink: args[bootparams.EventsSink], KernelLog: args[bootparams.LoggingKernel]}
 		t.schematic, t.version = args[labfactory.SchematicArg], args[labfactory.VersionArg]
@@ -156,10 +160,15 @@ func runOmni(ctx context.Context, logger *zap.Logger, out io.Writer, args map[st
 // talos is the machine as its API speaks for it: in maintenance, or installed and
 // running on its config, whose machine CA the API's mutual TLS is of.
 func (t *omniTalos) talos() (*maintenance.Talos, error) {
-	talos := &maintenance.Talos{Version: t.version, Schematic: t.schematic, SchematicManifest: t.manifest, Stage: runtimeres.MachineStageMaintenance, Apply: t.apply}
+	talos := &maintenance.Talos{
+		Version: t.version, Schematic: t.schematic, SchematicManifest: t.manifest, Factory: t.factory,
+		Stage: runtimeres.MachineStageMaintenance, Apply: t.apply,
+	}
 
 	if t.config != nil {
 		talos.Stage, talos.Apply, talos.Reset = runtimeres.MachineStageRunning, t.applyRunning, t.reset
+		// Talos' installer leaves the STATE encryption config in META.
+		talos.Meta = []uint8{meta.StateEncryptionConfig}
 
 		var err error
 		if talos.TLS, err = serverTLS(t.config, time.Now()); err != nil {
@@ -218,7 +227,7 @@ func (t *omniTalos) applyRunning(_ context.Context, data []byte, mode machine.Ap
 	t.mu.Lock()
 	defer t.mu.Unlock()
 
-	s := &saved{UniqueToken: t.token, Config: data, Join: t.join, Schematic: t.schematic, SchematicManifest: t.manifest, Version: t.version}
+	s := &saved{UniqueToken: t.token, Config: data, Join: t.join, Schematic: t.schematic, SchematicManifest: t.manifest, Version: t.version, Factory: t.factory}
 	if err := writeSaved(t.disk, s); err != nil {
 		return err
 	}
@@ -251,7 +260,7 @@ func (t *omniTalos) install(config []byte) {
 			return err
 		}
 
-		s := &saved{UniqueToken: t.token, Config: config, Join: t.join, Schematic: t.schematic, SchematicManifest: t.manifest, Version: t.version}
+		s := &saved{UniqueToken: t.token, Config: config, Join: t.join, Schematic: t.schematic, SchematicManifest: t.manifest, Version: t.version, Factory: t.factory}
 		if err := writeSaved(t.disk, s); err != nil {
 			return err
 		}
@@ -316,7 +325,7 @@ func (t *omniTalos) reset(ctx context.Context, req *machine.ResetRequest, actor 
 	t.mu.Lock()
 	defer t.mu.Unlock()
 
-	s := &saved{UniqueToken: t.token, Join: t.join, Schematic: t.schematic, SchematicManifest: t.manifest, Version: t.version}
+	s := &saved{UniqueToken: t.token, Join: t.join, Schematic: t.schematic, SchematicManifest: t.manifest, Version: t.version, Factory: t.factory}
 	if err := writeSaved(t.disk, s); err != nil {
 		return err
 	}
@@ -331,8 +340,18 @@ func (t *omniTalos) reset(ctx context.Context, req *machine.ResetRequest, actor 
 		ctx, cancel := context.WithTimeout(ctx, rebootDelay)
 		defer cancel()
 
-		if err := t.publish(ctx, t.join.EventsSink, actor, &machine.MachineStatusEvent{Stage: machine.MachineStatusEvent_RESETTING}); err != nil {
-			t.logger.Warn("the resetting stage was not sent", zap.Error(err))
+		// As real Talos: the reset sequence's start under the reset's actor, then the
+		// machine's status, ready, which no actor's.
+		for _, ev := range []struct {
+			actor string
+			event proto.Message
+		}{
+			{actor, &machine.SequenceEvent{Sequence: "reset", Action: machine.SequenceEvent_START}},
+			{"", &machine.MachineStatusEvent{Stage: machine.MachineStatusEvent_RESETTING, Status: &machine.MachineStatusEvent_MachineStatus{Ready: true}}},
+		} {
+			if err := t.publish(ctx, t.join.EventsSink, ev.actor, ev.event); err != nil {
+				t.logger.Warn("a reset event was not sent", zap.Error(err))
+			}
 		}
 
 		t.reboot()
