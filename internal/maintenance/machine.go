@@ -120,7 +120,7 @@ func (m *machineService) MetaDelete(_ context.Context, req *machine.MetaDeleteRe
 		return nil, status.Error(codes.InvalidArgument, "key must be a uint8")
 	}
 
-	key := uint8(req.GetKey())
+	key := uint8(req.GetKey()) //nolint:gosec // ≤ MaxUint8, checked above
 
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -67,7 +67,8 @@ func TestHalt(t *testing.T) {
 			alive[tc.name] = true
 
 			require.NoError(t, cmd.Process.Kill())
-			<-exited
+
+			assert.Error(t, <-exited, "%s: killed", tc.name)
 		}
 	}
 
