@@ -33,7 +33,9 @@ func serverTLS(config []byte, now time.Time) (func([]netip.Addr) (*tls.Config, e
 
 	issuing := cfg.Machine().Security().IssuingCA()
 	if issuing == nil || len(issuing.Crt) == 0 || len(issuing.Key) == 0 {
-		return nil, errors.New("the configuration has no machine CA with its key")
+		// A worker's config: real Talos asks a control plane's trustd for its
+		// certificate; the stand-in runs no trustd, so it can only be a control plane.
+		return nil, errors.New("the configuration has no machine CA with its key (a worker's): the stand-in Talos runs no trustd to get a worker's API certificate from, so it can only be a control plane; real Talos (make talos) can be a worker")
 	}
 
 	ca, err := x509.NewCertificateAuthorityFromCertificateAndKey(issuing)
