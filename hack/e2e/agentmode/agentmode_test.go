@@ -45,11 +45,6 @@ const (
 	// provider's --agent-talos-extension-name default.
 	agentExtension = "anvil-metal/metal-agent"
 
-	// labTalosKernelArgs are the lab's site-wide Talos kernel arguments: its machines'
-	// serial console, no dashboard (its redraws cost an emulated CPU), no IO-APIC timer
-	// check (a loaded host's emulated timer can fail it). They are the agent's Talos'
-	// too.
-	labTalosKernelArgs = "console=ttyS0 talos.dashboard.disabled=1 no_timer_check"
 	// labKubernetes is the allocation's config's Kubernetes (none comes up: the lab has no
 	// container images).
 	labKubernetes = "1.32.0"
@@ -63,9 +58,7 @@ var (
 	// metal-agent flag file is there.
 	agentModeRe = regexp.MustCompile(`platform information.*"mode": "metal-agent"`)
 	metalModeRe = regexp.MustCompile(`platform information.*"mode": "metal"[^-]`)
-	// talosInstalled is the installer's last line.
-	talosInstalled = "installation of %s complete"
-	schematicRe    = regexp.MustCompile(`allocation (\S+), schematic (\S+)\)`)
+	schematicRe = regexp.MustCompile(`allocation (\S+), schematic (\S+)\)`)
 )
 
 // TestE2EAgentModeTalos: the agent as a Talos extension on real Talos (make talos), the
@@ -101,7 +94,7 @@ func TestE2EAgentModeTalos(tt *testing.T) {
 
 	dir, prefix := labtest.NewLab(t, "anam", nil)
 
-	siteArgs := []string{"--talos-kernel-args", labTalosKernelArgs}
+	siteArgs := []string{"--talos-kernel-args", labtest.TalosKernelArgs}
 
 	cfg := lab.Config{
 		Dir: dir, Prefix: prefix, Machines: 1,
@@ -218,7 +211,7 @@ func TestE2EAgentModeTalos(tt *testing.T) {
 		// site's Talos kernel arguments. Its installer is the factory's for it.
 		var sc schematic.Schematic
 
-		sc.Customization.ExtraKernelArgs = strings.Fields(labTalosKernelArgs)
+		sc.Customization.ExtraKernelArgs = strings.Fields(labtest.TalosKernelArgs)
 		sc.Customization.SystemExtensions.OfficialExtensions = []string{}
 
 		id, err := sc.ID()
@@ -237,7 +230,7 @@ func TestE2EAgentModeTalos(tt *testing.T) {
 		require.Equal(t, id, sm[2], "the allocation's schematic is the one the config's installer names")
 
 		allocation := sm[1]
-		installed := fmt.Sprintf(talosInstalled, talos.Version)
+		installed := fmt.Sprintf(labtest.TalosInstalledFmt, talos.Version)
 
 		if labtest.Eventually(t, installDeadline, m.Name+" installed by Talos' installer, marked installed", func() error {
 			log := serial(m)

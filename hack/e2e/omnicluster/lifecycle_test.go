@@ -50,17 +50,9 @@ const (
 // Lines real Talos (make talos) prints on the serial console that the test counts:
 // machined's own, and its installer's.
 const (
-	// talosInstalled is the installer's last line, in the maintenance boot Omni's
-	// config started the install from.
-	talosInstalled = "installation of %s complete"
-	// talosFromState is machined loading its configuration from its STATE partition:
-	// Talos runs from its disk with the configuration Omni applied.
-	talosFromState = `"sources": ["state"]`
 	// talosReset is machined carrying out a reset of its system disk (Omni's, over
 	// Talos' API with the cluster's client certificate).
 	talosReset = "task resetSystemDiskSpec (1/1): starting"
-	// grubBoot is the installed GRUB's menu: the machine booted its disk.
-	grubBoot = "GNU GRUB"
 )
 
 // TestOmniLifecycleE2E is a cluster's whole life with Omni deciding and Anvil doing it,
@@ -126,7 +118,7 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 		FactoryBin: factory, TalosAssetsDir: talos.Dir,
 		// The lab's machines have a serial console, as a site's servers: the site's
 		// Talos kernel arguments name it, so Talos (and the installed Talos) print there.
-		ProviderArgs: []string{"--talos-kernel-args", labTalosKernelArgs},
+		ProviderArgs: []string{"--talos-kernel-args", labtest.TalosKernelArgs},
 		APIPort:      50042,
 		OmniBin:      omniBin, OmnictlBin: omnictlBin,
 	}
@@ -271,7 +263,7 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 		template := filepath.Join(t.TempDir(), "cluster.yaml")
 		require.NoError(t, os.WriteFile(template, []byte(clusterTemplate(talos.Version, cp.UUID, worker.UUID)), 0o644))
 
-		installed := fmt.Sprintf(talosInstalled, talos.Version)
+		installed := fmt.Sprintf(labtest.TalosInstalledFmt, talos.Version)
 		before := map[string]int{}
 
 		for _, m := range cluster {
@@ -323,7 +315,7 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 
 			// Running with the configuration Omni applied, from its own disk.
 			if labtest.Eventually(t, talosDeadline, m.Name+"'s Talos running on its STATE's configuration", func() error {
-				return grew(m.SerialLog(), talosFromState, 0)
+				return grew(m.SerialLog(), labtest.TalosFromState, 0)
 			}) {
 				rep.Add("cluster created → running on its installed config", m, time.Since(synced))
 			}
@@ -357,7 +349,7 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 
 	// 4. Omni's reboot and power-off requests, once each, on the control plane.
 	t.Run("reboot and power off", func(t labtest.T) {
-		grub, fromState := countIn(cp.SerialLog(), grubBoot), countIn(cp.SerialLog(), talosFromState)
+		grub, fromState := countIn(cp.SerialLog(), labtest.GRUBBoot), countIn(cp.SerialLog(), labtest.TalosFromState)
 		asked := time.Now()
 
 		require.NoError(t, o.SetConfig(t.Context(), cp.UUID, labtest.AcceptanceAccepted, "requestedrebootid: reboot-1"))
@@ -372,11 +364,11 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 				return fmt.Errorf("last reboot %q", s.LastRebootID)
 			}
 
-			if err := grew(cp.SerialLog(), grubBoot, grub); err != nil {
+			if err := grew(cp.SerialLog(), labtest.GRUBBoot, grub); err != nil {
 				return err
 			}
 
-			return grew(cp.SerialLog(), talosFromState, fromState)
+			return grew(cp.SerialLog(), labtest.TalosFromState, fromState)
 		}) {
 			rep.Add("reboot requested → GRUB → Talos on its config", cp, time.Since(asked))
 		}
@@ -386,7 +378,7 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 		assert.Contains(t, out, "lastDecision: disk", "the boot after the install went to the disk")
 
 		time.Sleep(onceFor)
-		assert.Equal(t, grub+1, countIn(cp.SerialLog(), grubBoot), "one reboot for one request")
+		assert.Equal(t, grub+1, countIn(cp.SerialLog(), labtest.GRUBBoot), "one reboot for one request")
 
 		asked = time.Now()
 
@@ -528,12 +520,6 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 
 	rep.Write(t, root, "A cluster's life beside Omni, on real Talos", "omni-lifecycle-report.txt")
 }
-
-// labTalosKernelArgs are the lab's site-wide Talos kernel arguments: its machines'
-// serial console (the factory's metal command line has only tty0), no dashboard on it
-// (its redraws cost an emulated CPU), and no IO-APIC timer check, which a loaded host's
-// emulated timer can fail.
-const labTalosKernelArgs = "console=ttyS0 talos.dashboard.disabled=1 no_timer_check"
 
 // clusterTemplate is the lab cluster: Talos version, a control plane and a worker;
 // Omni's embedded discovery service (the lab has no other); the lab registry (the
