@@ -75,13 +75,15 @@ func (e *eventSink) Publish(ctx context.Context, req *events.EventRequest) (*eve
 	var (
 		install bool
 		err     error
+		// The sender's machine, looked up once, and only for an event that needs it.
+		from = sync.OnceValues(func() (sender, error) { return e.machineFrom(ctx) })
 	)
 
 	switch name {
 	case "machine.SequenceEvent":
-		install, err = e.sequence(ctx, req)
+		install, err = e.sequence(req, from)
 	case "machine.PhaseEvent":
-		install, err = e.phase(ctx, req)
+		install, err = e.phase(req, from)
 	}
 
 	if err != nil {
@@ -94,7 +96,7 @@ func (e *eventSink) Publish(ctx context.Context, req *events.EventRequest) (*eve
 		return &events.EventResponse{}, nil
 	}
 
-	id, alloc, err := e.machineFrom(ctx)
+	sent, err := from()
 	if err != nil {
 		s.metrics.events.WithLabelValues("refused").Inc()
 		s.opts.Logger.Warn("install event refused", zap.Error(err))
@@ -102,16 +104,16 @@ func (e *eventSink) Publish(ctx context.Context, req *events.EventRequest) (*eve
 		return nil, grpcstatus.Error(codes.PermissionDenied, err.Error())
 	}
 
-	e.forget(id)
+	e.forget(sent.id)
 
 	// The kexec phase and the reboot after it both say so: the first one counts.
-	if m := s.opts.View.Get(id); m != nil && m.Installed() {
+	if m := s.opts.View.Get(sent.id); m != nil && m.Installed() {
 		s.metrics.events.WithLabelValues("ignored").Inc()
 
 		return &events.EventResponse{}, nil
 	}
 
-	if err = s.opts.Installs.RecordInstalled(ctx, id, alloc, "event-sink"); err != nil {
+	if err = s.opts.Installs.RecordInstalled(ctx, sent.id, sent.allocation, "event-sink"); err != nil {
 		return nil, grpcstatus.Errorf(codes.Unavailable, "error recording the install: %v", err)
 	}
 
@@ -122,7 +124,7 @@ func (e *eventSink) Publish(ctx context.Context, req *events.EventRequest) (*eve
 
 // sequence follows a Talos sequence's start and stop, and says whether the event is
 // the install sequence's end in a reboot.
-func (e *eventSink) sequence(ctx context.Context, req *events.EventRequest) (bool, error) {
+func (e *eventSink) sequence(req *events.EventRequest, from func() (sender, error)) (bool, error) {
 	var ev machine.SequenceEvent
 	if err := req.GetData().UnmarshalTo(&ev); err != nil {
 		e.server.metrics.events.WithLabelValues("malformed").Inc()
@@ -134,19 +136,19 @@ func (e *eventSink) sequence(ctx context.Context, req *events.EventRequest) (boo
 	case machine.SequenceEvent_START, machine.SequenceEvent_STOP:
 		// Only a machine booting Talos for an allocation is followed; another sender's
 		// sequences are none of the provider's business.
-		id, alloc, err := e.machineFrom(ctx)
+		m, err := from()
 		if err != nil {
 			return false, nil // not a machine of the provider's: nothing to follow
 		}
 
-		e.server.opts.Logger.Info("Talos sequence", zap.String("machine", id), zap.String("sequence", ev.GetSequence()),
+		e.server.opts.Logger.Info("Talos sequence", zap.String("machine", m.id), zap.String("sequence", ev.GetSequence()),
 			zap.Stringer("action", ev.GetAction()))
 
 		e.mu.Lock()
 		defer e.mu.Unlock()
 
 		if ev.GetAction() == machine.SequenceEvent_STOP {
-			delete(e.running, id)
+			delete(e.running, m.id)
 
 			return false, nil
 		}
@@ -155,7 +157,7 @@ func (e *eventSink) sequence(ctx context.Context, req *events.EventRequest) (boo
 			e.running = map[resource.ID]runningSequence{}
 		}
 
-		e.running[id] = runningSequence{allocation: alloc, sequence: ev.GetSequence()}
+		e.running[m.id] = runningSequence{allocation: m.allocation, sequence: ev.GetSequence()}
 
 		return false, nil
 	case machine.SequenceEvent_NOOP:
@@ -167,7 +169,7 @@ func (e *eventSink) sequence(ctx context.Context, req *events.EventRequest) (boo
 }
 
 // phase says whether the event is the install sequence's kexec phase starting.
-func (e *eventSink) phase(ctx context.Context, req *events.EventRequest) (bool, error) {
+func (e *eventSink) phase(req *events.EventRequest, from func() (sender, error)) (bool, error) {
 	var ev machine.PhaseEvent
 	if err := req.GetData().UnmarshalTo(&ev); err != nil {
 		e.server.metrics.events.WithLabelValues("malformed").Inc()
@@ -179,7 +181,7 @@ func (e *eventSink) phase(ctx context.Context, req *events.EventRequest) (bool, 
 		return false, nil
 	}
 
-	id, alloc, err := e.machineFrom(ctx)
+	m, err := from()
 	if err != nil {
 		return false, nil // not a machine of the provider's: no sequence of its followed
 	}
@@ -187,9 +189,9 @@ func (e *eventSink) phase(ctx context.Context, req *events.EventRequest) (bool, 
 	e.mu.Lock()
 	defer e.mu.Unlock()
 
-	r, ok := e.running[id]
+	r, ok := e.running[m.id]
 
-	return ok && r.allocation == alloc && r.sequence == installSequence, nil
+	return ok && r.allocation == m.allocation && r.sequence == installSequence, nil
 }
 
 // forget drops what was followed of the machine's sequences.
@@ -200,12 +202,18 @@ func (e *eventSink) forget(id resource.ID) {
 	delete(e.running, id)
 }
 
+// sender is the machine booting Talos an event came from, and its allocation.
+type sender struct {
+	id         resource.ID
+	allocation string
+}
+
 // machineFrom finds the machine booting Talos that the event came from, by its sender's
 // address.
-func (e *eventSink) machineFrom(ctx context.Context) (resource.ID, string, error) {
+func (e *eventSink) machineFrom(ctx context.Context) (sender, error) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return "", "", grpcstatus.Error(codes.Internal, "no peer address")
+		return sender{}, grpcstatus.Error(codes.Internal, "no peer address")
 	}
 
 	addr := p.Addr.String()
@@ -213,7 +221,9 @@ func (e *eventSink) machineFrom(ctx context.Context) (resource.ID, string, error
 		addr = host
 	}
 
-	return e.machineAt(addr)
+	id, alloc, err := e.machineAt(addr)
+
+	return sender{id: id, allocation: alloc}, err
 }
 
 // machineAt finds the machine booting Talos from addr: events are accepted only from the
