@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/siderolabs/siderolink/api/events"
-	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/meta"
@@ -33,10 +32,6 @@ import (
 	"github.com/anvil-metal/anvil/internal/maintenance"
 	"github.com/anvil-metal/anvil/internal/siderolink"
 )
-
-// rebootMessage is the error Talos' install sequence ends with when it reboots into
-// the installed system: Omni counts it as an install.
-const rebootMessage = "reboot requested: unix.Reboot"
 
 // rebootDelay lets the answer that made the machine go down reach its caller, and the
 // disk settle, before the reboot.
@@ -267,12 +262,15 @@ func (t *omniTalos) install(config []byte) {
 
 		fmt.Fprintf(t.out, "%s omni installed disk=%s image_bytes=%d\n", Prefix, t.disk.dev, n)
 
-		event := &machine.SequenceEvent{
-			Sequence: "install", Action: machine.SequenceEvent_NOOP,
-			Error: &common.Error{Code: common.Code_FATAL, Message: rebootMessage},
+		// The events of the standalone stand-in's install, real Talos' (Omni counts the
+		// FATAL unix.Reboot at their end).
+		for _, ev := range installEvents() {
+			if err := t.publish(ctx, t.join.EventsSink, "", ev); err != nil {
+				return err
+			}
 		}
 
-		return t.publish(ctx, t.join.EventsSink, "", event)
+		return nil
 	}()
 	if err != nil {
 		t.logger.Error("install failed", zap.Error(err))

@@ -349,7 +349,6 @@ func (b *syncBuffer) String() string {
 var extraEvents = map[string]string{
 	"sequence install STOP": "real Talos publishes it after the install's reboot phase whether the install worked or not; in the recording its kexec came first, so the sink never got it",
 	"sequence install NOOP error FATAL: " + installRebootError: "the same: the install sequence's end in the kexec, Sidero's and Omni's sign of an install (Omni also counts the installed boot's sequence boot START); real Talos sends it on a reset (recorded) and, when it wins the race with the kexec, on an install",
-	"sequence install NOOP error FATAL: " + rebootMessage:      "the Omni stand-in's, as above",
 }
 
 // TestStandinEventsFollowRealTalos: the events the stand-in sends its sink as it installs
