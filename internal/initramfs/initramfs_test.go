@@ -13,6 +13,7 @@ import (
 	"github.com/u-root/u-root/pkg/cpio"
 
 	"github.com/anvil-metal/anvil/internal/initramfs"
+	"github.com/anvil-metal/anvil/internal/initramfs/initramfstest"
 )
 
 func TestArchive(t *testing.T) {
@@ -116,17 +117,7 @@ func TestWriteToMissingSource(t *testing.T) {
 func readBack(t *testing.T, data []byte, c initramfs.Compression) []cpio.Record {
 	t.Helper()
 
-	zr, err := initramfs.Decompress(bytes.NewReader(data), c)
-	require.NoError(t, err)
-
-	raw, err := io.ReadAll(zr)
-	require.NoError(t, err)
-	require.NoError(t, zr.Close())
-
-	recs, err := cpio.ReadAllRecords(cpio.EOFReader{RecordReader: cpio.Newc.Reader(bytes.NewReader(raw))})
-	require.NoError(t, err)
-
-	return recs
+	return initramfstest.Records(t, data, c)
 }
 
 func content(t *testing.T, r cpio.Record) string {

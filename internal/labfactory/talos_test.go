@@ -28,9 +28,9 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/extensions"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/u-root/u-root/pkg/cpio"
 
 	"github.com/anvil-metal/anvil/internal/initramfs"
+	"github.com/anvil-metal/anvil/internal/initramfs/initramfstest"
 	"github.com/anvil-metal/anvil/internal/installerimage"
 	"github.com/anvil-metal/anvil/internal/labfactory"
 	"github.com/anvil-metal/anvil/internal/talosext"
@@ -364,14 +364,7 @@ func TestRealTalosUnknownExtension(t *testing.T) {
 func readExtensionLayer(t *testing.T, data []byte) (extensions.Config, []string) {
 	t.Helper()
 
-	zr, err := initramfs.Decompress(bytes.NewReader(data), initramfs.Zstd)
-	require.NoError(t, err)
-
-	raw, err := io.ReadAll(zr)
-	require.NoError(t, err)
-
-	recs, err := cpio.ReadAllRecords(cpio.EOFReader{RecordReader: cpio.Newc.Reader(bytes.NewReader(raw))})
-	require.NoError(t, err)
+	recs := initramfstest.Records(t, data, initramfs.Zstd)
 
 	var (
 		cfg   extensions.Config

@@ -16,6 +16,7 @@ import (
 	"github.com/u-root/u-root/pkg/cpio"
 
 	"github.com/anvil-metal/anvil/internal/initramfs"
+	"github.com/anvil-metal/anvil/internal/initramfs/initramfstest"
 	"github.com/anvil-metal/anvil/internal/talosext"
 )
 
@@ -111,7 +112,7 @@ func TestLayer(t *testing.T) {
 
 	for _, r := range recs {
 		names = append(names, r.Name)
-		contents[r.Name] = recordContent(t, r)
+		contents[r.Name] = initramfstest.Content(t, r)
 
 		assert.EqualValues(t, 1700000000, r.MTime, r.Name)
 		assert.Zero(t, r.UID, r.Name)
@@ -211,37 +212,14 @@ func TestLayerErrors(t *testing.T) {
 	recs := readLayer(t, b.Bytes())
 	require.Len(t, recs, 1)
 	assert.Equal(t, "extensions.yaml", recs[0].Name)
-	assert.Equal(t, "layers: []\n", string(recordContent(t, recs[0])))
+	assert.Equal(t, "layers: []\n", string(initramfstest.Content(t, recs[0])))
 }
 
 // readLayer decompresses an extension layer and returns its records.
 func readLayer(t *testing.T, data []byte) []cpio.Record {
 	t.Helper()
 
-	zr, err := initramfs.Decompress(bytes.NewReader(data), initramfs.Zstd)
-	require.NoError(t, err)
-
-	raw, err := io.ReadAll(zr)
-	require.NoError(t, err)
-	require.NoError(t, zr.Close())
-
-	recs, err := cpio.ReadAllRecords(cpio.EOFReader{RecordReader: cpio.Newc.Reader(bytes.NewReader(raw))})
-	require.NoError(t, err)
-
-	return recs
-}
-
-func recordContent(t *testing.T, r cpio.Record) []byte {
-	t.Helper()
-
-	if r.ReaderAt == nil {
-		return nil
-	}
-
-	b, err := io.ReadAll(io.NewSectionReader(r.ReaderAt, 0, int64(r.FileSize)))
-	require.NoError(t, err)
-
-	return b
+	return initramfstest.Records(t, data, initramfs.Zstd)
 }
 
 // unsquashList is a squashfs' entries by path (no leading slash), each with its

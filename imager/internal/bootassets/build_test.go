@@ -19,6 +19,7 @@ import (
 	"github.com/anvil-metal/anvil/imager/internal/kmod"
 	"github.com/anvil-metal/anvil/imager/internal/kmod/kmodtest"
 	"github.com/anvil-metal/anvil/internal/initramfs"
+	"github.com/anvil-metal/anvil/internal/initramfs/initramfstest"
 	"github.com/anvil-metal/anvil/internal/modules"
 )
 
@@ -291,19 +292,10 @@ type file struct {
 func readInitramfs(t *testing.T, path string, c initramfs.Compression) map[string]file {
 	t.Helper()
 
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 
-	defer f.Close()
-
-	zr, err := initramfs.Decompress(f, c)
-	require.NoError(t, err)
-
-	raw, err := io.ReadAll(zr)
-	require.NoError(t, err)
-
-	recs, err := cpio.ReadAllRecords(cpio.EOFReader{RecordReader: cpio.Newc.Reader(bytes.NewReader(raw))})
-	require.NoError(t, err)
+	recs := initramfstest.Records(t, data, c)
 
 	files := map[string]file{}
 

@@ -2,7 +2,6 @@ package talosbuild
 
 import (
 	"bytes"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/anvil-metal/anvil/imager/internal/kmod/kmodtest"
 	"github.com/anvil-metal/anvil/internal/initramfs"
+	"github.com/anvil-metal/anvil/internal/initramfs/initramfstest"
 )
 
 const testKernel = "6.99.0-test-amd64"
@@ -276,28 +276,11 @@ func TestWriteInitramfsErrors(t *testing.T) {
 func readArchive(t *testing.T, data []byte) []cpio.Record {
 	t.Helper()
 
-	zr, err := initramfs.Decompress(bytes.NewReader(data), initramfs.Zstd)
-	require.NoError(t, err)
-
-	raw, err := io.ReadAll(zr)
-	require.NoError(t, err)
-	require.NoError(t, zr.Close())
-
-	recs, err := cpio.ReadAllRecords(cpio.EOFReader{RecordReader: cpio.Newc.Reader(bytes.NewReader(raw))})
-	require.NoError(t, err)
-
-	return recs
+	return initramfstest.Records(t, data, initramfs.Zstd)
 }
 
 func recordContent(t *testing.T, r cpio.Record) string {
 	t.Helper()
 
-	if r.ReaderAt == nil {
-		return ""
-	}
-
-	b, err := io.ReadAll(io.NewSectionReader(r.ReaderAt, 0, int64(r.FileSize)))
-	require.NoError(t, err)
-
-	return string(b)
+	return string(initramfstest.Content(t, r))
 }
