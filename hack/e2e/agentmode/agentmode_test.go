@@ -37,9 +37,6 @@ const (
 	bootDeadline = 15 * time.Minute
 	// stepDeadline bounds a step of the agent's: a wipe, a power-off.
 	stepDeadline = 5 * time.Minute
-	// installDeadline bounds an allocation to Talos installed: the power-on, real Talos'
-	// boot, its config, the installer image (~170 MiB) pulled and laid down.
-	installDeadline = 25 * time.Minute
 
 	// agentExtension is the name the factory knows Anvil's metal-agent extension by: the
 	// provider's --agent-talos-extension-name default.
@@ -232,7 +229,7 @@ func TestE2EAgentModeTalos(tt *testing.T) {
 		allocation := sm[1]
 		installed := fmt.Sprintf(labtest.TalosInstalledFmt, talos.Version)
 
-		if labtest.Eventually(t, installDeadline, m.Name+" installed by Talos' installer, marked installed", func() error {
+		if labtest.Eventually(t, labtest.TalosDeadline, m.Name+" installed by Talos' installer, marked installed", func() error {
 			log := serial(m)
 			if len(log) < before || !strings.Contains(log[before:], installed) {
 				return fmt.Errorf("no %q on the console since the allocation", installed)

@@ -50,10 +50,6 @@ const (
 	// stepDeadline bounds each step of the agent and the managers: under TCG power-on to
 	// the agent is ~30–60 s, and the host's two cores are shared.
 	stepDeadline = 6 * time.Minute
-	// talosDeadline bounds a step of real Talos under TCG: its 140 MiB initramfs fetched
-	// and booted, the installer's ~200 MiB pulled from the factory and laid down, the
-	// kexec into the installed system.
-	talosDeadline = 25 * time.Minute
 	// startDeadline bounds the managers' start (caches, webhooks, CRD migration).
 	startDeadline = 2 * time.Minute
 	namespace     = "default"
@@ -422,7 +418,7 @@ func waitTalos(t testing.TB, m *machine.Machine, alive func() error, line string
 
 	var refused string
 
-	ok := waitFor(t, talosDeadline, fmt.Sprintf("%q on %s's console", line, m.Name), alive, func() error {
+	ok := waitFor(t, labtest.TalosDeadline, fmt.Sprintf("%q on %s's console", line, m.Name), alive, func() error {
 		if refused = labtest.RefusedConfig(m.SerialLog()); refused != "" {
 			return nil
 		}

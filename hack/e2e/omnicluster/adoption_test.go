@@ -98,7 +98,7 @@ func TestOmniAdoption(tt *testing.T) {
 	out, err = ctl("machine", "allocate", m.UUID, "--talos-version", standinTalos, "--config", config)
 	require.NoError(t, err, out)
 
-	require.True(t, labtest.Eventually(t, talosDeadline, m.Name+" installed", func() error {
+	require.True(t, labtest.Eventually(t, labtest.TalosDeadline, m.Name+" installed", func() error {
 		if !strings.Contains(yaml(), "installedAllocation:") {
 			return os.ErrNotExist
 		}

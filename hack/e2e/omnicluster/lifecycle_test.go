@@ -35,10 +35,6 @@ const (
 	// stepDeadline is generous: under TCG power-on to the agent is ~30–60 s, and the
 	// host's two cores are shared with another lab's machines.
 	stepDeadline = 5 * time.Minute
-	// talosDeadline bounds a step of real Talos on TCG: its boot into maintenance and
-	// SideroLink (2–4 min for two machines at once), Omni's config, the installer's
-	// 200 MiB pulled and laid down (4–5 min), the reboot; or a reset and the wipe after.
-	talosDeadline = 25 * time.Minute
 	// pendingFor is how long the test watches pending machines be left alone.
 	pendingFor = 20 * time.Second
 	// onceFor is how long a request carried out is watched for a second time.
@@ -278,7 +274,7 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 		// Real Talos in maintenance joined Omni over SideroLink and reported the
 		// cluster's schematic, which Anvil booted it with: the provider is killed there.
 		labtest.ForEach(cluster, func(m *machine.Machine) {
-			if labtest.Eventually(t, talosDeadline, m.Name+"'s real Talos joined Omni with the cluster's schematic", func() error {
+			if labtest.Eventually(t, labtest.TalosDeadline, m.Name+"'s real Talos joined Omni with the cluster's schematic", func() error {
 				return o.talosJoined(t.Context(), ctl, m, talos.Version)
 			}) {
 				rep.Add("cluster created → real Talos joined Omni", m, time.Since(synced))
@@ -288,7 +284,7 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 		require.NoError(t, state.KillProvider(t.Context(), cfg))
 
 		labtest.ForEach(cluster, func(m *machine.Machine) {
-			if labtest.Eventually(t, talosDeadline, m.Name+" installed by its own installer, reported installed", func() error {
+			if labtest.Eventually(t, labtest.TalosDeadline, m.Name+" installed by its own installer, reported installed", func() error {
 				if err := grew(m.SerialLog(), installed, before[m.Name]); err != nil {
 					return err
 				}
@@ -314,7 +310,7 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 			}
 
 			// Running with the configuration Omni applied, from its own disk.
-			if labtest.Eventually(t, talosDeadline, m.Name+"'s Talos running on its STATE's configuration", func() error {
+			if labtest.Eventually(t, labtest.TalosDeadline, m.Name+"'s Talos running on its STATE's configuration", func() error {
 				return grew(m.SerialLog(), labtest.TalosFromState, 0)
 			}) {
 				rep.Add("cluster created → running on its installed config", m, time.Since(synced))
@@ -354,7 +350,7 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 
 		require.NoError(t, o.SetConfig(t.Context(), cp.UUID, labtest.AcceptanceAccepted, "requestedrebootid: reboot-1"))
 
-		if labtest.Eventually(t, talosDeadline, cp.Name+" rebooted through its BMC into its disk's Talos", func() error {
+		if labtest.Eventually(t, labtest.TalosDeadline, cp.Name+" rebooted through its BMC into its disk's Talos", func() error {
 			s, err := o.infraStatus(t.Context(), cp.UUID)
 			if err != nil {
 				return err
@@ -417,7 +413,7 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 
 		deleted := time.Now()
 
-		ctx, cancel := context.WithTimeout(t.Context(), talosDeadline)
+		ctx, cancel := context.WithTimeout(t.Context(), labtest.TalosDeadline)
 		defer cancel()
 
 		done := make(chan error, 1)
@@ -430,7 +426,7 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 		// Omni resets each machine over Talos' API; the powered-off control plane's
 		// power-off request it drops, so Anvil powers it on first.
 		labtest.ForEach(cluster, func(m *machine.Machine) {
-			if labtest.Eventually(t, talosDeadline, m.Name+" reset by Omni", func() error {
+			if labtest.Eventually(t, labtest.TalosDeadline, m.Name+" reset by Omni", func() error {
 				return grew(m.SerialLog(), talosReset, resets[m.Name])
 			}) {
 				rep.Add("cluster deleted → reset over Talos' API", m, time.Since(deleted))
@@ -440,7 +436,7 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 		require.NoError(t, state.KillProvider(t.Context(), cfg))
 
 		labtest.ForEach(cluster, func(m *machine.Machine) {
-			if labtest.Eventually(t, talosDeadline, m.Name+" wiped and ready to use again", func() error {
+			if labtest.Eventually(t, labtest.TalosDeadline, m.Name+" wiped and ready to use again", func() error {
 				im, err := o.infraMachine(t.Context(), m.UUID)
 				if err != nil {
 					return err

@@ -32,10 +32,6 @@ const (
 	// stepDeadline bounds a step of the agent (power-on to registered, a wipe) or of an
 	// installed Talos' API: under TCG ~30–60 s, on two cores shared by two machines.
 	stepDeadline = 6 * time.Minute
-	// talosDeadline bounds a step of real Talos under TCG: a 140 MiB initramfs fetched
-	// and booted, the installer's ~200 MiB pulled from the factory and laid down, the
-	// kexec into the installed system; two machines at once.
-	talosDeadline = 25 * time.Minute
 	// kexecTimeout is the provider's deadline for a kexec'd Talos to be seen up (its
 	// config fetched): the agent downloads and loads real Talos' initramfs under TCG,
 	// which the default 5 minutes may not cover, and the test asserts the handoff went
@@ -277,7 +273,7 @@ func (r *rig) install(t testing.TB, n *node) {
 	m, serial := n.m, n.m.SerialLog()
 
 	// Into Talos, each its way.
-	if !labtest.Eventually(t, talosDeadline, m.Name+"'s Talos kernel ("+n.way()+")", func() error {
+	if !labtest.Eventually(t, labtest.TalosDeadline, m.Name+"'s Talos kernel ("+n.way()+")", func() error {
 		if _, ok := r.consoles.First(serial, n.allocated, talosKernel); !ok {
 			return fmt.Errorf("no Talos kernel command line on the console")
 		}
@@ -334,7 +330,7 @@ func (r *rig) install(t testing.TB, n *node) {
 func (r *rig) waitSerial(t testing.TB, n *node, what, line string) bool {
 	var refused string
 
-	ok := labtest.Eventually(t, talosDeadline, n.m.Name+" "+what, func() error {
+	ok := labtest.Eventually(t, labtest.TalosDeadline, n.m.Name+" "+what, func() error {
 		if refused = labtest.RefusedConfig(n.m.SerialLog()); refused != "" {
 			return nil
 		}
@@ -448,7 +444,7 @@ func (r *rig) reboot(t testing.TB, n *node) {
 		return
 	}
 
-	if labtest.Eventually(t, talosDeadline, m.Name+" rebooted into its disk's GRUB and Talos on its STATE", func() error {
+	if labtest.Eventually(t, labtest.TalosDeadline, m.Name+" rebooted into its disk's GRUB and Talos on its STATE", func() error {
 		if c := labtest.CountIn(serial, labtest.GRUBBoot); c <= grub {
 			return fmt.Errorf("GRUB %d times, as before", c)
 		}

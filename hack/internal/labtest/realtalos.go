@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/siderolabs/image-factory/pkg/schematic"
 	"github.com/stretchr/testify/require"
@@ -17,6 +18,13 @@ import (
 // has only tty0), no dashboard on it (its redraws cost an emulated CPU), and no IO-APIC
 // timer check, which a loaded host's emulated timer can fail.
 const TalosKernelArgs = "console=ttyS0 talos.dashboard.disabled=1 no_timer_check"
+
+// TalosDeadline bounds a step of real Talos under TCG, on two cores shared with other
+// labs' machines: its ~140 MiB initramfs fetched and booted (into maintenance and
+// SideroLink, 2–4 min for two machines at once), its config, the installer's ~200 MiB
+// pulled and laid down (4–5 min), the reboot or kexec into the installed system; or a
+// reset and the wipe after.
+const TalosDeadline = 25 * time.Minute
 
 // Lines real Talos (make talos) prints on the serial console, which the lab's tests
 // wait for.
