@@ -243,10 +243,12 @@ func (t *Talos) registry(w http.ResponseWriter, r *http.Request, f *Factory) {
 
 	if m := installerManifestRe.FindStringSubmatch(r.URL.Path); m != nil && m[3] == t.version {
 		// A schematic never registered has no installer, as the factory answers.
-		if _, ok := f.Schematic(m[2]); m[2] != "" && !ok {
-			registryError(w, http.StatusNotFound, "MANIFEST_UNKNOWN", "unknown schematic "+m[2])
+		if m[2] != "" {
+			if _, ok := f.Schematic(m[2]); !ok {
+				registryError(w, http.StatusNotFound, "MANIFEST_UNKNOWN", "unknown schematic "+m[2])
 
-			return
+				return
+			}
 		}
 
 		if err := t.ensureInstaller(r.Context(), f, m[1], m[2], f.base(r)); err != nil {
