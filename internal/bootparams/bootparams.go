@@ -1,5 +1,6 @@
 // Package bootparams names the kernel command-line parameters the provider sets for the
-// agent in its iPXE script and the agent reads back.
+// agent in its iPXE script and the agent reads back, and says which values on a kernel
+// line are secret, hiding them wherever a line is shown (Redact).
 package bootparams
 
 const (

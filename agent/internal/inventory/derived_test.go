@@ -134,6 +134,11 @@ func TestKernelCmdlineOf(t *testing.T) {
 		{"console=ttyS0 talos.platform=metal\n", "console=ttyS0 talos.platform=metal"},
 		{"  quiet  \n", "quiet"},
 		{"console=ttyS0 anvil.token=v1.secret.sig anvil.machine=m1\n", "console=ttyS0 anvil.token=<redacted> anvil.machine=m1"},
+		// Omni's join token too, as the kernel log shipped to Omni hides it.
+		{
+			"siderolink.api=grpc://10.77.0.3:8090?jointoken=v2%3Asecret talos.events.sink=[fdae::1]:8091 anvil.token=v1.secret.sig\n",
+			"siderolink.api=grpc://10.77.0.3:8090?jointoken=<redacted> talos.events.sink=[fdae::1]:8091 anvil.token=<redacted>",
+		},
 	} {
 		assert.Equal(t, runtimeres.KernelCmdlineSpec{Cmdline: tc.want}, inventory.KernelCmdlineOf(tc.raw), "%q", tc.raw)
 	}

@@ -64,19 +64,12 @@ func (ctrl *KernelCmdlineController) Run(ctx context.Context, r controller.Runti
 }
 
 // kernelCmdline is what Talos makes of /proc/cmdline: the line without the
-// newline the kernel ends it with — less the agent's per-boot token, whose value is
-// replaced: whoever reads the resource (Omni, and its users through it) must not be
-// able to speak to the provider as this machine's agent.
+// newline the kernel ends it with — less its secrets (bootparams.Redact: the agent's
+// per-boot token, Omni's join token, …), whose values are replaced: whoever reads the
+// resource (Omni, and its users through it) must not be able to speak to the provider
+// as this machine's agent. The kernel log shipped to Omni hides the same.
 func kernelCmdline(raw string) runtimeres.KernelCmdlineSpec {
-	words := strings.Fields(raw)
-
-	for i, w := range words {
-		if strings.HasPrefix(w, bootparams.Token+"=") {
-			words[i] = bootparams.Token + "=<redacted>"
-		}
-	}
-
-	return runtimeres.KernelCmdlineSpec{Cmdline: strings.Join(words, " ")}
+	return runtimeres.KernelCmdlineSpec{Cmdline: bootparams.Redact(strings.Join(strings.Fields(raw), " "))}
 }
 
 // readCmdline reads procRoot/cmdline.

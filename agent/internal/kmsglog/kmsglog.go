@@ -8,6 +8,11 @@
 // Shipping never holds the agent up: the kernel keeps its log in a ring that writers never
 // wait on. While the destination is unreachable the shipper stops reading, and records
 // the ring overwrites meanwhile are lost, as they are to Talos.
+//
+// Unlike Talos, it ships no secret: the kernel logs its command line (the agent's
+// per-boot token, Omni's join token) and the agent's own lines may quote one, so every
+// record has its secrets redacted before it leaves the machine (bootparams.Redact, and
+// bootparams.RedactValues for a secret the agent knows, cut by a record boundary).
 package kmsglog
 
 import (
@@ -25,6 +30,8 @@ import (
 	"github.com/siderolabs/go-kmsg"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/anvil-metal/anvil/internal/bootparams"
 )
 
 // Defaults of Options.
@@ -52,6 +59,10 @@ type Options struct {
 	Reader kmsg.Reader
 	// Dial connects to the destination; nil means a net.Dialer with TCP keepalive.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// Secrets are values no record may show, whole or cut by a record boundary (see
+	// bootparams.RedactValues): the agent's own, as bootparams.Secrets finds them on
+	// its command line. Named secrets (bootparams.Redact) are hidden without them.
+	Secrets []string
 	// OnLost is told when a TCP connection that was shipping ends from the receiver's
 	// side — closed, reset, or silent past TCP keepalive: Omni restarted, or the path to
 	// it broke. It runs on a goroutine of Run's and must return quickly. nil: nobody.
@@ -131,6 +142,9 @@ func Run(ctx context.Context, opts Options) error {
 
 			continue
 		}
+
+		// The kernel's own records quote its command line: nothing secret leaves.
+		p.Message.Message = bootparams.RedactValues(bootparams.Redact(p.Message.Message), opts.Secrets)
 
 		line, err := encode(p.Message)
 		if err != nil {

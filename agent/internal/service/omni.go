@@ -10,6 +10,7 @@ import (
 	"github.com/anvil-metal/anvil/agent/internal/config"
 	"github.com/anvil-metal/anvil/agent/internal/inventory"
 	"github.com/anvil-metal/anvil/agent/internal/kmsglog"
+	"github.com/anvil-metal/anvil/internal/bootparams"
 	"github.com/anvil-metal/anvil/internal/maintenance"
 	"github.com/anvil-metal/anvil/internal/siderolink"
 	"github.com/anvil-metal/anvil/internal/talosversion"
@@ -25,6 +26,20 @@ type omniAgent struct {
 	procRoot  string
 	pid1      bool
 	logger    *zap.Logger
+	// secrets are what the kernel log shipped to Omni must not show (logSecrets).
+	secrets []string
+}
+
+// logSecrets are the secret values the agent knows, which no line of its kernel log may
+// show: those on its command line (bootparams.Secrets), its token and Omni's join token
+// however they were given.
+func logSecrets(cmdline string, cfg config.Config, omni config.Omni) []string {
+	secrets := append(bootparams.Secrets(cmdline), cfg.Token)
+	if omni.API != nil {
+		secrets = append(secrets, omni.API.JoinToken)
+	}
+
+	return secrets
 }
 
 // run runs until ctx is done. Without Omni's join args there is nothing to do.
@@ -40,7 +55,7 @@ func (o *omniAgent) run(ctx context.Context) {
 		// tunnel carries them.
 		go func() {
 			err := kmsglog.Run(ctx, kmsglog.Options{
-				URL: o.cfg.KernelLog, Logger: o.logger.Named("kmsglog"),
+				URL: o.cfg.KernelLog, Logger: o.logger.Named("kmsglog"), Secrets: o.secrets,
 				OnLost: func(error) {
 					select {
 					case reprovision <- struct{}{}:

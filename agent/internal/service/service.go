@@ -137,7 +137,10 @@ func Run(ctx context.Context, opts Options) error {
 		if omniCfg, err := cfg.Omni(); err != nil {
 			logger.Warn("Omni's join arguments are malformed: not joining Omni", zap.Error(err))
 		} else if omniCfg.API != nil || omniCfg.KernelLog != nil {
-			o := &omniAgent{cfg: omniCfg, machineID: cfg.MachineID, st: st, procRoot: procRoot(opts.Sources), pid1: opts.PID1, logger: logger.Named("omni")}
+			o := &omniAgent{
+				cfg: omniCfg, machineID: cfg.MachineID, st: st, procRoot: procRoot(opts.Sources), pid1: opts.PID1, logger: logger.Named("omni"),
+				secrets: logSecrets(string(cmdline), cfg, omniCfg),
+			}
 
 			go do.joinOmni(ctx, o)
 		}

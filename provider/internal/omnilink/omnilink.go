@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	omniadapterv1 "github.com/anvil-metal/anvil/api/omniadapter/v1"
+	"github.com/anvil-metal/anvil/internal/bootparams"
 	"github.com/anvil-metal/anvil/provider/internal/power"
 	"github.com/anvil-metal/anvil/provider/internal/transitions"
 )
@@ -196,16 +197,13 @@ func (l *Link) Serve(ctx context.Context) error {
 	}
 }
 
-// Redact hides a join token in kernel args, for logs: the token lets a machine join.
+// Redact hides the join token, and any other secret, in kernel args, for logs: the
+// token lets a machine join (bootparams.Redact).
 func Redact(args []string) []string {
 	out := make([]string, 0, len(args))
 
 	for _, a := range args {
-		if i := strings.Index(a, "jointoken="); i >= 0 {
-			a = a[:i] + "jointoken=<redacted>"
-		}
-
-		out = append(out, a)
+		out = append(out, bootparams.Redact(a))
 	}
 
 	return out
