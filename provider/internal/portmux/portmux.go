@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -18,6 +19,14 @@ const tlsHandshake = 0x16
 
 // peekTimeout bounds how long a silent connection may hold its goroutine.
 const peekTimeout = 10 * time.Second
+
+// Accept's back-off after a failure that passes (out of file descriptors: a flood of
+// connections, or a leak, must not stop the API port for good): the first wait, doubled
+// at each failure in a row up to the longest, as net/http's Server does.
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
 
 // Mux splits one listener into a TLS and a plaintext listener.
 type Mux struct {
@@ -42,13 +51,16 @@ func (m *Mux) TLS() net.Listener { return m.tls }
 func (m *Mux) Plain() net.Listener { return m.plain }
 
 // Run accepts connections until ctx is done or the root listener fails, then closes
-// everything.
+// everything. A failure that passes (too many open files, a connection aborted before it
+// was accepted) is waited out, backing off, and accepting goes on.
 func (m *Mux) Run(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { m.root.Close() })
 	defer stop()
 
 	defer m.tls.Close()
 	defer m.plain.Close()
+
+	var backoff time.Duration
 
 	for {
 		conn, err := m.root.Accept()
@@ -57,16 +69,43 @@ func (m *Mux) Run(ctx context.Context) error {
 				return nil
 			}
 
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if !temporary(err) {
+				return err
 			}
 
-			return err
+			backoff = min(max(2*backoff, acceptBackoffMin), acceptBackoffMax)
+
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(backoff):
+			}
+
+			continue
 		}
+
+		backoff = 0
 
 		go m.route(conn)
 	}
+}
+
+// temporary reports whether an Accept error passes: the process or the system is out
+// of file descriptors or buffers, or a client gave up before it was accepted. The
+// pending connections wait in the listen queue meanwhile.
+func temporary(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+
+	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ECONNABORTED, syscall.ENOBUFS, syscall.ENOMEM} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+
+	return false
 }
 
 func (m *Mux) route(conn net.Conn) {
