@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/anvil-metal/anvil/internal/bootparams"
 	"github.com/anvil-metal/anvil/provider/internal/fleet"
 )
 
@@ -35,6 +36,9 @@ func funcs(now func() time.Time) template.FuncMap {
 		"size": fleet.DiskSize,
 		"mem":  fleet.Memory,
 		"join": strings.Join,
+		// redact hides secrets in text an agent, a BMC or Omni wrote (kernel args, error
+		// and event messages): a token on a kernel line, a password in a URL.
+		"redact": bootparams.Redact,
 		"dash": func(s string) string {
 			if s == "" {
 				return "-"
