@@ -210,8 +210,15 @@ func (s *State) save() error {
 		return fmt.Errorf("error encoding the lab state: %w", err)
 	}
 
+	// Readable by its owner only: it holds the BMC password, which the lab hands over
+	// by files of mode 0600 (BMCPasswordFile, the BMCs' own configuration) and never
+	// shows. A stale temporary file is removed first, or it would keep its mode.
 	tmp := StateFile(s.Dir) + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("error writing the lab state: %w", err)
+	}
+
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return fmt.Errorf("error writing the lab state: %w", err)
 	}
 
