@@ -114,7 +114,8 @@ func (s *Server) handleAgentAsset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	http.ServeFile(w, r, filepath.Join(s.opts.Scripts.Assets.Dir, name)) //nolint:gosec // name is one of the assets' own file names, checked above
+	// name is one of the assets' own file names, checked above.
+	http.ServeFile(w, r, filepath.Join(s.opts.Scripts.Assets.Dir, name))
 
 	// iPXE fetches the initramfs last: served whole, the agent's assets are in.
 	if s.opts.Trace != nil && r.Context().Err() == nil && s.agentInitramfs(name) {

@@ -68,12 +68,33 @@ type Options struct {
 	Logger     *zap.Logger
 }
 
+// Write deadlines: a client that reads nothing must not hold a connection, its goroutine
+// and the file it asked for, for good.
+const (
+	// writeTimeout bounds writing the response of a small route: a boot script, a
+	// machine's configuration, health, metrics, an event sink call. They are kilobytes,
+	// written in well under a second; the deadline counts from the request's headers, so
+	// it covers the handler's time too, hence the margin.
+	writeTimeout = 30 * time.Second
+	// assetWriteStall bounds how long the download of a boot asset (agent and Talos
+	// kernels and initramfs, a UKI, an EFI binary: up to hundreds of MB, over links of any
+	// speed) may make no progress. Its deadline moves on with every assetChunk written,
+	// so a slow link finishes, and a client that stops reading is cut off.
+	assetWriteStall = 30 * time.Second
+	// assetChunk is what is written under one deadline: 1 MiB in 30 s is 35 KB/s, far
+	// below any link a machine boots over.
+	assetChunk = 1 << 20
+)
+
 // Server is the provider's HTTP server.
 type Server struct {
 	opts    Options
 	metrics *metrics
 	grpc    *grpc.Server
 	handler http.Handler
+	// writeTimeout and assetStall are the constants of the same names; tests shorten them.
+	writeTimeout time.Duration
+	assetStall   time.Duration
 }
 
 // New builds the server.
@@ -82,6 +103,9 @@ func New(opts Options) *Server {
 		opts:    opts,
 		metrics: newMetrics(opts.Registry),
 		grpc:    grpc.NewServer(grpc.MaxRecvMsgSize(maxEventSize)),
+
+		writeTimeout: writeTimeout,
+		assetStall:   assetWriteStall,
 	}
 
 	events.RegisterEventSinkServiceServer(s.grpc, &eventSink{server: s})
@@ -89,10 +113,10 @@ func New(opts Options) *Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ipxe/start.ipxe", s.handleStart)
 	mux.HandleFunc("GET /ipxe/boot.ipxe", s.handleBoot)
-	mux.HandleFunc("GET /assets/agent/{name}", s.handleAgentAsset)
-	mux.HandleFunc("GET /boot/{name...}", s.handleBootFile)
-	mux.HandleFunc("GET /boot/uki/{arch}/{uuid}/{mac}/boot.efi", s.handleUKI)
-	mux.HandleFunc("GET /assets/talos/{schematic}/{version}/{file}", s.handleTalosAsset)
+	mux.HandleFunc("GET /assets/agent/{name}", s.asset(s.handleAgentAsset))
+	mux.HandleFunc("GET /boot/{name...}", s.asset(s.handleBootFile))
+	mux.HandleFunc("GET /boot/uki/{arch}/{uuid}/{mac}/boot.efi", s.asset(s.handleUKI))
+	mux.HandleFunc("GET /assets/talos/{schematic}/{version}/{file}", s.asset(s.handleTalosAsset))
 	mux.HandleFunc("GET /metadata/{machine}", s.handleMetadata)
 	mux.HandleFunc("GET /healthz", s.handleHealth)
 	mux.HandleFunc("GET /ui/", s.handleConsoleRedirect)
@@ -139,6 +163,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		Handler:           s.handler,
 		Protocols:         protocols,
 		ReadHeaderTimeout: 10 * time.Second,
+		// The asset routes set deadlines of their own (s.asset).
+		WriteTimeout: s.writeTimeout,
 		// Without it an idle keep-alive connection is held forever: a client could pin
 		// goroutines and file descriptors by the thousand. iPXE's requests of one boot
 		// follow each other within seconds.
