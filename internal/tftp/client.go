@@ -25,6 +25,8 @@ type ClientOptions struct {
 	Timeout time.Duration
 	// Retries is how many times an ACK is sent again before giving up. Default 5.
 	Retries int
+	// Local is the address to send from; unset, the system chooses.
+	Local netip.Addr
 }
 
 // Result is what a Get received.
@@ -59,7 +61,12 @@ func Get(ctx context.Context, addr, name string, o ClientOptions, w io.Writer) (
 		network = "udp6"
 	}
 
-	uc, err := net.ListenUDP(network, nil)
+	var laddr *net.UDPAddr
+	if o.Local.IsValid() {
+		laddr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(o.Local, 0))
+	}
+
+	uc, err := net.ListenUDP(network, laddr)
 	if err != nil {
 		return Result{}, fmt.Errorf("error opening a TFTP client socket: %w", err)
 	}

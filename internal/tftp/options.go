@@ -14,6 +14,13 @@ const (
 	OptWindowSize = "windowsize"
 )
 
+// maxTimeout is the longest retransmission timeout a client may negotiate; RFC 2349
+// allows up to 255 s. A longer one is not acknowledged (RFC 2347 lets a server ignore an
+// option), so the server's own timeout applies: a client that asked 255 s and never
+// acknowledged would otherwise hold its transfer's slot, socket and goroutine for 255 s
+// per retry, 25 minutes. Firmware asks for none, or a few seconds.
+const maxTimeout = 5 * time.Second
+
 // limits are the largest values the server agrees to.
 type limits struct {
 	maxBlockSize  int
@@ -32,8 +39,9 @@ type params struct {
 
 // negotiate answers a read request's options for a file of size bytes (RFC 2347): each
 // known option with a valid value is accepted (blksize and windowsize lowered to the
-// server's limits), unknown ones are ignored, and a known option with an invalid value
-// refuses the request with an error for an ERROR 8 packet.
+// server's limits), a timeout above maxTimeout and unknown options are ignored, and a
+// known option with an invalid value refuses the request with an error for an ERROR 8
+// packet.
 func negotiate(req *Request, size int64, lim limits) (params, error) {
 	p := params{blockSize: defaultBlockSize, windowSize: 1}
 
@@ -61,8 +69,12 @@ func negotiate(req *Request, size int64, lim limits) (params, error) {
 				return params{}, err
 			}
 
-			p.timeout = time.Duration(v) * time.Second
-			p.oack = append(p.oack, Option{Name: o.Name, Value: o.Value})
+			// The OACK must repeat the value asked (RFC 2349): one above the cap is
+			// ignored, not lowered.
+			if d := time.Duration(v) * time.Second; d <= maxTimeout {
+				p.timeout = d
+				p.oack = append(p.oack, Option{Name: o.Name, Value: o.Value})
+			}
 		case OptTransfer:
 			// A reader sends 0 and is told the size (RFC 2349).
 			if _, err := optionInt(o, 0, 0); err != nil {

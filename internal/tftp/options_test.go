@@ -57,6 +57,23 @@ func TestNegotiate(t *testing.T) {
 			opts: []Option{{"timeout", "5"}},
 			want: params{blockSize: 512, windowSize: 1, timeout: 5 * time.Second, oack: []Option{{"timeout", "5"}}},
 		},
+		{
+			name: "timeout at the cap taken",
+			opts: []Option{{"timeout", "5"}, {"blksize", "1468"}},
+			want: params{blockSize: 1468, windowSize: 1, timeout: 5 * time.Second, oack: []Option{{"timeout", "5"}, {"blksize", "1468"}}},
+		},
+		{
+			// A client may not hold its slot for 255 s a retry: the option is not
+			// acknowledged, the server's own timeout applies.
+			name: "timeout above the cap ignored",
+			opts: []Option{{"timeout", "6"}, {"blksize", "1468"}},
+			want: params{blockSize: 1468, windowSize: 1, oack: []Option{{"blksize", "1468"}}},
+		},
+		{
+			name: "largest timeout ignored",
+			opts: []Option{{"timeout", "255"}},
+			want: params{blockSize: 512, windowSize: 1},
+		},
 		{name: "timeout zero", opts: []Option{{"timeout", "0"}}, wantErr: "invalid timeout"},
 		{name: "timeout too long", opts: []Option{{"timeout", "256"}}, wantErr: "invalid timeout"},
 		{

@@ -49,6 +49,11 @@ type sender struct {
 	// write into datagrams of 4+blockSize bytes (UDP segmentation offload), so a window
 	// costs one system call instead of one per block.
 	batch int
+	// maxStall, when above 0, bounds how long the client may acknowledge nothing new,
+	// whatever the timeout and retries: past it the transfer gives up. progress is when
+	// it last did (or the transfer started).
+	maxStall time.Duration
+	progress time.Time
 
 	buf   []byte // DATA packets, back to back
 	in    []byte // a received packet
@@ -61,15 +66,34 @@ func newSender(c conn, src io.ReaderAt, size int64, p params, timeout time.Durat
 	return &sender{
 		conn: c, src: src, size: size,
 		blockSize: p.blockSize, windowSize: p.windowSize,
-		timeout: timeout, retries: retries, batch: batch,
+		timeout: timeout, retries: retries, batch: batch, progress: time.Now(),
 		buf: make([]byte, batch*(4+p.blockSize)),
 		// Anything longer than an ACK or a short ERROR is not read whole, and need not be.
 		in: make([]byte, 516),
 	}
 }
 
-// errTimeout is a transfer that ran out of retries.
+// errTimeout is a transfer that ran out of retries, or of time without progress.
 var errTimeout = errors.New("timed out waiting for the client")
+
+// deadline is when a wait for an ACK ends: a timeout from now, and no later than the
+// stall bound allows.
+func (s *sender) deadline() time.Time {
+	d := time.Now().Add(s.timeout)
+
+	if s.maxStall > 0 {
+		if end := s.progress.Add(s.maxStall); end.Before(d) {
+			return end
+		}
+	}
+
+	return d
+}
+
+// stalled reports whether the client has acknowledged nothing new for maxStall.
+func (s *sender) stalled() bool {
+	return s.maxStall > 0 && time.Since(s.progress) >= s.maxStall
+}
 
 // sendOACK sends the option acknowledgement until the client acknowledges it with ACK 0.
 func (s *sender) sendOACK(oack []Option) error {
@@ -80,7 +104,7 @@ func (s *sender) sendOACK(oack []Option) error {
 			return fmt.Errorf("error sending OACK: %w", err)
 		}
 
-		deadline := time.Now().Add(s.timeout)
+		deadline := s.deadline()
 
 		for {
 			block, err := s.readACK(deadline)
@@ -93,12 +117,14 @@ func (s *sender) sendOACK(oack []Option) error {
 			}
 
 			if block == 0 {
+				s.progress = time.Now()
+
 				return nil
 			}
 		}
 
 		s.stats.Timeouts++
-		if try >= s.retries {
+		if try >= s.retries || s.stalled() {
 			return errTimeout
 		}
 	}
@@ -136,6 +162,7 @@ func (s *sender) send() error {
 
 		if progressed {
 			tries = 0
+			s.progress = time.Now()
 
 			if acked < sent {
 				s.stats.Rollbacks++
@@ -146,7 +173,7 @@ func (s *sender) send() error {
 
 		s.stats.Timeouts++
 
-		if tries++; tries > s.retries {
+		if tries++; tries > s.retries || s.stalled() {
 			return errTimeout
 		}
 	}
@@ -156,12 +183,12 @@ func (s *sender) send() error {
 	return nil
 }
 
-// waitACK waits up to the timeout for an ACK that moves acked forward within
+// waitACK waits up to the timeout (or the stall bound) for an ACK that moves acked forward within
 // (acked, sent]. An ACK of acked itself (a duplicate) or outside the window (a stale
 // one) is ignored: answering duplicates with data is how the Sorcerer's Apprentice
 // syndrome starts. It returns false when the wait ran out.
 func (s *sender) waitACK(acked *uint64, sent uint64) (bool, error) {
-	deadline := time.Now().Add(s.timeout)
+	deadline := s.deadline()
 
 	for {
 		block, err := s.readACK(deadline)

@@ -22,6 +22,25 @@ var (
 var (
 	ErrMalformed = errors.New("malformed request")
 	ErrBusy      = errors.New("server busy")
+	// ErrClientBusy refuses a request from an address that has MaxTransfersPerClient
+	// transfers in progress. It matches ErrBusy too.
+	ErrClientBusy = fmt.Errorf("%w: too many transfers from this address", ErrBusy)
+)
+
+// Defaults of Config's bounds.
+const (
+	// defaultMaxTransfers bounds transfers in progress: each holds a socket and a
+	// goroutine. Thousands of machines booting at once stay under it.
+	defaultMaxTransfers = 4096
+	// defaultMaxTransfersPerClient: a machine's firmware fetches one file at a time
+	// (UEFI first asks the size in a transfer it ends at the OACK); 4 leaves room for a
+	// retry whose first attempt the server still waits on, and keeps one address (a
+	// client that asks and never acknowledges) from taking the slots of the others.
+	defaultMaxTransfersPerClient = 4
+	// defaultMaxStall bounds how long a transfer waits on a client that acknowledges
+	// nothing new, whatever Timeout and Retries say: six waits of the longest timeout
+	// a client may negotiate (5 s). Then its slot goes back.
+	defaultMaxStall = 6 * maxTimeout
 )
 
 // OpenFunc opens the file a read request names. It returns the content and its size;
@@ -64,6 +83,12 @@ type Config struct {
 	// MaxTransfers bounds transfers in progress; requests beyond it are refused with
 	// an ERROR. Default 4096.
 	MaxTransfers int
+	// MaxTransfersPerClient bounds the transfers in progress from one IP address;
+	// requests beyond it are refused with an ERROR (ErrClientBusy). Default 4.
+	MaxTransfersPerClient int
+	// MaxStall bounds how long a transfer goes on while the client acknowledges
+	// nothing new, retries or not. Default 30s.
+	MaxStall time.Duration
 }
 
 // Server is a read-only TFTP server. Write requests are refused.
@@ -102,7 +127,15 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 
 	if cfg.MaxTransfers <= 0 {
-		cfg.MaxTransfers = 4096
+		cfg.MaxTransfers = defaultMaxTransfers
+	}
+
+	if cfg.MaxTransfersPerClient <= 0 {
+		cfg.MaxTransfersPerClient = defaultMaxTransfersPerClient
+	}
+
+	if cfg.MaxStall <= 0 {
+		cfg.MaxStall = defaultMaxStall
 	}
 
 	return &Server{cfg: cfg}, nil
@@ -131,6 +164,7 @@ func (s *Server) Serve(ctx context.Context, conn *net.UDPConn) error {
 	defer wg.Wait()
 
 	slots := make(chan struct{}, s.cfg.MaxTransfers)
+	clients := &clientCounts{n: map[netip.Addr]int{}}
 	buf := make([]byte, maxRequest+1)
 	oob := make([]byte, 128)
 
@@ -180,19 +214,60 @@ func (s *Server) Serve(ctx context.Context, conn *net.UDPConn) error {
 			continue
 		}
 
+		if !clients.take(remote.Addr(), s.cfg.MaxTransfersPerClient) {
+			s.refuse(conn, remote, req, ErrCodeUndefined, ErrClientBusy)
+
+			continue
+		}
+
 		select {
 		case slots <- struct{}{}:
 		default:
+			clients.give(remote.Addr())
 			s.refuse(conn, remote, req, ErrCodeUndefined, ErrBusy)
 
 			continue
 		}
 
 		wg.Go(func() {
-			defer func() { <-slots }()
+			defer func() {
+				<-slots
+				clients.give(remote.Addr())
+			}()
 
 			s.transfer(ctx, req, dst, remote)
 		})
+	}
+}
+
+// clientCounts counts the transfers in progress by client address. It holds only
+// addresses with a transfer, so it is bounded by MaxTransfers.
+type clientCounts struct {
+	mu sync.Mutex
+	n  map[netip.Addr]int
+}
+
+// take counts a transfer for addr, unless addr already has limit.
+func (c *clientCounts) take(addr netip.Addr, limit int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	if c.n[addr] >= limit {
+		return false
+	}
+
+	c.n[addr]++
+
+	return true
+}
+
+// give uncounts a transfer of addr.
+func (c *clientCounts) give(addr netip.Addr) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	if c.n[addr]--; c.n[addr] <= 0 {
+		delete(c.n, addr)
 	}
 }
 
@@ -281,6 +356,7 @@ func (s *Server) transfer(ctx context.Context, req *Request, local netip.Addr, r
 	}
 
 	snd := newSender(c, src, size, p, timeout, s.cfg.Retries, segmentation(c, 4+p.blockSize, p.windowSize))
+	snd.maxStall = s.cfg.MaxStall
 
 	defer func() { t.Stats = snd.stats }()
 

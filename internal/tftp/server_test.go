@@ -328,6 +328,130 @@ func TestServerBusyAndShutdown(t *testing.T) {
 	// The cleanup checks that Serve returns promptly though a transfer waits a minute.
 }
 
+// silentClient sends one request from a socket on local and returns the first answer and
+// its source; it never acknowledges anything.
+func silentClient(t *testing.T, local, addr string, pkt []byte) ([]byte, netip.AddrPort) {
+	t.Helper()
+
+	pc, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(local), 0)))
+	require.NoError(t, err)
+	t.Cleanup(func() { pc.Close() })
+
+	ua, err := net.ResolveUDPAddr("udp4", addr)
+	require.NoError(t, err)
+
+	_, err = pc.WriteToUDP(pkt, ua)
+	require.NoError(t, err)
+	require.NoError(t, pc.SetReadDeadline(time.Now().Add(5*time.Second)))
+
+	buf := make([]byte, 1500)
+	n, from, err := pc.ReadFromUDPAddrPort(buf)
+	require.NoError(t, err)
+
+	return buf[:n], from
+}
+
+// TestServerStalledClientDropped: a client that never acknowledges gives its transfer's
+// slot back within the server's bounds, whatever timeout it asked for.
+func TestServerStalledClientDropped(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		opts []string
+		// wantOACK is the OACK expected, nil for data at once.
+		wantOACK []Option
+		within   time.Duration
+	}{
+		{
+			// 255 s asked: not acknowledged; 3 waits of the server's 100 ms instead of
+			// 3 of 255 s.
+			name: "timeout 255 asked", cfg: Config{Timeout: 100 * time.Millisecond, Retries: 2},
+			opts: []string{"timeout", "255", "tsize", "0"}, wantOACK: []Option{{OptTransfer, "850528"}}, within: 3 * time.Second,
+		},
+		{
+			// The server's own timeout and retries would wait 100 s: the stall bound
+			// ends it first.
+			name: "stall bound", cfg: Config{Timeout: 100 * time.Millisecond, Retries: 1000, MaxStall: 500 * time.Millisecond},
+			within: 3 * time.Second,
+		},
+		{
+			name: "stall bound after the OACK", cfg: Config{Timeout: time.Minute, MaxStall: 500 * time.Millisecond},
+			opts: []string{"blksize", "1468"}, wantOACK: []Option{{OptBlockSize, "1468"}}, within: 3 * time.Second,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			ts := startServer(t, "127.0.0.1:0", tc.cfg, testFiles)
+			start := time.Now()
+
+			reply, _ := silentClient(t, "127.0.0.1", ts.addr, rrq(append([]string{"ipxe.efi", "octet"}, tc.opts...)...))
+			if tc.wantOACK != nil {
+				require.Equal(t, opOACK, uint16(reply[0])<<8|uint16(reply[1]), "reply %q", reply)
+
+				oack, err := parseOACK(reply[2:])
+				require.NoError(t, err)
+				assert.Equal(t, tc.wantOACK, oack)
+			} else {
+				require.Equal(t, []byte{0, 3, 0, 1}, reply[:4], "data at once")
+			}
+
+			var got []Transfer
+
+			require.Eventually(t, func() bool {
+				ts.mu.Lock()
+				defer ts.mu.Unlock()
+
+				got = append([]Transfer(nil), ts.transfers...)
+
+				return len(got) == 1
+			}, tc.within, 5*time.Millisecond, "the transfer still holds its slot after %s", tc.within)
+
+			require.ErrorIs(t, got[0].Err, errTimeout)
+			assert.Less(t, time.Since(start), tc.within)
+		})
+	}
+}
+
+// TestServerPerClientLimit: one address gets MaxTransfersPerClient transfers at a time,
+// the next is refused with an ERROR, and another address is served meanwhile.
+func TestServerPerClientLimit(t *testing.T) {
+	t.Parallel()
+
+	// Transfers of clients that never acknowledge last past the test.
+	ts := startServer(t, "0.0.0.0:0", Config{Timeout: time.Minute}, testFiles)
+	_, port, err := net.SplitHostPort(ts.addr)
+	require.NoError(t, err)
+
+	addr := net.JoinHostPort("127.0.0.1", port)
+
+	for i := range defaultMaxTransfersPerClient {
+		reply, _ := silentClient(t, "127.0.0.1", addr, rrq("ipxe.efi", "octet"))
+		require.Equal(t, []byte{0, 3, 0, 1}, reply[:4], "request %d gets data", i)
+	}
+
+	reply, from := silentClient(t, "127.0.0.1", addr, rrq("ipxe.efi", "octet"))
+	require.Equal(t, opERROR, uint16(reply[0])<<8|uint16(reply[1]), "reply %q…", reply[:min(len(reply), 32)])
+	assert.Equal(t, &RemoteError{Code: ErrCodeUndefined, Message: "server busy: too many transfers from this address"}, parseError(reply[2:]))
+	assert.Equal(t, port, fmt.Sprint(from.Port()), "refused from the server's port")
+
+	trs := ts.waitTransfers(t, 1)
+	require.ErrorIs(t, trs[0].Err, ErrClientBusy)
+	require.ErrorIs(t, trs[0].Err, ErrBusy)
+
+	// Another address is served whole, and again once its transfers are done: the
+	// count goes down as transfers end.
+	for range defaultMaxTransfersPerClient + 2 {
+		var buf bytes.Buffer
+
+		_, err := Get(t.Context(), addr, "undionly.kpxe", ClientOptions{BlockSize: 1468, Local: netip.MustParseAddr("127.0.0.2")}, &buf)
+		require.NoError(t, err)
+		assert.True(t, bytes.Equal(testFiles["undionly.kpxe"], buf.Bytes()))
+	}
+}
+
 func TestPinClient(t *testing.T) {
 	t.Parallel()
 

@@ -61,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.tftpTransfers.WithLabelValues(result)
 	}
 
-	for _, reason := range []string{"refused", "not_found", "open", "malformed", "busy"} {
+	for _, reason := range []string{"refused", "not_found", "open", "malformed", "busy", "client_busy"} {
 		m.tftpErrors.WithLabelValues(reason)
 	}
 

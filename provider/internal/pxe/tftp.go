@@ -272,6 +272,9 @@ func (t *TFTP) done(tr tftp.Transfer) {
 	case errors.Is(tr.Err, tftp.ErrMalformed):
 		t.metrics.tftpErrors.WithLabelValues("malformed").Inc()
 		t.logger.Debug("malformed TFTP request", append(fields, zap.Error(tr.Err))...)
+	case errors.Is(tr.Err, tftp.ErrClientBusy):
+		t.metrics.tftpErrors.WithLabelValues("client_busy").Inc()
+		t.logger.Debug("TFTP request refused: too many transfers from this address", fields...)
 	case errors.Is(tr.Err, tftp.ErrBusy):
 		t.metrics.tftpErrors.WithLabelValues("busy").Inc()
 		t.logger.Debug("TFTP request refused: too many transfers", fields...)
