@@ -31,11 +31,17 @@ var (
 	errNotForUs       = &ignoreError{reason: "other_server"}
 	errMessageType    = &ignoreError{reason: "message_type"}
 	errNoAddress      = &ignoreError{"pool_exhausted", "the DHCP pool has no free address"}
+	errOffersFull     = &ignoreError{"offers_full", "the DHCP server holds as many offers not yet taken as it keeps (4096): a flood of DISCOVERs from many MAC addresses?"}
+	// A DECLINE of an address not offered or leased to the client that sent it.
+	errDeclineNotOurs = &ignoreError{reason: "decline_not_ours"}
+	// A DECLINE past the client's or the pool's share of declined addresses.
+	errDeclineLimit = &ignoreError{reason: "decline_limit"}
 )
 
 // ignoreErrors lists the reasons, so that their counters exist from the start.
 var ignoreErrors = []*ignoreError{
 	errNotBootRequest, errNotPXE, errNoArch, errUnknownArch, errNoARM64, errHTTPBoot, errNotForUs, errMessageType, errNoAddress,
+	errOffersFull, errDeclineNotOurs, errDeclineLimit,
 }
 
 // ignoreReason returns the metric label of an ignore error.

@@ -8,7 +8,6 @@ import (
 	"path"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 
@@ -149,10 +148,7 @@ func FuzzDHCPServer(f *testing.F) {
 	counters := NewMetrics(nil).dhcp("dhcp")
 
 	f.Fuzz(func(t *testing.T, pkt []byte, renew bool) {
-		s := &DHCPServer{
-			cfg: cfg, leases: memLeases{}, logger: zapNop(), unserved: newUnservedLog(zapNop()), c: counters, now: time.Now,
-			byMAC: map[string]Lease{}, byAddr: map[netip.Addr]string{}, offers: map[string]offer{}, declined: map[netip.Addr]time.Time{},
-		}
+		s := newDHCPServer(cfg, memLeases{}, zapNop(), counters)
 
 		// The same packet twice: a retransmission, or (renew) the client's second look.
 		for range 1 + btoi(renew) {

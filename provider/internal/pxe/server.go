@@ -2,6 +2,7 @@ package pxe
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -19,6 +20,29 @@ const (
 	declineDelay = 10 * time.Minute
 )
 
+// Bounds of what the server holds for clients it has not leased to: every DHCP packet is
+// unauthenticated, and a host on the segment can send them from any number of made-up
+// MAC addresses.
+const (
+	// maxOffers bounds the offers held at once (each holds an address for offerHold): a
+	// rack powering on is tens of clients, a /20 of them at once is thousands. Past it
+	// a DISCOVER from a client without an offer is not answered until offers expire.
+	maxOffers = 4096
+	// maxDeclined bounds the addresses held out of use after a DECLINE, whatever the
+	// pool's size; declinedShare keeps them to a quarter of the pool, so that
+	// DECLINEs, real or not, never leave the pool without addresses. A network with
+	// more addresses in use than that has a pool that overlaps static addresses.
+	maxDeclined   = 1024
+	declinedShare = 4
+	// maxDeclinesPerClient bounds the addresses one client may have held out: a client
+	// that finds an address in use declines it and asks again, and meeting a third
+	// taken address in a row says the pool overlaps others' addresses, not bad luck.
+	maxDeclinesPerClient = 2
+	// sweepEvery is how often expired offers and declines are removed: the maps hold
+	// what is current, not every client ever seen.
+	sweepEvery = time.Second
+)
+
 // DHCPServer is the full DHCP server, for networks without one: it hands out addresses
 // from Config.Pool to every client, and boot options (as the proxy does) to PXE clients.
 // It answers on the DHCP port only: with the boot file in the offer, PXE clients need no
@@ -34,15 +58,28 @@ type DHCPServer struct {
 	now      func() time.Time
 
 	// One goroutine serves packets, but the maps are also read by tests.
-	mu       sync.Mutex
-	byMAC    map[string]Lease
-	byAddr   map[netip.Addr]string
-	offers   map[string]offer
-	declined map[netip.Addr]time.Time
+	mu     sync.Mutex
+	byMAC  map[string]Lease
+	byAddr map[netip.Addr]string
+	// offers are by client MAC; offeredTo says which client an address is offered to.
+	offers    map[string]offer
+	offeredTo map[netip.Addr]string
+	declined  map[netip.Addr]decline
+	// nextSweep is when expired offers and declines are next removed.
+	nextSweep time.Time
+	// maxOffers and maxDeclined are the maps' bounds (the constants; tests lower them).
+	maxOffers   int
+	maxDeclined int
 }
 
 type offer struct {
 	addr  netip.Addr
+	until time.Time
+}
+
+// decline is an address held out of use, and the client that declined it.
+type decline struct {
+	mac   string
 	until time.Time
 }
 
@@ -68,19 +105,29 @@ func NewDHCPServer(cfg Config, leases LeaseStore, logger *zap.Logger, metrics *M
 
 	logger = logger.With(zap.String("component", "dhcp"))
 
+	s := newDHCPServer(cfg, leases, logger, metrics.dhcp("dhcp"))
+	s.ifname = ifname
+
+	return s, nil
+}
+
+// newDHCPServer returns the server of a checked configuration, without sockets.
+func newDHCPServer(cfg Config, leases LeaseStore, logger *zap.Logger, c *dhcpCounters) *DHCPServer {
 	return &DHCPServer{
-		cfg:      cfg,
-		ifname:   ifname,
-		logger:   logger,
-		unserved: newUnservedLog(logger),
-		leases:   leases,
-		c:        metrics.dhcp("dhcp"),
-		now:      time.Now,
-		byMAC:    map[string]Lease{},
-		byAddr:   map[netip.Addr]string{},
-		offers:   map[string]offer{},
-		declined: map[netip.Addr]time.Time{},
-	}, nil
+		cfg:         cfg,
+		logger:      logger,
+		unserved:    newUnservedLog(logger),
+		leases:      leases,
+		c:           c,
+		now:         time.Now,
+		byMAC:       map[string]Lease{},
+		byAddr:      map[netip.Addr]string{},
+		offers:      map[string]offer{},
+		offeredTo:   map[netip.Addr]string{},
+		declined:    map[netip.Addr]decline{},
+		maxOffers:   maxOffers,
+		maxDeclined: min(maxDeclined, max(cfg.Pool.size()/declinedShare, 1)),
+	}
 }
 
 // Run loads the leases, binds the DHCP port and serves until ctx is done.
@@ -180,14 +227,20 @@ func (s *DHCPServer) Handle(ctx context.Context, req *dhcpv4.DHCPv4) (*dhcpv4.DH
 	mac := req.ClientHWAddr.String()
 	now := s.now()
 
+	s.sweep(now)
+
 	switch req.MessageType() {
 	case dhcpv4.MessageTypeDiscover:
+		if _, held := s.offers[mac]; !held && len(s.offers) >= s.maxOffers {
+			return nil, errOffersFull
+		}
+
 		addr, ok := s.pick(mac, req, now)
 		if !ok {
 			return nil, errNoAddress
 		}
 
-		s.offers[mac] = offer{addr: addr, until: now.Add(offerHold)}
+		s.holdOffer(mac, addr, now.Add(offerHold))
 
 		return s.reply(req, dhcpv4.MessageTypeOffer, addr), nil
 
@@ -204,31 +257,112 @@ func (s *DHCPServer) Handle(ctx context.Context, req *dhcpv4.DHCPv4) (*dhcpv4.DH
 		return nil, errMessageType // no reply to a RELEASE
 
 	case dhcpv4.MessageTypeDecline:
-		addr, ok := addr4(req.RequestedIPAddress())
-		if !ok {
-			return nil, fmt.Errorf("%w: DECLINE without address", ErrMalformed)
-		}
-
-		s.declined[addr] = now.Add(declineDelay)
-		delete(s.offers, mac)
-
-		if l, ok := s.byMAC[mac]; ok && l.Address == addr {
-			if err := s.forget(ctx, l); err != nil {
-				return nil, err
-			}
-		}
-
-		return nil, errMessageType // no reply to a DECLINE
+		return nil, s.decline(ctx, mac, req, now)
 
 	default:
 		return nil, errMessageType
 	}
 }
 
+// decline takes a client's word that the address it was offered or leased is in use
+// (it saw it answer ARP): the address is held out of use for declineDelay. A DECLINE of
+// an address that is not the client's is ignored, as are those past the client's and
+// the pool's share of declines: anyone can send a DECLINE for any address, from any
+// MAC address, and must not empty the pool so. There is no reply to a DECLINE.
+func (s *DHCPServer) decline(ctx context.Context, mac string, req *dhcpv4.DHCPv4, now time.Time) error {
+	addr, ok := addr4(req.RequestedIPAddress())
+	if !ok {
+		return fmt.Errorf("%w: DECLINE without address", ErrMalformed)
+	}
+
+	o, offered := s.offers[mac]
+	l, leased := s.byMAC[mac]
+
+	offered = offered && o.addr == addr
+	leased = leased && l.Address == addr
+
+	if !offered && !leased {
+		return errDeclineNotOurs
+	}
+
+	// The client will not use the address either way: its offer and lease go.
+	s.dropOffer(mac)
+
+	if leased {
+		if err := s.forget(ctx, l); err != nil {
+			return err
+		}
+	}
+
+	if _, held := s.declined[addr]; !held && (len(s.declined) >= s.maxDeclined || s.declinedBy(mac) >= maxDeclinesPerClient) {
+		return errDeclineLimit
+	}
+
+	s.declined[addr] = decline{mac: mac, until: now.Add(declineDelay)}
+
+	return errMessageType
+}
+
+// declinedBy counts the addresses mac has held out of use.
+func (s *DHCPServer) declinedBy(mac string) int {
+	n := 0
+
+	for _, d := range s.declined {
+		if d.mac == mac {
+			n++
+		}
+	}
+
+	return n
+}
+
+// holdOffer holds addr for mac until the given time.
+func (s *DHCPServer) holdOffer(mac string, addr netip.Addr, until time.Time) {
+	s.dropOffer(mac)
+	s.offers[mac] = offer{addr: addr, until: until}
+	s.offeredTo[addr] = mac
+}
+
+// dropOffer forgets mac's offer, if any.
+func (s *DHCPServer) dropOffer(mac string) {
+	o, ok := s.offers[mac]
+	if !ok {
+		return
+	}
+
+	delete(s.offers, mac)
+
+	if s.offeredTo[o.addr] == mac {
+		delete(s.offeredTo, o.addr)
+	}
+}
+
+// sweep removes expired offers and declines, at most every sweepEvery: the maps then
+// hold what is current, whatever number of clients came and went.
+func (s *DHCPServer) sweep(now time.Time) {
+	if now.Before(s.nextSweep) {
+		return
+	}
+
+	s.nextSweep = now.Add(sweepEvery)
+
+	for mac, o := range s.offers {
+		if !now.Before(o.until) {
+			s.dropOffer(mac)
+		}
+	}
+
+	for addr, d := range s.declined {
+		if !now.Before(d.until) {
+			delete(s.declined, addr)
+		}
+	}
+}
+
 func (s *DHCPServer) request(ctx context.Context, mac string, req *dhcpv4.DHCPv4, now time.Time) (*dhcpv4.DHCPv4, error) {
 	if sid, ok := addr4(req.ServerIdentifier()); ok && sid != s.cfg.ServerIP {
 		// The client took another server's offer.
-		delete(s.offers, mac)
+		s.dropOffer(mac)
 
 		return nil, errNotForUs
 	}
@@ -265,7 +399,7 @@ func (s *DHCPServer) request(ctx context.Context, mac string, req *dhcpv4.DHCPv4
 
 	s.byMAC[mac] = l
 	s.byAddr[addr] = mac
-	delete(s.offers, mac)
+	s.dropOffer(mac)
 
 	return s.reply(req, dhcpv4.MessageTypeAck, addr), nil
 }
@@ -310,6 +444,17 @@ func (s *DHCPServer) pick(mac string, req *dhcpv4.DHCPv4, now time.Time) (netip.
 	return netip.Addr{}, false
 }
 
+// size is how many addresses the pool holds.
+func (p *Pool) size() int {
+	if !p.Start.Is4() || !p.End.Is4() || p.End.Less(p.Start) {
+		return 0
+	}
+
+	start, end := p.Start.As4(), p.End.As4()
+
+	return int(binary.BigEndian.Uint32(end[:])-binary.BigEndian.Uint32(start[:])) + 1
+}
+
 func (s *DHCPServer) inPool(a netip.Addr) bool {
 	p := s.cfg.Pool
 
@@ -323,8 +468,8 @@ func (s *DHCPServer) free(addr netip.Addr, mac string, now time.Time) bool {
 		return false
 	}
 
-	if until, ok := s.declined[addr]; ok {
-		if now.Before(until) {
+	if d, ok := s.declined[addr]; ok {
+		if now.Before(d.until) {
 			return false
 		}
 
@@ -335,10 +480,8 @@ func (s *DHCPServer) free(addr netip.Addr, mac string, now time.Time) bool {
 		return false
 	}
 
-	for m, o := range s.offers {
-		if o.addr == addr && m != mac && now.Before(o.until) {
-			return false
-		}
+	if m, ok := s.offeredTo[addr]; ok && m != mac && now.Before(s.offers[m].until) {
+		return false
 	}
 
 	return true

@@ -4,7 +4,6 @@ import (
 	"net"
 	"net/netip"
 	"testing"
-	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/stretchr/testify/assert"
@@ -104,10 +103,7 @@ func TestFullDHCPOffersAreTraced(t *testing.T) {
 	cfg.Trace = trace
 	require.NoError(t, cfg.Validate())
 
-	s := &DHCPServer{
-		cfg: cfg, leases: memLeases{}, logger: zapNop(), c: NewMetrics(nil).dhcp("dhcp"), now: time.Now,
-		byMAC: map[string]Lease{}, byAddr: map[netip.Addr]string{}, offers: map[string]offer{}, declined: map[netip.Addr]time.Time{},
-	}
+	s := newDHCPServer(cfg, memLeases{}, zapNop(), NewMetrics(nil).dhcp("dhcp"))
 	src := netip.MustParseAddrPort("0.0.0.0:68")
 
 	plain, err := dhcpv4.NewDiscovery(net.HardwareAddr{2, 0, 0, 0, 0, 2})
