@@ -28,6 +28,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
+	"github.com/anvil-metal/anvil/provider/internal/tamper"
 )
 
 // Limits on what an agent may send.
@@ -100,7 +101,10 @@ type Options struct {
 	Kexec KexecTargets
 	// Trace, when set, marks agents registering and kexec handoffs on the machines'
 	// boot timelines, with the kexec orders' fate among their events.
-	Trace    *boottrace.Recorder
+	Trace *boottrace.Recorder
+	// Tamper raises security events: reports no order asked for, superseded tokens
+	// presented again, identities that do not match; nil raises none.
+	Tamper   *tamper.Reporter
 	Registry prometheus.Registerer
 	Logger   *zap.Logger
 }
@@ -311,7 +315,10 @@ func (s *Server) hello(stream agentv1.AgentService_SessionServer) (*agentv1.Hell
 
 	if s.opts.View.AgentBootIssued(claims.MachineID).After(claims.Issued) {
 		s.metrics.refused.WithLabelValues("superseded").Inc()
-		s.opts.Logger.Warn("agent refused: token superseded by a newer boot", zap.String("machine", claims.MachineID))
+		_ = s.opts.Tamper.Report(stream.Context(), tamper.Event{ // holds nothing: the error is the hold's
+			Machine: claims.MachineID, Kind: tamper.TokenReplay, Remote: remote(stream.Context()),
+			Detail: "an agent token superseded by a newer boot of the machine was presented",
+		})
 
 		return nil, status.Error(codes.Unauthenticated, "token superseded by a newer boot of this machine")
 	}
@@ -374,6 +381,10 @@ func (s *Server) result(ctx context.Context, id string, r *agentv1.OrderResult, 
 	logger.Info("order result", zap.String("order", r.GetOrderId()), zap.Stringer("status", r.GetStatus()), zap.String("message", r.GetMessage()))
 
 	if r.GetOrderId() == lifecycle.BMCOrderID && (r.GetStatus() == agentv1.OrderResult_STATUS_DONE || r.GetStatus() == agentv1.OrderResult_STATUS_FAILED) {
+		if !s.solicited(ctx, id, "BMC", s.bmcOwed(id)) {
+			return nil
+		}
+
 		report := BMCReport{Order: r.GetOrderId()}
 
 		if r.GetStatus() == agentv1.OrderResult_STATUS_FAILED {
@@ -408,6 +419,9 @@ func (s *Server) result(ctx context.Context, id string, r *agentv1.OrderResult, 
 
 		// Read before the record changes what is owed.
 		mode, owed := s.wipeOwed(id, record.ID)
+		if !s.solicited(ctx, id, "wipe", s.wipeAnswer(id, record.ID, owed)) {
+			return nil
+		}
 
 		if err := s.opts.Recorder.RecordWiped(ctx, id, record); err != nil {
 			return status.Errorf(codes.Unavailable, "error recording the wipe: %v", err)
@@ -419,6 +433,66 @@ func (s *Server) result(ctx context.Context, id string, r *agentv1.OrderResult, 
 	}
 
 	return nil
+}
+
+// answer is how a report stands against the orders outstanding.
+type answer int
+
+const (
+	// owedAnswer: the order is outstanding; record the report.
+	owedAnswer answer = iota
+	// repeatedAnswer: the report was recorded already (the agent sends its results again
+	// in each session of a boot); nothing to do.
+	repeatedAnswer
+	// unsolicitedAnswer: no such order is outstanding: refused, and a security event.
+	unsolicitedAnswer
+)
+
+// solicited says whether a report of what is to be recorded, raising a security event for
+// an unsolicited one: a session with a valid token must not change what it was not asked
+// (a BMC "provisioned" with no order sent would replace the user's BMC and stop in-band
+// provisioning for good).
+func (s *Server) solicited(ctx context.Context, id, what string, a answer) bool {
+	if a != unsolicitedAnswer {
+		return a == owedAnswer
+	}
+
+	s.metrics.refused.WithLabelValues("unsolicited").Inc()
+	_ = s.opts.Tamper.Report(ctx, tamper.Event{ // holds nothing: the error is the hold's
+		Machine: id, Kind: tamper.UnsolicitedReport, Remote: remote(ctx),
+		Detail: "a " + what + " report no order asked for was refused",
+	})
+
+	return false
+}
+
+// bmcOwed is how a BMC report stands: owed while the machine's BMC provisioning is.
+func (s *Server) bmcOwed(id string) answer {
+	e := s.opts.View.Get(id)
+
+	switch {
+	case e == nil:
+		return unsolicitedAnswer
+	case e.BMCPending(s.opts.Policy):
+		return owedAnswer
+	case e.Status != nil && e.Status.BMCOrder == lifecycle.BMCOrderID:
+		return repeatedAnswer
+	default:
+		return unsolicitedAnswer
+	}
+}
+
+// wipeAnswer is how a wipe report of that generation stands.
+func (s *Server) wipeAnswer(id, generation string, owed bool) answer {
+	if owed {
+		return owedAnswer
+	}
+
+	if e := s.opts.View.Get(id); e != nil && e.Status != nil && e.Status.WipedID == generation {
+		return repeatedAnswer
+	}
+
+	return unsolicitedAnswer
 }
 
 func remote(ctx context.Context) string {

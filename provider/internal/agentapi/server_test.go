@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -27,6 +28,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
 	"github.com/anvil-metal/anvil/provider/internal/pki"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
+	"github.com/anvil-metal/anvil/provider/internal/tamper"
 )
 
 const machineID = "4c4c4544-0000-1000-8000-000000000001"
@@ -257,27 +259,6 @@ func TestSessionOrdersFollowState(t *testing.T) {
 		return len(f.rec.wiped) == 1 && f.rec.wiped[0] == "w1"
 	}, 5*time.Second, time.Millisecond)
 
-	// A BMC provisioning result, done and failed, reaches the recorder.
-	for _, r := range []*agentv1.OrderResult{
-		{OrderId: "bmc-provision", Status: agentv1.OrderResult_STATUS_DONE, Bmc: &agentv1.BMCInfo{Address: "10.0.0.5", Port: 623, User: "anvil", Password: "pw"}},
-		{OrderId: "bmc-provision", Status: agentv1.OrderResult_STATUS_FAILED, Message: "no /dev/ipmi0"},
-		{OrderId: "bmc-provision", Status: agentv1.OrderResult_STATUS_RUNNING, Message: "queued"},
-	} {
-		require.NoError(t, stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Result{Result: r}}))
-	}
-
-	require.Eventually(t, func() bool {
-		f.rec.mu.Lock()
-		defer f.rec.mu.Unlock()
-
-		return len(f.rec.bmc) == 2
-	}, 5*time.Second, time.Millisecond)
-
-	f.rec.mu.Lock()
-	assert.Equal(t, agentapi.BMCReport{Order: "bmc-provision", Address: "10.0.0.5", Port: 623, User: "anvil", Password: "pw"}, f.rec.bmc[0])
-	assert.Equal(t, agentapi.BMCReport{Order: "bmc-provision", Failure: "no /dev/ipmi0"}, f.rec.bmc[1])
-	f.rec.mu.Unlock()
-
 	// An inventory is summarised and recorded.
 	require.NoError(t, stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Inventory{Inventory: &agentv1.Inventory{}}}))
 	require.Eventually(t, func() bool {
@@ -292,6 +273,130 @@ func TestSessionOrdersFollowState(t *testing.T) {
 
 	_, err = stream.Recv()
 	assert.Equal(t, codes.InvalidArgument, status.Code(err))
+}
+
+// TestSessionReportsOnlyWhatWasOrdered: a session's reports change the machine's state
+// only for an order outstanding. A BMC "provisioned" with no BMC order outstanding (the
+// policy provisions none, the machine has its own BMC) would replace the machine's BMC and
+// stop in-band provisioning for good: it is refused, as is a wipe report of a generation
+// not owed, each a security event; a report sent again after it was recorded is ignored
+// without one. Finding 5 of issue 28: any BMC result was recorded before.
+func TestSessionReportsOnlyWhatWasOrdered(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		name         string
+		provisionBMC bool
+		status       *resources.MachineStatusSpec
+		report       *agentv1.OrderResult
+		recorded     bool
+		unsolicited  float64
+	}{
+		{
+			name: "BMC owed", provisionBMC: true, recorded: true,
+			report: &agentv1.OrderResult{OrderId: "bmc-provision", Status: agentv1.OrderResult_STATUS_DONE, Bmc: &agentv1.BMCInfo{Address: "10.0.0.5", Port: 623, User: "anvil", Password: "pw"}},
+		},
+		{
+			name: "BMC failure owed", provisionBMC: true, recorded: true,
+			report: &agentv1.OrderResult{OrderId: "bmc-provision", Status: agentv1.OrderResult_STATUS_FAILED, Message: "no /dev/ipmi0"},
+		},
+		{
+			name: "BMC not provisioned by the policy", unsolicited: 1,
+			report: &agentv1.OrderResult{OrderId: "bmc-provision", Status: agentv1.OrderResult_STATUS_DONE, Bmc: &agentv1.BMCInfo{Address: "10.6.6.6", Port: 623, User: "evil", Password: "pw"}},
+		},
+		{
+			name: "BMC recorded already", provisionBMC: true, status: &resources.MachineStatusSpec{BMCOrder: "bmc-provision"},
+			report: &agentv1.OrderResult{OrderId: "bmc-provision", Status: agentv1.OrderResult_STATUS_DONE, Bmc: &agentv1.BMCInfo{Address: "10.6.6.6"}},
+		},
+		{
+			name: "wipe owed", recorded: true,
+			report: &agentv1.OrderResult{OrderId: "wipe-w1", Status: agentv1.OrderResult_STATUS_DONE, Wipe: &agentv1.WipeReport{GenerationId: "w1"}},
+		},
+		{
+			name: "wipe of another generation", unsolicited: 1,
+			report: &agentv1.OrderResult{OrderId: "wipe-w9", Status: agentv1.OrderResult_STATUS_DONE, Wipe: &agentv1.WipeReport{GenerationId: "w9"}},
+		},
+		{
+			name: "wipe while the BMC is owed first", provisionBMC: true, unsolicited: 1,
+			report: &agentv1.OrderResult{OrderId: "wipe-w1", Status: agentv1.OrderResult_STATUS_DONE, Wipe: &agentv1.WipeReport{GenerationId: "w1"}},
+		},
+		{
+			name: "wipe recorded already", status: &resources.MachineStatusSpec{WipedID: "w0"},
+			report: &agentv1.OrderResult{OrderId: "wipe-w0", Status: agentv1.OrderResult_STATUS_DONE, Wipe: &agentv1.WipeReport{GenerationId: "w0"}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			reg := prometheus.NewRegistry()
+			f := newFixtureWith(t, func(o *agentapi.Options) {
+				o.Policy.ProvisionBMC = tc.provisionBMC
+				o.BMCPassword = func(string) string { return "pw" }
+				o.Tamper = tamper.New(nil, nil, reg, zaptest.NewLogger(t))
+			})
+			ctx := t.Context()
+
+			require.NoError(t, f.store.Create(ctx, resources.NewMachine(machineID)))
+
+			in := resources.NewMachineIntent(machineID)
+			in.TypedSpec().Acceptance = resources.AcceptanceAccepted
+			in.TypedSpec().WipeID = "w1"
+			require.NoError(t, f.store.Create(ctx, in))
+
+			if tc.status != nil {
+				st := resources.NewMachineStatus(machineID)
+				*st.TypedSpec() = *tc.status
+				require.NoError(t, f.store.Create(ctx, st))
+			}
+
+			require.Eventually(t, func() bool {
+				e := f.view.Get(machineID)
+
+				return e != nil && e.Intent != nil && (tc.status == nil || e.Status != nil)
+			}, 5*time.Second, time.Millisecond)
+
+			stream, err := f.hello(t, token.Sign(f.key, token.Claims{Kind: token.KindAgent, MachineID: machineID, Issued: time.Now()}))
+			require.NoError(t, err)
+
+			nextOrder(t, stream)
+			require.NoError(t, stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Result{Result: tc.report}}))
+			// An inventory after the report: once it is recorded, the report was handled.
+			require.NoError(t, stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Inventory{Inventory: &agentv1.Inventory{}}}))
+			require.Eventually(t, func() bool {
+				f.rec.mu.Lock()
+				defer f.rec.mu.Unlock()
+
+				return len(f.rec.inventory) == 1
+			}, 5*time.Second, time.Millisecond)
+
+			f.rec.mu.Lock()
+			recorded := len(f.rec.bmc) + len(f.rec.wiped)
+			f.rec.mu.Unlock()
+
+			assert.Equal(t, tc.recorded, recorded == 1)
+			assert.Equal(t, tc.unsolicited, securityEvents(t, reg, tamper.UnsolicitedReport))
+		})
+	}
+}
+
+// securityEvents is the count of security events of the kind in reg.
+func securityEvents(t *testing.T, reg *prometheus.Registry, kind tamper.Kind) float64 {
+	t.Helper()
+
+	families, err := reg.Gather()
+	require.NoError(t, err)
+
+	for _, mf := range families {
+		for _, m := range mf.GetMetric() {
+			if mf.GetName() == "anvil_security_events_total" && m.GetLabel()[0].GetValue() == string(kind) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+
+	t.Fatalf("no security events of kind %s", kind)
+
+	return 0
 }
 
 func TestSessionRefusals(t *testing.T) {

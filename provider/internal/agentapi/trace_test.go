@@ -80,8 +80,9 @@ func TestRegistrationAndWipeMetrics(t *testing.T) {
 	assert.InDelta(t, 1, values[`anvil_wipe_duration_seconds_count{mode="zeroes"}`], 0)
 	assert.InDelta(t, 2, values[`anvil_wipe_duration_seconds_sum{mode="zeroes"}`], 1e-9, "the disks one after the other")
 
-	// The wipe recorded (as MachineStatusController would), the same report again is
-	// not counted twice.
+	// The wipe recorded (as MachineStatusController would), the same report again (an
+	// agent sends its results again in each session) is neither recorded nor counted
+	// twice.
 	st := resources.NewMachineStatus(machineID)
 	st.TypedSpec().WipedID = "w1"
 	require.NoError(t, f.store.Create(ctx, st))
@@ -93,12 +94,18 @@ func TestRegistrationAndWipeMetrics(t *testing.T) {
 	}, 5*time.Second, time.Millisecond)
 
 	require.NoError(t, stream.Send(report))
+	// An inventory after it: once that is recorded, the report was handled.
+	require.NoError(t, stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Inventory{Inventory: &agentv1.Inventory{}}}))
 	require.Eventually(t, func() bool {
 		f.rec.mu.Lock()
 		defer f.rec.mu.Unlock()
 
-		return len(f.rec.wiped) == 2
+		return len(f.rec.inventory) == 1
 	}, 5*time.Second, time.Millisecond)
+
+	f.rec.mu.Lock()
+	assert.Len(t, f.rec.wiped, 1)
+	f.rec.mu.Unlock()
 
 	assert.InDelta(t, 1500, gather(t, reg)[`anvil_wipe_bytes_total{mode="zeroes"}`], 0)
 }

@@ -64,6 +64,9 @@ func (ctrl *MachineStatusController) RecordWiped(ctx context.Context, machineID 
 		apply: func(s *resources.MachineStatusSpec) {
 			s.WipedID = wipe.ID
 			s.LastWipe = &wipe
+			// The machine went through its agent again: its next Talos boot is a new one,
+			// whose configuration fetch binds anew.
+			s.ConfigFetch = nil
 		},
 		logged: []zap.Field{zap.String("wiped", wipe.ID), zap.Int("disks", len(wipe.Disks))},
 	})
@@ -139,6 +142,30 @@ func (ctrl *MachineStatusController) RecordTalosSeen(ctx context.Context, machin
 			h.ConfirmedAt = now
 		}
 	}, zap.String("talos_seen", allocationID))
+}
+
+// UseConfigToken records that the allocation's metadata token was presented from addr,
+// and says whether the configuration may be served (MachineStatusSpec.UseConfigToken).
+// It returns the record as it stands after this use, and returns once that is stored:
+// two fetches racing are decided in order.
+func (ctrl *MachineStatusController) UseConfigToken(ctx context.Context, machineID, allocationID, addr string) (resources.ConfigFetchRecord, bool, error) {
+	now := time.Now()
+
+	var (
+		record  resources.ConfigFetchRecord
+		allowed bool
+	)
+
+	err := ctrl.record(ctx, statusReport{
+		machineID: machineID,
+		apply: func(s *resources.MachineStatusSpec) {
+			allowed = s.UseConfigToken(allocationID, addr, now)
+			record = *s.ConfigFetch
+		},
+		logged: []zap.Field{zap.String("config_token_used", allocationID), zap.String("remote", addr)},
+	})
+
+	return record, allowed, err
 }
 
 // RecordKexecBlockers records why the machine is not to be kexec'd: its hardware is

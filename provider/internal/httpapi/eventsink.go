@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/peer"
 	grpcstatus "google.golang.org/grpc/status"
 
-	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
+	"github.com/anvil-metal/anvil/provider/internal/tamper"
 )
 
 const maxEventSize = 64 << 10
@@ -99,7 +99,7 @@ func (e *eventSink) Publish(ctx context.Context, req *events.EventRequest) (*eve
 	sent, err := from()
 	if err != nil {
 		s.metrics.events.WithLabelValues("refused").Inc()
-		s.opts.Logger.Warn("install event refused", zap.Error(err))
+		_ = s.opts.Tamper.Report(ctx, tamper.Event{Kind: tamper.ForeignEvent, Remote: peerHost(ctx), Detail: "install event refused: " + err.Error()}) // no machine to hold
 
 		return nil, grpcstatus.Error(codes.PermissionDenied, err.Error())
 	}
@@ -216,45 +216,59 @@ func (e *eventSink) machineFrom(ctx context.Context) (sender, error) {
 		return sender{}, grpcstatus.Error(codes.Internal, "no peer address")
 	}
 
-	addr := p.Addr.String()
-	if host, _, err := net.SplitHostPort(addr); err == nil {
-		addr = host
-	}
-
-	id, alloc, err := e.machineAt(addr)
+	id, alloc, err := e.machineAt(hostOf(p.Addr.String()))
 
 	return sender{id: id, allocation: alloc}, err
 }
 
 // machineAt finds the machine booting Talos from addr: events are accepted only from the
-// address a machine fetched its Talos boot script from, or its config with the token of
-// its allocation, while it is allocated.
+// address that fetched the machine's configuration with the token of its current
+// allocation (the fetch binds the token to its address: handleMetadata), while it is
+// allocated and not held. The address a boot script was fetched from proves nothing:
+// any host may fetch one for any machine's UUID.
 func (e *eventSink) machineAt(addr string) (resource.ID, string, error) {
 	view := e.server.opts.View
 
-	for _, m := range view.ByAddress(addr) {
-		if alloc, ok := bootingTalos(m); ok {
-			return m.ID, alloc, nil
-		}
-	}
-
 	if t, ok := view.TalosAt(addr); ok {
 		if m := view.Get(t.Machine); m != nil {
-			if alloc, ok := bootingTalos(m); ok && alloc == t.Allocation {
+			if alloc, ok := allocated(m); ok && alloc == t.Allocation {
+				if m.Intent.Held != "" {
+					return "", "", fmt.Errorf("machine %s is held after a security event", m.ID)
+				}
+
 				return m.ID, alloc, nil
 			}
 		}
 	}
 
-	return "", "", fmt.Errorf("no allocated machine booted Talos from %s", addr)
+	return "", "", fmt.Errorf("no allocated machine fetched its configuration from %s", addr)
 }
 
-// bootingTalos returns the allocation of a machine the boot services last sent to Talos,
-// reporting false for one that is not (or no longer) allocated.
-func bootingTalos(m *machineview.Entry) (string, bool) {
-	if m.Machine == nil || m.Machine.LastDecision != string(lifecycle.BootTalos) || m.Intent == nil || m.Intent.Allocation == nil {
+// allocated returns the allocation of a machine, reporting false for one that is not
+// (or no longer) allocated.
+func allocated(m *machineview.Entry) (string, bool) {
+	if m.Intent == nil || m.Intent.Allocation == nil {
 		return "", false
 	}
 
 	return m.Intent.Allocation.ID, true
+}
+
+// peerHost is the host of the gRPC peer, "" when unknown.
+func peerHost(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return ""
+	}
+
+	return hostOf(p.Addr.String())
+}
+
+// hostOf is the host of addr (host:port), or addr itself.
+func hostOf(addr string) string {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+
+	return addr
 }

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 
@@ -10,10 +11,15 @@ import (
 
 	"github.com/anvil-metal/anvil/internal/token"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
+	"github.com/anvil-metal/anvil/provider/internal/tamper"
 )
 
 // handleMetadata serves a machine's Talos configuration (talos.config=) to a request that
-// carries the machine's token for its current allocation.
+// carries the machine's token for its current allocation, from the address that first
+// used that token. The token travels on a kernel line, which a host on the provisioning
+// network may read (a boot script fetched for the machine's UUID): bound to its first
+// user, a stolen token serves the thief or the machine, never both, and the loser's
+// request is the alarm — the machine is held, its allocation never completed.
 func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("machine")
 
@@ -40,11 +46,12 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	// Talos is up: a kexec handoff into it went through.
-	if e := s.opts.View.Get(id); e != nil && e.HandoffPending() {
-		if err = s.opts.Installs.RecordTalosSeen(r.Context(), id, claims.Binding); err != nil {
-			s.opts.Logger.Warn("error recording Talos seen up", zap.String("machine", id), zap.Error(err))
-		}
+	if why := intent.TypedSpec().Held; why != "" {
+		s.metrics.metadata.WithLabelValues("held").Inc()
+		s.opts.Logger.Warn("metadata request for a held machine", zap.String("machine", id), zap.String("remote", r.RemoteAddr))
+		http.Error(w, "machine is held after a security event", http.StatusForbidden)
+
+		return
 	}
 
 	config := intent.TypedSpec().Allocation.Config
@@ -59,11 +66,44 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+
+	record, allowed, err := s.opts.Installs.UseConfigToken(r.Context(), id, claims.Binding, host)
+	if err != nil {
+		http.Error(w, "error recording the configuration's fetch", http.StatusServiceUnavailable)
+
+		return
+	}
+
+	if !allowed {
+		s.metrics.metadata.WithLabelValues("replayed").Inc()
+
+		if err = s.opts.Tamper.Report(r.Context(), tamper.Event{
+			Machine: id, Kind: tamper.ConfigReplay, Remote: host, Hold: true,
+			Detail: fmt.Sprintf("the configuration token of allocation %s was used from %s after %s fetched the configuration with it at %s: the configuration may have leaked",
+				claims.Binding, host, record.By, record.At.UTC().Format("2006-01-02T15:04:05Z")),
+		}); err != nil {
+			s.opts.Logger.Warn("error raising a security event", zap.String("machine", id), zap.Error(err))
+		}
+
+		http.Error(w, "token already used", http.StatusForbidden)
+
+		return
+	}
+
+	// Talos is up: a kexec handoff into it went through.
+	if e := s.opts.View.Get(id); e != nil && e.HandoffPending() {
+		if err = s.opts.Installs.RecordTalosSeen(r.Context(), id, claims.Binding); err != nil {
+			s.opts.Logger.Warn("error recording Talos seen up", zap.String("machine", id), zap.Error(err))
+		}
+	}
+
 	// Talos' install events come from the address it fetched its config from: over IPv6
 	// that is not the address iPXE booted it from.
-	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		s.opts.View.NoteTalosAddress(host, id, claims.Binding)
-	}
+	s.opts.View.NoteTalosAddress(host, id, claims.Binding)
 
 	s.metrics.metadata.WithLabelValues("served").Inc()
 	s.opts.Logger.Info("served machine config", zap.String("machine", id), zap.String("remote", r.RemoteAddr))

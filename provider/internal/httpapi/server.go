@@ -25,6 +25,8 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/imagecache"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
+	"github.com/anvil-metal/anvil/provider/internal/tamper"
 )
 
 // InstallRecorder records that a machine was installed under an allocation, and that an
@@ -33,6 +35,10 @@ import (
 type InstallRecorder interface {
 	RecordInstalled(ctx context.Context, machineID, allocationID, source string) error
 	RecordTalosSeen(ctx context.Context, machineID, allocationID string) error
+	// UseConfigToken records a use of the allocation's metadata token from addr and
+	// says whether the configuration may be served to it: only to the address that
+	// used it first.
+	UseConfigToken(ctx context.Context, machineID, allocationID, addr string) (resources.ConfigFetchRecord, bool, error)
 }
 
 // Options configure the server.
@@ -47,6 +53,9 @@ type Options struct {
 	// observation (counted), it never slows a boot down.
 	Observations chan<- controllers.PXEObservation
 	Installs     InstallRecorder
+	// Tamper raises the security events the handlers see (a config token replayed, an
+	// install event from a foreign address); nil raises none.
+	Tamper *tamper.Reporter
 	// JoinConfig, in Omni mode, gives the join config documents Talos is served as its
 	// machine configuration when its allocation carries none (Omni configures it over
 	// SideroLink); false until known.

@@ -35,6 +35,8 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
+	"github.com/anvil-metal/anvil/provider/internal/tamper"
+	"github.com/anvil-metal/anvil/provider/internal/transitions"
 )
 
 const (
@@ -54,6 +56,27 @@ const factoryCmdline = "talos.platform=metal console=tty0"
 type recorder struct {
 	mu      sync.Mutex
 	records []string
+	// statuses are the machines' statuses as far as config fetches go.
+	statuses map[string]*resources.MachineStatusSpec
+}
+
+func (r *recorder) UseConfigToken(_ context.Context, machineID, allocationID, addr string) (resources.ConfigFetchRecord, bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	if r.statuses == nil {
+		r.statuses = map[string]*resources.MachineStatusSpec{}
+	}
+
+	s := r.statuses[machineID]
+	if s == nil {
+		s = &resources.MachineStatusSpec{}
+		r.statuses[machineID] = s
+	}
+
+	allowed := s.UseConfigToken(allocationID, addr, time.Now())
+
+	return *s.ConfigFetch, allowed, nil
 }
 
 func (r *recorder) RecordInstalled(_ context.Context, machineID, allocationID, source string) error {
@@ -81,6 +104,18 @@ type fixture struct {
 	obs     chan controllers.PXEObservation
 	rec     *recorder
 	view    *machineview.View
+	// registry holds the server's metrics, the security events among them.
+	registry *prometheus.Registry
+}
+
+// held is why the machine is held after a security event, as its intent says.
+func (f *fixture) held(t *testing.T, id string) string {
+	t.Helper()
+
+	in, err := safe.StateGetByID[*resources.MachineIntent](t.Context(), f.store, id)
+	require.NoError(t, err)
+
+	return in.TypedSpec().Held
 }
 
 func newFixture(t testing.TB) *fixture {
@@ -139,10 +174,12 @@ func newFixture(t testing.TB) *fixture {
 	bootFile := filepath.Join(t.TempDir(), "ipxe.efi")
 	require.NoError(t, os.WriteFile(bootFile, []byte("MZ-IPXE"), 0o644))
 
+	f.registry = prometheus.NewRegistry()
 	f.server = httpapi.New(httpapi.Options{
 		State: store, View: f.view, Scripts: f.scripts, Observations: f.obs, Installs: f.rec,
+		Tamper:    tamper.New(transitions.New(store, transitions.Options{}), nil, f.registry, zaptest.NewLogger(t)),
 		BootFiles: map[string]string{"ipxe.efi": bootFile, "arm64/ipxe.efi": filepath.Join(assetsDir, "missing.efi")},
-		Registry:  prometheus.NewRegistry(), Logger: zaptest.NewLogger(t),
+		Registry:  f.registry, Logger: zaptest.NewLogger(t),
 	})
 
 	return f
@@ -176,6 +213,25 @@ func (f *fixture) machine(t testing.TB, id, address string, decision lifecycle.B
 		e := f.view.Get(id)
 
 		return e != nil && e.Machine != nil && (intent == nil) == (e.Intent == nil) && (status == nil) == (e.Status == nil)
+	}, 5*time.Second, time.Millisecond)
+}
+
+// configFetched stores that the machine's Talos fetched the allocation's configuration
+// from addr, as the status controller does, and waits for the view to know it.
+func (f *fixture) configFetched(t testing.TB, id, allocationID, addr string) {
+	t.Helper()
+
+	_, err := safe.StateModifyWithResult(t.Context(), f.store, resources.NewMachineStatus(id), func(st *resources.MachineStatus) error {
+		st.TypedSpec().ConfigFetch = &resources.ConfigFetchRecord{AllocationID: allocationID, By: addr}
+
+		return nil
+	})
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool {
+		at, ok := f.view.TalosAt(addr)
+
+		return ok && at.Machine == id && at.Allocation == allocationID
 	}, 5*time.Second, time.Millisecond)
 }
 
@@ -306,6 +362,75 @@ func TestMetadata(t *testing.T) {
 		assert.Equal(t, tc.code, code, tc.name)
 		assert.Contains(t, body, tc.body, tc.name)
 	}
+}
+
+// TestMetadataTokenBoundToFirstFetch: a configuration token serves the address that used
+// it first, again if it asks again, and nobody else: a second address (a thief who read
+// the boot script, or the machine after a thief) is refused, the machine is held and a
+// security event raised, and the configuration is not served even to the first address
+// once the machine is held. Finding 1 of issue 28: before, anyone with the token was
+// served for as long as the allocation lasted.
+func TestMetadataTokenBoundToFirstFetch(t *testing.T) {
+	t.Parallel()
+
+	f := newFixture(t)
+	f.machine(t, m1, "192.0.2.1", lifecycle.BootTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted,
+		Allocation: &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", Config: "version: v1alpha1\n"}}, nil)
+
+	target := "/metadata/" + m1 + "?token=" + token.Sign(f.scripts.TokenKey, boot.MetadataClaims(m1, "a1"))
+	fetch := func(from string) (int, string) {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, target, nil)
+		req.RemoteAddr = from + ":40000"
+		f.server.Handler().ServeHTTP(rec, req)
+
+		return rec.Code, rec.Body.String()
+	}
+
+	code, body := fetch("192.0.2.1")
+	require.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "version: v1alpha1\n", body)
+
+	code, _ = fetch("192.0.2.1")
+	assert.Equal(t, http.StatusOK, code, "the same Talos asking again")
+
+	code, body = fetch("192.0.2.66")
+	assert.Equal(t, http.StatusForbidden, code)
+	assert.NotContains(t, body, "v1alpha1")
+	assert.Contains(t, f.held(t, m1), "192.0.2.66", "the machine is held, saying who asked")
+	assert.Equal(t, 1.0, securityEvents(t, f.registry, tamper.ConfigReplay))
+
+	code, _ = fetch("192.0.2.1")
+	assert.Equal(t, http.StatusForbidden, code, "not even to the first address once held")
+
+	// Nor is the leaked allocation completed: the held machine's install is not recorded,
+	// even from the address that fetched its configuration.
+	_, sink := f.serveEventSink(t)
+	f.configFetched(t, m1, "a1", "127.0.0.1")
+
+	_, err := sink.Publish(t.Context(), failedSequence(t, "install", installRebooted))
+	assert.Equal(t, codes.PermissionDenied, grpcstatus.Code(err))
+	assert.Empty(t, f.rec.records)
+}
+
+// securityEvents is the count of security events of the kind in reg.
+func securityEvents(t *testing.T, reg *prometheus.Registry, kind tamper.Kind) float64 {
+	t.Helper()
+
+	families, err := reg.Gather()
+	require.NoError(t, err)
+
+	for _, mf := range families {
+		for _, m := range mf.GetMetric() {
+			if mf.GetName() == "anvil_security_events_total" && m.GetLabel()[0].GetValue() == string(kind) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+
+	t.Fatalf("no security events of kind %s", kind)
+
+	return 0
 }
 
 // TestMetadataInOmniMode: in Omni mode an allocation without a config of its own is
@@ -467,6 +592,13 @@ func TestEventSink(t *testing.T) {
 
 	f.machine(t, m1, "127.0.0.1", lifecycle.BootTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, Allocation: alloc}, nil)
 
+	// Fetching the machine's Talos boot script from 127.0.0.1 vouches for nothing: any
+	// host may fetch one for the machine's UUID.
+	_, err = sink.Publish(ctx, failedSequence(t, "install", installRebooted))
+	assert.Equal(t, codes.PermissionDenied, grpcstatus.Code(err), "from the boot script's address")
+
+	f.configFetched(t, m1, "a1", "127.0.0.1")
+
 	// A failed install: its phases stop at the installer's; Talos publishes the
 	// sequence's STOP, then its failure.
 	publish(
@@ -522,7 +654,7 @@ func TestEventSinkInstallReboot(t *testing.T) {
 
 	f.machine(t, m1, "127.0.0.1", lifecycle.BootTalos, &resources.MachineIntentSpec{
 		Acceptance: resources.AcceptanceAccepted, Allocation: &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0"},
-	}, nil)
+	}, &resources.MachineStatusSpec{ConfigFetch: &resources.ConfigFetchRecord{AllocationID: "a1", By: "127.0.0.1"}})
 
 	_, err := sink.Publish(ctx, failedSequence(t, "install", installRebooted))
 	require.NoError(t, err)
@@ -533,7 +665,7 @@ func TestEventSinkInstallReboot(t *testing.T) {
 
 	g.machine(t, m1, "127.0.0.1", lifecycle.BootTalos, &resources.MachineIntentSpec{
 		Acceptance: resources.AcceptanceAccepted, Allocation: &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0"},
-	}, &resources.MachineStatusSpec{InstalledAllocation: "a1", InstalledBy: "event-sink"})
+	}, &resources.MachineStatusSpec{InstalledAllocation: "a1", InstalledBy: "event-sink", ConfigFetch: &resources.ConfigFetchRecord{AllocationID: "a1", By: "127.0.0.1"}})
 
 	for _, ev := range append(installEvents(t), failedSequence(t, "install", installRebooted)) {
 		_, err = sink.Publish(ctx, ev)

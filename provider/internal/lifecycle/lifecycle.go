@@ -173,7 +173,11 @@ func (m Machine) Phase(p Policy) Phase {
 	}
 }
 
-// Allocatable says whether the machine may be handed out now: ready and not cordoned.
+// Allocatable says whether the machine may be handed out now: ready, not cordoned and not
+// held after a security event.
 func (m Machine) Allocatable(p Policy) bool {
-	return m.Phase(p) == PhaseReady && !m.intent().Cordoned
+	return m.Phase(p) == PhaseReady && !m.intent().Cordoned && m.intent().Held == ""
 }
+
+// Held is why the machine is held after a security event ("" when it is not).
+func (m Machine) Held() string { return m.intent().Held }

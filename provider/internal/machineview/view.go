@@ -176,13 +176,27 @@ func (v *View) NoteTalosAddress(addr string, id resource.ID, allocation string) 
 	v.talosMu.Lock()
 	defer v.talosMu.Unlock()
 
-	if prev, ok := v.talosAddr[id]; ok {
+	if prev, ok := v.talosAddr[id]; ok && v.talosAt[prev].Machine == id {
 		delete(v.talosAt, prev)
 	}
 
 	id = strings.Clone(id)
 	v.talosAddr[id] = addr
 	v.talosAt[addr] = TalosAddress{Machine: id, Allocation: allocation}
+}
+
+// forgetTalosAddress drops the machine's Talos address.
+func (v *View) forgetTalosAddress(id resource.ID) {
+	v.talosMu.Lock()
+	defer v.talosMu.Unlock()
+
+	if prev, ok := v.talosAddr[id]; ok {
+		if v.talosAt[prev].Machine == id {
+			delete(v.talosAt, prev)
+		}
+
+		delete(v.talosAddr, id)
+	}
 }
 
 // TalosAt returns the machine whose Talos last fetched its config from addr.
@@ -387,6 +401,14 @@ func (v *View) apply(r resource.Resource, destroyed bool) {
 			spec := *res.TypedSpec()
 			spec.LastWipe = nil
 			next.Status = &spec
+		}
+
+		// Where the allocation's Talos fetched its configuration is stored: after a
+		// restart it is known again from the status alone.
+		if f := next.Status; f != nil && f.ConfigFetch != nil {
+			v.NoteTalosAddress(f.ConfigFetch.By, id, f.ConfigFetch.AllocationID)
+		} else {
+			v.forgetTalosAddress(id)
 		}
 	case *resources.BMCConfig:
 		next.BMC = nil

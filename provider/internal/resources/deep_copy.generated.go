@@ -137,6 +137,10 @@ func (o MachineStatusSpec) DeepCopy() MachineStatusSpec {
 		cp.KexecBlockers = make([]string, len(o.KexecBlockers))
 		copy(cp.KexecBlockers, o.KexecBlockers)
 	}
+	if o.ConfigFetch != nil {
+		cp.ConfigFetch = new(ConfigFetchRecord)
+		*cp.ConfigFetch = *o.ConfigFetch
+	}
 	return cp
 }
 

@@ -78,6 +78,11 @@ type MachineIntentSpec struct {
 	// Kexec is this machine's kexec handoff mode (auto, always, never); "" follows the
 	// provider's --kexec.
 	Kexec string `yaml:"kexec,omitempty" protobuf:"10"`
+	// Held is why the provider holds the machine after a security event (its config
+	// token used from a second address, an identity that does not match): it is not
+	// handed out, and its allocation is not recorded installed, until an operator
+	// uncordons it. "" when not held.
+	Held string `yaml:"held,omitempty" protobuf:"11"`
 }
 
 // Kexec handoff modes: auto kexecs unless the machine's hardware is on the deny list.

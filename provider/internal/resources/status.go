@@ -43,6 +43,22 @@ type MachineStatusSpec struct {
 	// can): an agent running as a Talos extension (agent-mode Talos), where Talos keeps
 	// kexec to itself. No kexec is ordered to it, whatever the kexec mode.
 	AgentKexecUnavailable string `yaml:"agentKexecUnavailable,omitempty" protobuf:"11"`
+	// ConfigFetch is who fetched the current allocation's configuration with its
+	// metadata token: the first fetch binds the token to its address, and only that
+	// address is trusted as the allocation's Talos (its install events).
+	ConfigFetch *ConfigFetchRecord `yaml:"configFetch,omitempty" protobuf:"12"`
+}
+
+// ConfigFetchRecord is the use of one allocation's metadata token.
+type ConfigFetchRecord struct {
+	AllocationID string `yaml:"allocationID" protobuf:"1"`
+	// By is the address the first fetch came from; At when.
+	By string    `yaml:"by" protobuf:"2"`
+	At time.Time `yaml:"at" protobuf:"3"`
+	// Refused counts fetches from other addresses, each a security event; RefusedFrom is
+	// the last one's address.
+	Refused     uint32 `yaml:"refused,omitempty" protobuf:"4"`
+	RefusedFrom string `yaml:"refusedFrom,omitempty" protobuf:"5"`
 }
 
 // HandoffRecord is one kexec handoff of an allocation into Talos, as it went.
@@ -57,6 +73,26 @@ type HandoffRecord struct {
 	// Failure is why the kexec failed as the agent reported it; the provider then falls
 	// back to booting the machine through its firmware.
 	Failure string `yaml:"failure,omitempty" protobuf:"5"`
+}
+
+// UseConfigToken applies a use of the allocation's metadata token from addr at now, and
+// says whether the configuration may be served to it: the first use binds the token to
+// its address, later ones from that address are the same Talos asking again, and any
+// other address is refused (counted on the record).
+func (s *MachineStatusSpec) UseConfigToken(allocationID, addr string, now time.Time) bool {
+	switch f := s.ConfigFetch; {
+	case f == nil || f.AllocationID != allocationID:
+		s.ConfigFetch = &ConfigFetchRecord{AllocationID: allocationID, By: addr, At: now}
+
+		return true
+	case f.By == addr:
+		return true
+	default:
+		f.Refused++
+		f.RefusedFrom = addr
+
+		return false
+	}
 }
 
 // WipeRecord is what a wipe did, disk by disk, as the agent reported it.

@@ -35,6 +35,7 @@ func (env *environment) apiServices() ([]runner, error) {
 		Scripts:      env.scripts,
 		Observations: env.observations,
 		Installs:     env.status,
+		Tamper:       env.tamper,
 		Policy:       env.policy,
 		ImageCache:   env.imageCache,
 		Trace:        env.trace,
@@ -68,6 +69,7 @@ func (env *environment) apiServices() ([]runner, error) {
 		Recorder:     env.agentRecorder(),
 		Observations: env.observations,
 		Trace:        env.trace,
+		Tamper:       env.tamper,
 		Registry:     env.registry,
 		Logger:       env.logger.Named("agents"),
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/omnilink"
 	"github.com/anvil-metal/anvil/provider/internal/pki"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
+	"github.com/anvil-metal/anvil/provider/internal/tamper"
 	"github.com/anvil-metal/anvil/provider/internal/transitions"
 )
 
@@ -218,6 +219,7 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		},
 		Logger: logger.Named("transitions"),
 	})
+	env.tamper = tamper.New(env.transitions, env.trace, env.registry, logger.Named("security"))
 
 	if omniMode {
 		adapter.Logger = logger.Named("omni")
@@ -317,6 +319,8 @@ type environment struct {
 	registry     *prometheus.Registry
 	// trace keeps the machines' boot timelines and recent events.
 	trace *boottrace.Recorder
+	// tamper raises security events (counted, logged, noted, holding the machine).
+	tamper *tamper.Reporter
 	// omniLag times Omni's changes through the provider (Omni mode).
 	omniLag *omnilink.SyncLag
 	// consoleURL is where the web console is served, "" when it is off.

@@ -74,6 +74,8 @@ func (s *Service) Allocate(ctx context.Context, id string, req AllocationRequest
 			return refused(fmt.Sprintf("machine %q is %s: accept it before allocating it", id, spec.Acceptance))
 		case spec.Allocation != nil:
 			return refused(fmt.Sprintf("machine %q is already allocated (allocation %s): deallocate it first", id, spec.Allocation.ID))
+		case spec.Held != "":
+			return refused(fmt.Sprintf("machine %q is held after a security event (%s): look into it, then uncordon it before allocating it", id, spec.Held))
 		case spec.Cordoned:
 			return refused(fmt.Sprintf("machine %q is cordoned: uncordon it before allocating it", id))
 		}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"go.uber.org/zap"
+
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
@@ -51,9 +53,29 @@ func (s *Service) SetCordon(ctx context.Context, id string, cordoned bool) (*res
 
 	return s.transition(ctx, name, id, func(spec *resources.MachineIntentSpec) error {
 		spec.Cordoned = cordoned
+		if !cordoned {
+			// An operator who uncordons a held machine has looked at why it was held.
+			spec.Held = ""
+		}
 
 		return nil
 	})
+}
+
+// Hold keeps a machine from being handed out, and its allocation from being recorded
+// installed, after a security event (reason says which), until an operator uncordons it.
+// It is the provider's own safety, so it is never refused for being owned elsewhere
+// (Omni decides cordons, not holds); a machine held already keeps its first reason.
+func (s *Service) Hold(ctx context.Context, id, reason string) error {
+	_, err := s.transition(ctx, "hold", id, func(spec *resources.MachineIntentSpec) error {
+		if spec.Held == "" {
+			spec.Held = reason
+		}
+
+		return nil
+	}, zap.String("reason", reason))
+
+	return err
 }
 
 // SetPower sets the desired power: on, off, or default (the provider's policy).
