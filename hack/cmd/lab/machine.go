@@ -73,6 +73,7 @@ func newMachineAddCmd(dir *string) *cobra.Command {
 		Use:   "add",
 		Short: "Add a machine to the running lab and power it on: its disk, its power owner, its BMC given to the provider (unless --register-bmc=false)",
 		Example: "  lab machine add --firmware uefi --memory 2048\n" +
+			"  lab machine add --tpm                             # a machine with a TPM 2.0 (swtpm)\n" +
 			"  lab machine add --bmc ipmi --register-bmc=false   # prints how to give its BMC (anvilctl, Omni)",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -132,6 +133,7 @@ func newMachineAddCmd(dir *string) *cobra.Command {
 	f.IntVar(&mc.CPUs, "cpus", 0, "virtual CPUs (0: the lab's, lab up --cpus; real Talos under TCG wants 1)")
 	f.StringVar(&mc.DiskSize, "disk-size", "", "size of its qcow2 disk (empty: the lab's, lab up --disk-size)")
 	f.IntVar(&mc.NICs, "nics", 1, fmt.Sprintf("network ports (1 to %d; it boots from the last)", machine.MaxNICs))
+	f.BoolVar(&mc.TPM, "tpm", false, "give it a TPM 2.0 (swtpm; its state, hence its EK, kept in the machine's directory)")
 
 	return cmd
 }

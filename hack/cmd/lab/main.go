@@ -152,6 +152,7 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 	f.IntVar(&cfg.Machines, "machines", 3, "number of machines")
 	f.StringSliceVar(&firmware, "firmware", []string{"bios", "uefi", "uefi-pxe"}, "firmware of the machines, in turn: bios, uefi (OVMF + iPXE ROM), uefi-pxe (OVMF's own PXE), uefi-http (OVMF's UEFI HTTP boot), arm64 (AAVMF's UEFI HTTP boot of the UKI Anvil builds; make agent-arm64)")
 	f.IntSliceVar(&cfg.NICs, "nics", nil, "network ports of the machines, in turn (default 1 each); a machine with more boots from its last")
+	f.BoolSliceVar(&cfg.TPM, "tpm", nil, "which machines have a TPM 2.0, in turn (swtpm; its state, hence its EK, kept in the machine's directory): --tpm true, or --tpm true,false")
 	f.BoolVar(&cfg.FullDHCP, "full-dhcp", false, "a site without a DHCP server: the provider hands out the addresses (full DHCP mode)")
 	f.BoolVar(&cfg.IPv6Only, "ipv6-only", false, "an IPv6-only provisioning network: the provider serves DHCPv6 and advertises fd77::1")
 	f.BoolVar(&cfg.KVM, "kvm", false, "use KVM instead of TCG (only where KVM really works; not under kvm-pvm)")

@@ -36,6 +36,9 @@ type Config struct {
 	// NICs are the machines' numbers of network ports, handed out in turn like Firmware
 	// (empty: one each); a machine with more boots from its last (machine.Spec.NICs).
 	NICs []int
+	// TPM says, in turn like Firmware, which machines have a TPM 2.0 (swtpm, its state
+	// kept in the machine's directory: machine.Spec.TPM); empty: none has.
+	TPM []bool
 	// FullDHCP is a site without a DHCP server: the site namespace only advertises the
 	// IPv6 router, and the provider runs in full DHCP mode, handing out the addresses
 	// of labnet's range itself.
@@ -421,7 +424,7 @@ func Down(ctx context.Context, dir, prefix string) error {
 
 // daemons are the programs the lab runs: each names the lab's directory in its
 // arguments ("ip" is a daemon between ip netns exec and its exec of the program).
-var daemons = []string{"qemu-system-*", "dnsmasq", "provider", "ip", "lab-factory", "lab-power", "ipmi_sim", "omni", "unshare"}
+var daemons = []string{"qemu-system-*", "swtpm", "dnsmasq", "provider", "ip", "lab-factory", "lab-power", "ipmi_sim", "omni", "unshare"}
 
 // Processes lists the lab daemons that name the lab directory dir, whether or not its
 // state file knows them.
@@ -495,6 +498,10 @@ func (s *State) writeMachineStatus(b *strings.Builder, m *machine.Machine) {
 	fmt.Fprintf(b, "machine %-12s %-8s pid %-8d %s  uuid %s  mac %s  %s %s  %d MiB  serial log %s\n",
 		m.Name, m.Firmware, m.PID(), up(m.Running()), m.UUID, strings.Join(m.MACs, ","), m.Vendor.Manufacturer, m.Vendor.Product,
 		m.MemoryMB, m.SerialLog())
+
+	if m.TPM {
+		fmt.Fprintf(b, "  tpm: swtpm pid %d %s  state %s  log %s\n", m.TPMPID(), up(m.TPMPID() != 0), m.TPMStateDir(), m.TPMLog())
+	}
 
 	bmc := s.BMC(m.Name)
 

@@ -32,6 +32,8 @@ type MachineConfig struct {
 	// BMCElsewhere: the lab does not tell the provider its BMC; it is given another way
 	// (WriteGiveBMC says how).
 	BMCElsewhere bool
+	// TPM gives it a TPM 2.0 (machine.Spec.TPM).
+	TPM bool
 }
 
 // addMachines adds the machines cfg has more of than the lab, their firmware, ports and
@@ -41,6 +43,7 @@ func (s *State) addMachines(cfg Config) error {
 		mc := MachineConfig{
 			Firmware: inTurn(cfg.Firmware, i, machine.BIOS),
 			NICs:     inTurn(cfg.NICs, i, 1),
+			TPM:      inTurn(cfg.TPM, i, false),
 			MemoryMB: cfg.MemoryMB, DiskSize: cfg.DiskSize, CPUs: cfg.CPUs,
 		}
 
@@ -61,6 +64,12 @@ func (s *State) addMachines(cfg Config) error {
 
 	return s.save()
 }
+
+// errNoARM64TPM refuses a TPM to an arm64 machine: QEMU's virt machine has only a TIS
+// TPM (tpm-tis-device), and Debian's arm64 kernel, the agent's, has no tpm_tis (only
+// tpm_crb built in, tpm_tis_core and tpm_tis_spi as modules): the agent would find none.
+var errNoARM64TPM = errors.New("an arm64 machine has no TPM its agent can use: QEMU's virt machine offers a TIS TPM only, " +
+	"and Debian's arm64 kernel has no tpm_tis (give --tpm to x86-64 machines)")
 
 // inTurn is the i-th machine's of values handed out in turn; def when there are none.
 func inTurn[T any](values []T, i int, def T) T {
@@ -87,6 +96,10 @@ func (s *State) appendMachine(i int, mc MachineConfig, kvm bool) (machine.Spec, 
 		}
 	}
 
+	if mc.TPM && mc.Firmware == machine.ARM64 {
+		return machine.Spec{}, fmt.Errorf("machine %s: %w", name, errNoARM64TPM)
+	}
+
 	if mc.BMC != OwnerNone && s.PowerBin == "" {
 		return machine.Spec{}, fmt.Errorf("machine %s's power owner is %s, which needs the lab's power binary (hack/cmd/lab-power)", name, mc.BMC)
 	}
@@ -94,7 +107,7 @@ func (s *State) appendMachine(i int, mc MachineConfig, kvm bool) (machine.Spec, 
 	spec := machine.Spec{
 		Name: name, Index: i, Seed: s.Prefix, Firmware: mc.Firmware, NICs: nics,
 		Dir: filepath.Join(s.Dir, "machines", name), NetNS: s.ProviderNS, Tap: fmt.Sprintf("tap%d", i),
-		KVM: kvm, MemoryMB: mc.MemoryMB, CPUs: mc.CPUs, DiskSize: mc.DiskSize, IPv6: s.IPv6Only,
+		KVM: kvm, MemoryMB: mc.MemoryMB, CPUs: mc.CPUs, DiskSize: mc.DiskSize, IPv6: s.IPv6Only, TPM: mc.TPM,
 	}
 
 	b := &MachineBMC{Owner: mc.BMC, Elsewhere: mc.BMCElsewhere && mc.BMC != OwnerNone}

@@ -42,16 +42,19 @@ func TestAppendMachine(t *testing.T) {
 
 	s := &State{Dir: "/lab", Prefix: "p", ProviderNS: "p-lab", IPv6Only: true, PowerBin: "/bin/lab-power"}
 
-	spec, err := s.appendMachine(3, MachineConfig{Firmware: machine.UEFI, NICs: 2, MemoryMB: 2048, DiskSize: "16G", BMC: OwnerIPMI, BMCElsewhere: true}, true)
+	spec, err := s.appendMachine(3, MachineConfig{Firmware: machine.UEFI, NICs: 2, MemoryMB: 2048, DiskSize: "16G", BMC: OwnerIPMI, BMCElsewhere: true, TPM: true}, true)
 	require.NoError(t, err)
 
 	assert.Equal(t, machine.Spec{
 		Name: "uefi-2nic-3", Index: 3, Seed: "p", Firmware: machine.UEFI, NICs: 2,
 		Dir: "/lab/machines/uefi-2nic-3", NetNS: "p-lab", Tap: "tap3", IPv6: true, IPMIBMC: "127.0.0.1:62603",
-		KVM: true, MemoryMB: 2048, DiskSize: "16G",
+		KVM: true, MemoryMB: 2048, DiskSize: "16G", TPM: true,
 	}, spec)
 	assert.Equal(t, MachineBMC{Owner: OwnerIPMI, LANPort: 62303, SerialPort: 62603, Elsewhere: true}, s.BMC(spec.Name))
 
 	_, err = s.appendMachine(3, MachineConfig{Firmware: machine.BIOS}, false)
 	assert.ErrorContains(t, err, "has a machine uefi-2nic-3 (index 3) already")
+
+	_, err = s.appendMachine(4, MachineConfig{Firmware: machine.ARM64, TPM: true}, false)
+	assert.ErrorIs(t, err, errNoARM64TPM)
 }

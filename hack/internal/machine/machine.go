@@ -135,6 +135,9 @@ type Spec struct {
 	// the external BMC listening there (ipmi_sim's "codec VM" serial port); QEMU
 	// reconnects while the BMC is away. Empty: no IPMI device.
 	IPMIBMC string
+	// TPM gives the machine a TPM 2.0 (swtpm, tpm.go) whose state is kept in its Dir:
+	// the same TPM, and EK, across resets and power cycles; another Dir, another TPM.
+	TPM bool
 
 	KVM      bool
 	MemoryMB int
@@ -283,6 +286,12 @@ func (m *Machine) Start(ctx context.Context) error {
 
 	_ = os.Remove(m.QMPSocket())
 
+	if m.TPM {
+		if err := m.startTPM(ctx); err != nil {
+			return err
+		}
+	}
+
 	netOnce := m.NextBootNetwork()
 	args := m.Args()
 
@@ -294,11 +303,13 @@ func (m *Machine) Start(ctx context.Context) error {
 	cmd.Stdout, cmd.Stderr = &out, &out
 
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("error starting machine %s: %w: %s", m.Name, err, strings.TrimSpace(out.String()))
+		return errors.Join(fmt.Errorf("error starting machine %s: %w: %s", m.Name, err, strings.TrimSpace(out.String())),
+			m.stopTPM(context.WithoutCancel(ctx)))
 	}
 
 	if m.PID() == 0 {
-		return fmt.Errorf("machine %s is not running after start; see %s", m.Name, m.qemuLog())
+		return errors.Join(fmt.Errorf("machine %s is not running after start; see %s", m.Name, m.qemuLog()),
+			m.stopTPM(context.WithoutCancel(ctx)))
 	}
 
 	if netOnce {
@@ -392,6 +403,10 @@ func (m *Machine) Args() []string {
 	// through its power API instead).
 	if m.IPMIBMC != "" && m.Firmware != ARM64 {
 		args = append(args, ipmiArgs(m.IPMIBMC)...)
+	}
+
+	if m.TPM {
+		args = append(args, m.tpmArgs()...)
 	}
 
 	if m.Firmware == ARM64 {
@@ -523,18 +538,21 @@ func (m *Machine) prepare(ctx context.Context) error {
 	return copyFile(OVMFVars, m.varsFile())
 }
 
-// Stop powers the machine off (QMP quit, then SIGKILL if QEMU does not go).
+// Stop powers the machine off (QMP quit, then SIGKILL if QEMU does not go), and ends
+// its TPM's swtpm, which a machine that is off does not run.
 func (m *Machine) Stop(ctx context.Context) error {
 	pid := m.PID()
 	if pid == 0 {
-		return nil
+		return m.stopTPM(ctx)
 	}
 
-	if err := m.QMP(ctx, "quit"); err == nil && proc.WaitGone(ctx, pid, 10*time.Second) {
-		return nil
+	if err := m.QMP(ctx, "quit"); err != nil || !proc.WaitGone(ctx, pid, 10*time.Second) {
+		if err := proc.Stop(ctx, pid, 5*time.Second); err != nil {
+			return err
+		}
 	}
 
-	return proc.Stop(ctx, pid, 5*time.Second)
+	return m.stopTPM(ctx)
 }
 
 // Reset presses the reset button. With a network boot pending it restarts QEMU
