@@ -14,6 +14,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/boottrace"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
+	"github.com/anvil-metal/anvil/provider/internal/untrusted"
 )
 
 func (s *Server) handleStart(w http.ResponseWriter, _ *http.Request) {
@@ -47,7 +48,7 @@ func (s *Server) bootRequest(w http.ResponseWriter, r *http.Request, rawQuery st
 	req, err := boot.ParseQuery(rawQuery)
 	if err != nil {
 		s.metrics.badRequests.Inc()
-		s.opts.Logger.Debug("refused boot request", zap.String("remote", r.RemoteAddr), zap.String("path", r.URL.Path), zap.Error(err))
+		s.opts.Logger.Debug("refused boot request", zap.String("remote", r.RemoteAddr), untrusted.String("path", r.URL.Path), zap.Error(err))
 		http.Error(w, err.Error(), http.StatusBadRequest)
 
 		return req, lifecycle.Machine{}, false

@@ -12,6 +12,7 @@ import (
 	"github.com/anvil-metal/anvil/internal/token"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 	"github.com/anvil-metal/anvil/provider/internal/tamper"
+	"github.com/anvil-metal/anvil/provider/internal/untrusted"
 )
 
 // handleMetadata serves a machine's Talos configuration (talos.config=) to a request that
@@ -26,7 +27,7 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 	claims, err := s.opts.Scripts.VerifyToken(r.URL.Query().Get("token"))
 	if err != nil || claims.Kind != token.KindMetadata || claims.MachineID != id {
 		s.metrics.metadata.WithLabelValues("forbidden").Inc()
-		s.opts.Logger.Warn("metadata request with an invalid token", zap.String("machine", id), zap.String("remote", r.RemoteAddr))
+		s.opts.Logger.Warn("metadata request with an invalid token", untrusted.String("machine", id), zap.String("remote", r.RemoteAddr))
 		http.Error(w, "invalid token", http.StatusForbidden)
 
 		return

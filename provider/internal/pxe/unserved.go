@@ -6,12 +6,20 @@ import (
 	"sync"
 
 	"go.uber.org/zap"
+
+	"github.com/anvil-metal/anvil/provider/internal/untrusted"
 )
 
 // maxUnservedRemembered bounds the machines unservedLog remembers: a flood of made-up
 // MAC addresses must not grow the provider's memory. Past it, the set starts over, so a
 // machine may be logged again — never lost, never unbounded.
 const maxUnservedRemembered = 4096
+
+// maxClientID bounds what of a client's hardware address (over DHCPv6, its DUID's bytes,
+// as long as the datagram that carried them) unservedLog remembers: a DUID is at most
+// 130 bytes (RFC 8415: a 2-byte type and 128 bytes), so that real clients stay apart,
+// and 4096 remembered cost at most half a megabyte.
+const maxClientID = 130
 
 // unservedLog tells the operator, once per machine and reason, that a boot client asked
 // and could not be served: an arm64 server with no arm64 boot file configured, an
@@ -41,7 +49,7 @@ func (u *unservedLog) note(mac net.HardwareAddr, arch ClientArch, vendorClass []
 		return false
 	}
 
-	key := unservedKey{mac: string(mac), reason: why}
+	key := unservedKey{mac: string(mac[:min(len(mac), maxClientID)]), reason: why}
 
 	u.mu.Lock()
 
@@ -60,7 +68,7 @@ func (u *unservedLog) note(mac net.HardwareAddr, arch ClientArch, vendorClass []
 		return false
 	}
 
-	fields := []zap.Field{zap.Stringer("mac", mac), zap.String("reason", why)}
+	fields := []zap.Field{untrusted.HardwareAddr("mac", mac), zap.String("reason", why)}
 	if !errors.Is(err, errNoArch) {
 		fields = append(fields, zap.Uint16("client_arch", uint16(arch.Code)))
 	}

@@ -6,12 +6,15 @@ import (
 	"testing"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv6"
 	"github.com/insomniacslk/dhcp/iana"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/anvil-metal/anvil/provider/internal/untrusted"
 )
 
 // A boot client Anvil cannot serve is logged once per machine and reason, with the
@@ -81,4 +84,41 @@ func TestPrintable(t *testing.T) {
 
 	assert.Equal(t, "PXE?Client??", string(printable([]byte("PXE\x00Client\xff\n"))))
 	assert.Len(t, printable(make([]byte, 300)), 64)
+}
+
+// TestUnservedClientIDBounded: a DHCPv6 client names itself by a DUID as long as its
+// datagram; the unserved log keeps and prints a bounded part of it.
+func TestUnservedClientIDBounded(t *testing.T) {
+	t.Parallel()
+
+	core, logs := observer.New(zap.InfoLevel)
+	s := testDHCPv6(testConfig6(t, false, false), zap.New(core))
+	src := netip.MustParseAddrPort("[fe80::5054:ff:fe12:3456%vs0]:546")
+
+	const clients = 50
+
+	for i := range clients {
+		addr := make(net.HardwareAddr, 60000)
+		addr[0] = byte(i)
+
+		req := request6(t, dhcpv6.MessageTypeSolicit, kindARM64, dhcpv6.WithClientID(&dhcpv6.DUIDLL{HWType: iana.HWTypeEthernet, LinkLayerAddr: addr}))
+		out, _ := s.handle(req.ToBytes(), src, false)
+		assert.Nil(t, out)
+	}
+
+	warned := logs.FilterMessage("boot client not served").All()
+	require.Len(t, warned, clients, "each client is told of once")
+
+	for _, e := range warned {
+		mac, _ := e.ContextMap()["mac"].(string)
+		assert.LessOrEqual(t, len(mac), 3*untrusted.MaxHardwareAddr+len("…(60000 bytes)"), "%.100s", mac)
+		assert.Contains(t, mac, "…(60000 bytes)")
+	}
+
+	s.unserved.mu.Lock()
+	defer s.unserved.mu.Unlock()
+
+	for k := range s.unserved.seen {
+		assert.LessOrEqual(t, len(k.mac), maxClientID, "what is remembered of a client is bounded")
+	}
 }
