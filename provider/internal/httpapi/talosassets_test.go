@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +23,8 @@ import (
 	"github.com/anvil-metal/anvil/internal/labfactory"
 	"github.com/anvil-metal/anvil/provider/internal/httpapi"
 	"github.com/anvil-metal/anvil/provider/internal/imagecache"
+	"github.com/anvil-metal/anvil/provider/internal/machineview"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
 const (
@@ -37,13 +40,15 @@ type assetFixture struct {
 	schematic  string
 	cache      *imagecache.Cache
 	url        string
+	store      *resources.Store
+	view       *machineview.View
 
 	hold    atomic.Bool
 	arrived chan string
 	release chan struct{}
 }
 
-func newAssetFixture(t *testing.T) *assetFixture {
+func newAssetFixture(t *testing.T, tweaks ...func(*imagecache.Options)) *assetFixture {
 	t.Helper()
 
 	assets := t.TempDir()
@@ -76,19 +81,55 @@ func newAssetFixture(t *testing.T) *assetFixture {
 	f.schematic, _, err = fc.SchematicCreate(t.Context(), sc)
 	require.NoError(t, err)
 
-	f.cache, err = imagecache.New(imagecache.Options{Dir: t.TempDir(), FactoryBaseURL: f.factorySrv.URL, Logger: zaptest.NewLogger(t)})
+	cacheOpts := imagecache.Options{Dir: t.TempDir(), FactoryBaseURL: f.factorySrv.URL, Logger: zaptest.NewLogger(t)}
+	for _, tweak := range tweaks {
+		tweak(&cacheOpts)
+	}
+
+	f.cache, err = imagecache.New(cacheOpts)
 	require.NoError(t, err)
 
 	t.Cleanup(func() { assert.NoError(t, f.cache.Close()) })
 
+	// The provider boots Talos v1.9.0 of the schematic (and of one the factory does not
+	// know): machines are allocated to them.
+	f.store, err = resources.Open(t.Context(), t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { f.store.Close() })
+
+	f.view = machineview.New()
+	ctx, cancel := context.WithCancel(context.Background())
+	viewDone := make(chan error, 1)
+
+	go func() { viewDone <- f.view.Run(ctx, f.store) }()
+
+	t.Cleanup(func() {
+		cancel()
+		<-viewDone //nolint:errcheck // the view's end, not its error, is waited for
+	})
+
+	f.allocate(t, "m1", f.schematic, "v1.9.0")
+	f.allocate(t, "m2", strings.Repeat("0", 64), "v1.9.0")
+
 	srv := httptest.NewServer(httpapi.New(httpapi.Options{
-		ImageCache: f.cache, Registry: prometheus.NewRegistry(), Logger: zaptest.NewLogger(t),
+		ImageCache: f.cache, View: f.view, Registry: prometheus.NewRegistry(), Logger: zaptest.NewLogger(t),
 	}).Handler())
 	t.Cleanup(srv.Close)
 
 	f.url = srv.URL
 
 	return f
+}
+
+// allocate allocates a machine to Talos of the schematic at the version.
+func (f *assetFixture) allocate(t *testing.T, id, schematic, version string) {
+	t.Helper()
+
+	in := resources.NewMachineIntent(id)
+	in.TypedSpec().Acceptance = resources.AcceptanceAccepted
+	in.TypedSpec().Allocation = &resources.Allocation{ID: "a-" + id, TalosVersion: version, SchematicID: schematic}
+	require.NoError(t, f.store.Create(t.Context(), in))
+	require.Eventually(t, func() bool { return f.view.Serves(schematic, version) }, 5*time.Second, time.Millisecond)
 }
 
 func (f *assetFixture) path(version, file string) string {
@@ -260,4 +301,74 @@ func TestTalosAssetsNoCache(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+}
+
+// TestTalosAssetsOnlyServed: a schematic and version no machine of the provider boots is
+// not fetched from the factory for whoever asks, registered with the factory or not.
+func TestTalosAssetsOnlyServed(t *testing.T) {
+	t.Parallel()
+
+	f := newAssetFixture(t)
+
+	for _, path := range []string{
+		f.path("v1.9.1", "kernel-amd64"), // another version of a schematic served
+		"/assets/talos/" + strings.Repeat("3", 64) + "/v1.9.0/initramfs-amd64.xz",
+	} {
+		resp, body := f.do(t, http.MethodGet, path, nil)
+		assert.Equal(t, http.StatusNotFound, resp.StatusCode, path)
+		assert.Contains(t, body, "no machine of this provider boots Talos v1.9.")
+	}
+
+	assert.Equal(t, 0, f.factory.Downloads("/image/"+f.schematic+"/v1.9.1/kernel-amd64"), "no download")
+	assert.Empty(t, f.cache.List())
+
+	// Once a machine is allocated to it, it is.
+	f.allocate(t, "m3", f.schematic, "v1.9.1")
+
+	resp, body := f.do(t, http.MethodGet, f.path("v1.9.1", "kernel-amd64"), nil)
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, talosKernel, body)
+}
+
+// TestTalosAssetsBusy: past the downloads the cache runs at once, a request that waited
+// its turn in vain is told to ask again.
+func TestTalosAssetsBusy(t *testing.T) {
+	t.Parallel()
+
+	f := newAssetFixture(t, func(o *imagecache.Options) { o.Downloads, o.DownloadWait = 1, 100*time.Millisecond })
+
+	f.hold.Store(true)
+
+	var once sync.Once
+
+	release := func() {
+		once.Do(func() {
+			f.hold.Store(false)
+			close(f.release)
+		})
+	}
+	t.Cleanup(release)
+
+	first := make(chan int, 1)
+
+	go func() {
+		resp, err := http.Get(f.url + f.path("v1.9.0", "kernel-amd64")) //nolint:noctx // the test's own server
+		if !assert.NoError(t, err) {
+			first <- 0
+
+			return
+		}
+
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+
+	<-f.arrived
+
+	resp, body := f.do(t, http.MethodGet, f.path("v1.9.0", "initramfs-amd64.xz"), nil)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
+	assert.Equal(t, "10", resp.Header.Get("Retry-After"))
+
+	release()
+	assert.Equal(t, http.StatusOK, <-first)
 }

@@ -129,12 +129,12 @@ func sortBlobs(bs []Blob) {
 	})
 }
 
-// evict deletes the least recently used blobs until the cache fits in MaxBytes, never
-// keep (the blob just fetched) nor one being served, and returns the entries dropped.
-// Called with mu held.
-func (c *Cache) evict(keep string) []Blob {
+// evict deletes the least recently used blobs until the cache fits in MaxBytes with room
+// bytes to spare (the downloads' temporary files), never keep (the blob just fetched)
+// nor one being served, and returns the entries dropped. Called with mu held.
+func (c *Cache) evict(keep string, room int64) []Blob {
 	total := c.total()
-	if total <= c.opts.MaxBytes {
+	if total+room <= c.opts.MaxBytes {
 		return nil
 	}
 
@@ -156,7 +156,7 @@ func (c *Cache) evict(keep string) []Blob {
 	var evicted []Blob
 
 	for _, d := range digests {
-		if total <= c.opts.MaxBytes {
+		if total+room <= c.opts.MaxBytes {
 			break
 		}
 
@@ -185,9 +185,10 @@ func (c *Cache) evict(keep string) []Blob {
 		c.logger.Info("evicted boot asset from the image cache", zap.String("digest", d), zap.Int64("size", size))
 	}
 
-	if total > c.opts.MaxBytes {
+	// A reservation (no keep) that does not fit is refused by the caller instead.
+	if keep != "" && total+room > c.opts.MaxBytes {
 		c.logger.Warn("image cache over its size: the rest is being fetched or served",
-			zap.Int64("bytes", total), zap.Int64("max_bytes", c.opts.MaxBytes))
+			zap.Int64("bytes", total), zap.Int64("downloading", room), zap.Int64("max_bytes", c.opts.MaxBytes))
 	}
 
 	return evicted

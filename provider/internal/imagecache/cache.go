@@ -8,6 +8,7 @@
 package imagecache
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,19 @@ const (
 	DefaultMaxBytes     = 10 << 30
 	DefaultMaxDownload  = 2 << 30
 	DefaultFetchTimeout = 30 * time.Minute
+	// DefaultDownloads bounds the downloads under way at once: each holds a connection to
+	// the factory and a temporary file growing to an asset's size. A machine's Talos is
+	// three assets (kernel, initramfs, cmdline), fetched one after the other: 3 serve a
+	// rack of one schematic at full speed, or three schematics at once.
+	DefaultDownloads = 3
+	// DefaultDownloadWait is how long a download waits for its turn before it fails
+	// (ErrBusy): a boot script waits 20 s and asks again, so the turn is not lost, and a
+	// caller gone for good does not keep a download queued for long.
+	DefaultDownloadWait = 2 * time.Minute
+	// DefaultStallTimeout ends a download nothing arrived for in that long, from the
+	// request on: a factory (or a proxy) that never answers or stops sending frees its
+	// turn well before FetchTimeout.
+	DefaultStallTimeout = 2 * time.Minute
 )
 
 // persistInterval is the longest a use of an asset waits to be written to the index: a
@@ -67,6 +81,13 @@ type Options struct {
 	// download (DefaultFetchTimeout when 0).
 	MaxDownload  int64
 	FetchTimeout time.Duration
+	// Downloads bounds the downloads under way at once (DefaultDownloads when 0); one
+	// waits DownloadWait for its turn (DefaultDownloadWait when 0), then fails with
+	// ErrBusy. StallTimeout ends one nothing arrived for in that long
+	// (DefaultStallTimeout when 0).
+	Downloads    int
+	DownloadWait time.Duration
+	StallTimeout time.Duration
 }
 
 // ref is what the index holds of a key.
@@ -93,6 +114,9 @@ type Cache struct {
 	// persistMu orders the index writes.
 	persistMu sync.Mutex
 
+	// slots holds a token per download under way (limits.go).
+	slots chan struct{}
+
 	mu   sync.Mutex
 	refs map[Key]ref
 	// verified are the blobs whose content was checked since the cache opened, by digest.
@@ -100,7 +124,10 @@ type Cache struct {
 	// pins are the files Open handed out, by digest: their blobs stay while one is open.
 	pins    map[string][]*os.File
 	flights map[Key]*flight
-	closed  bool
+	// reserved is the bytes the downloads under way may write to their temporary files:
+	// counted with the blobs against MaxBytes (limits.go).
+	reserved int64
+	closed   bool
 	// flush writes the index once uses have waited persistInterval; nil when none wait.
 	flush *time.Timer
 }
@@ -112,7 +139,7 @@ func New(opts Options) (*Cache, error) {
 		return nil, errors.New("the image cache needs a directory")
 	}
 
-	if opts.MaxBytes < 0 || opts.MaxDownload < 0 || opts.FetchTimeout < 0 {
+	if opts.MaxBytes < 0 || opts.MaxDownload < 0 || opts.FetchTimeout < 0 || opts.Downloads < 0 || opts.DownloadWait < 0 || opts.StallTimeout < 0 {
 		return nil, errors.New("the image cache's size and download bounds must not be negative")
 	}
 
@@ -132,6 +159,10 @@ func New(opts Options) (*Cache, error) {
 	if opts.FetchTimeout == 0 {
 		opts.FetchTimeout = DefaultFetchTimeout
 	}
+
+	opts.Downloads = cmp.Or(opts.Downloads, DefaultDownloads)
+	opts.DownloadWait = cmp.Or(opts.DownloadWait, DefaultDownloadWait)
+	opts.StallTimeout = cmp.Or(opts.StallTimeout, DefaultStallTimeout)
 
 	if opts.Client == nil {
 		opts.Client = defaultClient()
@@ -154,6 +185,7 @@ func New(opts Options) (*Cache, error) {
 		verified: map[string]stamp{},
 		pins:     map[string][]*os.File{},
 		flights:  map[Key]*flight{},
+		slots:    make(chan struct{}, opts.Downloads),
 	}
 
 	c.metrics = newMetrics(c.totalBytes)

@@ -20,9 +20,6 @@ import (
 // not be fetched because the factory was not reached (or broke off the download).
 var ErrFactoryUnreachable = errors.New("the image factory could not be reached")
 
-// stallTimeout ends a download no byte arrived for in that long.
-const stallTimeout = 2 * time.Minute
-
 // tempPrefix names the files of downloads under way; New removes those a crash left.
 const tempPrefix = ".download-"
 
@@ -50,6 +47,15 @@ func (e *FactoryStatusError) Error() string {
 // download fetches k from the factory into a blob, records it and evicts what no longer
 // fits.
 func (c *Cache) download(k Key) (Blob, error) {
+	release, err := c.turn(k)
+	if err != nil {
+		c.metrics.downloads.WithLabelValues("error").Inc()
+
+		return Blob{}, err
+	}
+
+	defer release()
+
 	ctx, cancelTimeout := context.WithTimeoutCause(c.ctx, c.opts.FetchTimeout, fmt.Errorf("the download took longer than %s", c.opts.FetchTimeout))
 	defer cancelTimeout()
 
@@ -58,7 +64,7 @@ func (c *Cache) download(k Key) (Blob, error) {
 
 	start := time.Now()
 
-	tmp, digest, size, err := c.fetch(ctx, cancel, k)
+	got, err := c.fetch(ctx, cancel, k)
 	if err != nil {
 		c.metrics.downloads.WithLabelValues("error").Inc()
 
@@ -69,9 +75,14 @@ func (c *Cache) download(k Key) (Blob, error) {
 		return Blob{}, err
 	}
 
+	tmp, digest, size := got.tmp, got.digest, got.size
+
 	defer os.Remove(tmp) // a no-op once renamed
 
 	c.mu.Lock()
+
+	// The temporary file becomes the blob: counted as one from here on.
+	c.reserved -= got.reserved
 
 	path := c.blobPath(digest)
 
@@ -92,7 +103,7 @@ func (c *Cache) download(k Key) (Blob, error) {
 	c.verified[digest] = stamp{size: fi.Size(), mtime: fi.ModTime()}
 	c.refs[k] = ref{digest: digest, size: size, fetchedAt: now, usedAt: now}
 	b := c.blob(k, c.refs[k])
-	evicted := c.evict(digest)
+	evicted := c.evict(digest, c.reserved)
 
 	c.mu.Unlock()
 
@@ -110,42 +121,67 @@ func (c *Cache) download(k Key) (Blob, error) {
 	return b, nil
 }
 
+// fetched is a download's temporary file: its name, digest and size, and the bytes
+// reserved for it against MaxBytes.
+type fetched struct {
+	tmp, digest    string
+	size, reserved int64
+}
+
 // fetch downloads k into a temporary file in the cache's directory, hashing it on the
-// way, and returns the file's name, digest and size.
-func (c *Cache) fetch(ctx context.Context, cancel context.CancelCauseFunc, k Key) (string, string, int64, error) {
+// way. The file's bytes are reserved against MaxBytes before it is written: on success
+// the caller gives the reservation back as the file becomes a blob.
+func (c *Cache) fetch(ctx context.Context, cancel context.CancelCauseFunc, k Key) (fetched, error) {
 	u := c.factory.JoinPath("image", k.Schematic, k.Version, k.File)
 	factory := c.factory.Redacted()
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return "", "", 0, fmt.Errorf("error building the request for boot asset %s: %w", k, err)
+		return fetched{}, fmt.Errorf("error building the request for boot asset %s: %w", k, err)
 	}
 
 	req.Header.Set("User-Agent", "anvil-provider")
 
+	// From the request on: a factory that accepts the connection and never answers
+	// stalls the download as one that stops sending does.
+	guard := newStallGuard(c.opts.StallTimeout, cancel)
+	defer guard.timer.Stop()
+
 	resp, err := c.opts.Client.Do(req)
 	if err != nil {
-		return "", "", 0, fmt.Errorf("boot asset %s is not cached and %w at %s: %w", k, ErrFactoryUnreachable, factory, reason(ctx, err))
+		return fetched{}, fmt.Errorf("boot asset %s is not cached and %w at %s: %w", k, ErrFactoryUnreachable, factory, reason(ctx, err))
 	}
 
 	defer resp.Body.Close()
 
+	guard.r = resp.Body
+
 	if resp.StatusCode != http.StatusOK {
-		return "", "", 0, &FactoryStatusError{Key: k, Factory: factory, Status: resp.StatusCode, Message: excerpt(resp.Body)}
+		return fetched{}, &FactoryStatusError{Key: k, Factory: factory, Status: resp.StatusCode, Message: excerpt(resp.Body)}
 	}
 
-	limit := c.opts.MaxDownload
+	// An asset larger than the whole cache cannot be kept in it.
+	limit := min(c.opts.MaxDownload, c.opts.MaxBytes)
 	if resp.ContentLength > limit {
-		return "", "", 0, fmt.Errorf("boot asset %s from the image factory is %d bytes, more than the %d allowed", k, resp.ContentLength, limit)
+		return fetched{}, fmt.Errorf("boot asset %s from the image factory is %d bytes, more than the %d allowed", k, resp.ContentLength, limit)
+	}
+
+	// Its announced size, or without one as much as it may be.
+	reserved := resp.ContentLength
+	if reserved < 0 {
+		reserved = limit
+	}
+
+	if err = c.reserve(k, reserved); err != nil {
+		return fetched{}, err
 	}
 
 	tmp, err := os.CreateTemp(c.opts.Dir, tempPrefix+"*")
 	if err != nil {
-		return "", "", 0, fmt.Errorf("error creating a file for boot asset %s: %w", k, err)
-	}
+		c.unreserve(reserved)
 
-	guard := newStallGuard(resp.Body, cancel)
-	defer guard.timer.Stop()
+		return fetched{}, fmt.Errorf("error creating a file for boot asset %s: %w", k, err)
+	}
 
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(guard, limit+1))
@@ -169,11 +205,12 @@ func (c *Cache) fetch(ctx context.Context, cancel context.CancelCauseFunc, k Key
 
 	if err != nil {
 		os.Remove(tmp.Name())
+		c.unreserve(reserved)
 
-		return "", "", 0, err
+		return fetched{}, err
 	}
 
-	return tmp.Name(), digestPrefix + hex.EncodeToString(h.Sum(nil)), n, nil
+	return fetched{tmp: tmp.Name(), digest: digestPrefix + hex.EncodeToString(h.Sum(nil)), size: n, reserved: reserved}, nil
 }
 
 // hashFile returns the digest of a file's content.
@@ -226,22 +263,24 @@ func redactURL(s string) string {
 	return u.Redacted()
 }
 
-// stallGuard cancels a download when no byte arrives for stallTimeout.
+// stallGuard cancels a download when nothing arrives for its timeout: no answer to the
+// request, or no byte of the body (r, set once the answer came).
 type stallGuard struct {
-	r     io.Reader
-	timer *time.Timer
+	r       io.Reader
+	timer   *time.Timer
+	timeout time.Duration
 }
 
-func newStallGuard(r io.Reader, cancel context.CancelCauseFunc) *stallGuard {
-	return &stallGuard{r: r, timer: time.AfterFunc(stallTimeout, func() {
-		cancel(fmt.Errorf("no data arrived for %s", stallTimeout))
+func newStallGuard(timeout time.Duration, cancel context.CancelCauseFunc) *stallGuard {
+	return &stallGuard{timeout: timeout, timer: time.AfterFunc(timeout, func() {
+		cancel(fmt.Errorf("no data arrived for %s", timeout))
 	})}
 }
 
 func (g *stallGuard) Read(p []byte) (int, error) {
 	n, err := g.r.Read(p)
 	if n > 0 {
-		g.timer.Reset(stallTimeout)
+		g.timer.Reset(g.timeout)
 	}
 
 	return n, err //nolint:wrapcheck // io.Reader's own errors, io.EOF among them

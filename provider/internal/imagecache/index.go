@@ -93,7 +93,7 @@ func (c *Cache) load() error {
 		return err
 	}
 
-	evicted := c.evict("")
+	evicted := c.evict("", 0)
 
 	if dropped > 0 || len(evicted) > 0 || idxErr != nil {
 		if err := c.persist(); err != nil {
