@@ -10,6 +10,7 @@ require (
 	github.com/cosi-project/runtime v1.16.2
 	github.com/go-logr/logr v1.4.4
 	github.com/google/go-containerregistry v0.21.7
+	github.com/google/go-tpm v0.9.8
 	github.com/google/uuid v1.6.0
 	github.com/insomniacslk/dhcp v0.0.0-20260901064844-234b97448fae
 	github.com/jsimonetti/rtnetlink/v2 v2.3.0

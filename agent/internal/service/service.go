@@ -155,8 +155,12 @@ func Run(ctx context.Context, opts Options) error {
 		kexecUnavailable = kexecFileUnavailable()
 	}
 
+	// The TPM is opened once the modules are in (a TPM behind SPI or I2C is a module).
+	identity := openIdentity(opts.Sources.DevRoot, logger.Named("tpm"))
+
 	return session.Run(ctx, session.Options{
 		Config:           cfg,
+		Identity:         identity,
 		BootID:           bootID(procRoot(opts.Sources)),
 		AgentVersion:     Version,
 		KexecUnavailable: kexecUnavailable,

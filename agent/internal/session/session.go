@@ -51,6 +51,9 @@ type Options struct {
 	Inventory func(ctx context.Context) ([][]byte, <-chan struct{}, error)
 	Executor  *orders.Executor
 	Logger    *zap.Logger
+	// Identity is the machine's TPM identity (agent/internal/tpm): shown in each hello,
+	// it answers the provider's challenge. Nil: the agent found no TPM, and shows none.
+	Identity Identity
 	// OnRegistered is called after each successful hello (for the boot timeline).
 	OnRegistered func()
 	// OnOrder, when set, is called with each order as it arrives, before the executor
@@ -58,6 +61,16 @@ type Options struct {
 	OnOrder  func(o *agentv1.Order)
 	OnClosed func(err error)
 }
+
+// Identity is a machine's TPM identity: what a hello shows of it, and the activation of
+// the credential the provider makes for it.
+type Identity interface {
+	Hello() *agentv1.TPMIdentity
+	Activate(ctx context.Context, c *agentv1.Challenge) ([]byte, error)
+}
+
+// maxFailure bounds the TPM error an activation carries to the provider's log.
+const maxFailure = 256
 
 // Run keeps a session up until ctx is done.
 func Run(ctx context.Context, opts Options) error {
@@ -138,16 +151,27 @@ func session(ctx context.Context, client agentv1.AgentServiceClient, opts Option
 		macs = opts.MACs()
 	}
 
-	if err = stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{
+	hello := &agentv1.Hello{
 		MachineId: opts.Config.MachineID, Token: opts.Config.Token, BootId: opts.BootID,
 		AgentVersion: opts.AgentVersion, Macs: macs, Results: results, KexecUnavailable: opts.KexecUnavailable,
-	}}}); err != nil {
+	}
+	if opts.Identity != nil {
+		hello.Tpm = opts.Identity.Hello()
+	}
+
+	if err = stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Hello{Hello: hello}}); err != nil {
 		return err
 	}
 
 	first, err := stream.Recv()
 	if err != nil {
 		return err
+	}
+
+	if ch := first.GetChallenge(); ch != nil {
+		if first, err = answer(ctx, stream, opts, ch); err != nil {
+			return err
+		}
 	}
 
 	if first.GetWelcome() == nil {
@@ -226,6 +250,34 @@ func session(ctx context.Context, client agentv1.AgentServiceClient, opts Option
 			}
 		}
 	}
+}
+
+// answer proves the machine's TPM identity: the secret the TPM recovers from the
+// provider's challenge, or why it recovered none. It returns the provider's next message.
+func answer(ctx context.Context, stream agentv1.AgentService_SessionClient, opts Options, ch *agentv1.Challenge) (*agentv1.ProviderMessage, error) {
+	if opts.Identity == nil {
+		return nil, errors.New("the provider challenged an agent that showed no TPM identity")
+	}
+
+	activation := &agentv1.Activation{}
+
+	secret, err := opts.Identity.Activate(ctx, ch)
+	if err != nil {
+		opts.Logger.Error("the TPM could not answer the provider's identity challenge", zap.Error(err))
+
+		activation.Failure = err.Error()
+		if len(activation.Failure) > maxFailure {
+			activation.Failure = strings.ToValidUTF8(activation.Failure[:maxFailure], "") // a string field must be UTF-8
+		}
+	}
+
+	activation.Secret = secret
+
+	if err = stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Activation{Activation: activation}}); err != nil {
+		return nil, err
+	}
+
+	return stream.Recv()
 }
 
 func sendInventory(ctx context.Context, stream agentv1.AgentService_SessionClient, opts Options) (<-chan struct{}, error) {

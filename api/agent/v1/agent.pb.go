@@ -73,7 +73,7 @@ func (x Release_Then) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Release_Then.Descriptor instead.
 func (Release_Then) EnumDescriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{7, 0}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{10, 0}
 }
 
 type Wipe_Mode int32
@@ -122,7 +122,7 @@ func (x Wipe_Mode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Wipe_Mode.Descriptor instead.
 func (Wipe_Mode) EnumDescriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{10, 0}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{13, 0}
 }
 
 type OrderResult_Status int32
@@ -174,7 +174,7 @@ func (x OrderResult_Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OrderResult_Status.Descriptor instead.
 func (OrderResult_Status) EnumDescriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{14, 0}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{17, 0}
 }
 
 type AgentMessage struct {
@@ -184,6 +184,7 @@ type AgentMessage struct {
 	//	*AgentMessage_Hello
 	//	*AgentMessage_Result
 	//	*AgentMessage_Inventory
+	//	*AgentMessage_Activation
 	Message       isAgentMessage_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -253,6 +254,15 @@ func (x *AgentMessage) GetInventory() *Inventory {
 	return nil
 }
 
+func (x *AgentMessage) GetActivation() *Activation {
+	if x != nil {
+		if x, ok := x.Message.(*AgentMessage_Activation); ok {
+			return x.Activation
+		}
+	}
+	return nil
+}
+
 type isAgentMessage_Message interface {
 	isAgentMessage_Message()
 }
@@ -269,11 +279,18 @@ type AgentMessage_Inventory struct {
 	Inventory *Inventory `protobuf:"bytes,3,opt,name=inventory,proto3,oneof"`
 }
 
+type AgentMessage_Activation struct {
+	// activation answers the provider's challenge, before the welcome.
+	Activation *Activation `protobuf:"bytes,4,opt,name=activation,proto3,oneof"`
+}
+
 func (*AgentMessage_Hello) isAgentMessage_Message() {}
 
 func (*AgentMessage_Result) isAgentMessage_Message() {}
 
 func (*AgentMessage_Inventory) isAgentMessage_Message() {}
+
+func (*AgentMessage_Activation) isAgentMessage_Message() {}
 
 type ProviderMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -281,6 +298,7 @@ type ProviderMessage struct {
 	//
 	//	*ProviderMessage_Welcome
 	//	*ProviderMessage_Order
+	//	*ProviderMessage_Challenge
 	Message       isProviderMessage_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -341,6 +359,15 @@ func (x *ProviderMessage) GetOrder() *Order {
 	return nil
 }
 
+func (x *ProviderMessage) GetChallenge() *Challenge {
+	if x != nil {
+		if x, ok := x.Message.(*ProviderMessage_Challenge); ok {
+			return x.Challenge
+		}
+	}
+	return nil
+}
+
 type isProviderMessage_Message interface {
 	isProviderMessage_Message()
 }
@@ -353,9 +380,17 @@ type ProviderMessage_Order struct {
 	Order *Order `protobuf:"bytes,2,opt,name=order,proto3,oneof"`
 }
 
+type ProviderMessage_Challenge struct {
+	// challenge asks an agent that presented a TPM identity to prove it, before the
+	// welcome.
+	Challenge *Challenge `protobuf:"bytes,3,opt,name=challenge,proto3,oneof"`
+}
+
 func (*ProviderMessage_Welcome) isProviderMessage_Message() {}
 
 func (*ProviderMessage_Order) isProviderMessage_Message() {}
+
+func (*ProviderMessage_Challenge) isProviderMessage_Message() {}
 
 // Hello is the first message of a session.
 type Hello struct {
@@ -375,8 +410,11 @@ type Hello struct {
 	// kexec_unavailable says why this agent cannot carry out a kexec order ("" when it
 	// can): a Talos extension cannot, Talos keeps kexec to itself.
 	KexecUnavailable string `protobuf:"bytes,7,opt,name=kexec_unavailable,json=kexecUnavailable,proto3" json:"kexec_unavailable,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// tpm is the machine's TPM identity; absent when the agent found no TPM 2.0 (the
+	// machine's identity is then "none"). Agents before it send none.
+	Tpm           *TPMIdentity `protobuf:"bytes,8,opt,name=tpm,proto3" json:"tpm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -458,6 +496,187 @@ func (x *Hello) GetKexecUnavailable() string {
 	return ""
 }
 
+func (x *Hello) GetTpm() *TPMIdentity {
+	if x != nil {
+		return x.Tpm
+	}
+	return nil
+}
+
+// TPMIdentity is what a machine shows of its TPM 2.0. The provider records the EK's
+// fingerprint at the machine's first registration and binds it at acceptance; every
+// session proves possession by credential activation: the provider answers the hello
+// with a Challenge made for the AK's name under the EK, and only the TPM that holds both
+// recovers its secret.
+type TPMIdentity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ek_public is the endorsement key's public key (PKIX DER), created from the TCG
+	// default EK template: RSA-2048 (low range) or, on a TPM without RSA, ECC NIST P-256.
+	EkPublic []byte `protobuf:"bytes,1,opt,name=ek_public,json=ekPublic,proto3" json:"ek_public,omitempty"`
+	// ak_public is the attestation key's TPM2B_PUBLIC (as the TPM marshals it): a
+	// restricted signing key, fixedTPM and fixedParent, created in the same TPM this boot.
+	AkPublic      []byte `protobuf:"bytes,2,opt,name=ak_public,json=akPublic,proto3" json:"ak_public,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TPMIdentity) Reset() {
+	*x = TPMIdentity{}
+	mi := &file_agent_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TPMIdentity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TPMIdentity) ProtoMessage() {}
+
+func (x *TPMIdentity) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TPMIdentity.ProtoReflect.Descriptor instead.
+func (*TPMIdentity) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TPMIdentity) GetEkPublic() []byte {
+	if x != nil {
+		return x.EkPublic
+	}
+	return nil
+}
+
+func (x *TPMIdentity) GetAkPublic() []byte {
+	if x != nil {
+		return x.AkPublic
+	}
+	return nil
+}
+
+// Challenge is TPM2_MakeCredential's output for the AK's name under the EK, around a
+// secret fresh for this session.
+type Challenge struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// credential_blob is the TPM2B_ID_OBJECT's contents (integrity HMAC and encrypted
+	// credential).
+	CredentialBlob []byte `protobuf:"bytes,1,opt,name=credential_blob,json=credentialBlob,proto3" json:"credential_blob,omitempty"`
+	// encrypted_secret is the TPM2B_ENCRYPTED_SECRET's contents (the seed, encrypted to
+	// the EK).
+	EncryptedSecret []byte `protobuf:"bytes,2,opt,name=encrypted_secret,json=encryptedSecret,proto3" json:"encrypted_secret,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Challenge) Reset() {
+	*x = Challenge{}
+	mi := &file_agent_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Challenge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Challenge) ProtoMessage() {}
+
+func (x *Challenge) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Challenge.ProtoReflect.Descriptor instead.
+func (*Challenge) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Challenge) GetCredentialBlob() []byte {
+	if x != nil {
+		return x.CredentialBlob
+	}
+	return nil
+}
+
+func (x *Challenge) GetEncryptedSecret() []byte {
+	if x != nil {
+		return x.EncryptedSecret
+	}
+	return nil
+}
+
+// Activation is the secret TPM2_ActivateCredential recovered from the Challenge.
+type Activation struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Secret []byte                 `protobuf:"bytes,1,opt,name=secret,proto3" json:"secret,omitempty"`
+	// failure says why the agent recovered no secret (the TPM's error), for the
+	// provider's log; the hello is refused either way.
+	Failure       string `protobuf:"bytes,2,opt,name=failure,proto3" json:"failure,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Activation) Reset() {
+	*x = Activation{}
+	mi := &file_agent_v1_agent_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Activation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Activation) ProtoMessage() {}
+
+func (x *Activation) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Activation.ProtoReflect.Descriptor instead.
+func (*Activation) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Activation) GetSecret() []byte {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
+}
+
+func (x *Activation) GetFailure() string {
+	if x != nil {
+		return x.Failure
+	}
+	return ""
+}
+
 type Welcome struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	MachineId     string                 `protobuf:"bytes,1,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
@@ -467,7 +686,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +698,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +711,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Welcome) GetMachineId() string {
@@ -514,7 +733,7 @@ type Inventory struct {
 
 func (x *Inventory) Reset() {
 	*x = Inventory{}
-	mi := &file_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -526,7 +745,7 @@ func (x *Inventory) String() string {
 func (*Inventory) ProtoMessage() {}
 
 func (x *Inventory) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -539,7 +758,7 @@ func (x *Inventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Inventory.ProtoReflect.Descriptor instead.
 func (*Inventory) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Inventory) GetResources() [][]byte {
@@ -570,7 +789,7 @@ type Order struct {
 
 func (x *Order) Reset() {
 	*x = Order{}
-	mi := &file_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +801,7 @@ func (x *Order) String() string {
 func (*Order) ProtoMessage() {}
 
 func (x *Order) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +814,7 @@ func (x *Order) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Order.ProtoReflect.Descriptor instead.
 func (*Order) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Order) GetId() string {
@@ -745,7 +964,7 @@ type Hold struct {
 
 func (x *Hold) Reset() {
 	*x = Hold{}
-	mi := &file_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +976,7 @@ func (x *Hold) String() string {
 func (*Hold) ProtoMessage() {}
 
 func (x *Hold) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +989,7 @@ func (x *Hold) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hold.ProtoReflect.Descriptor instead.
 func (*Hold) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 // Release: stop holding; then, as the provider says, do nothing, reboot (the machine
@@ -784,7 +1003,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -796,7 +1015,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -809,7 +1028,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Release) GetThen() Release_Then {
@@ -828,7 +1047,7 @@ type GetBMC struct {
 
 func (x *GetBMC) Reset() {
 	*x = GetBMC{}
-	mi := &file_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +1059,7 @@ func (x *GetBMC) String() string {
 func (*GetBMC) ProtoMessage() {}
 
 func (x *GetBMC) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +1072,7 @@ func (x *GetBMC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBMC.ProtoReflect.Descriptor instead.
 func (*GetBMC) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 // SetBMC provisions a user on the BMC through the local interface.
@@ -867,7 +1086,7 @@ type SetBMC struct {
 
 func (x *SetBMC) Reset() {
 	*x = SetBMC{}
-	mi := &file_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -879,7 +1098,7 @@ func (x *SetBMC) String() string {
 func (*SetBMC) ProtoMessage() {}
 
 func (x *SetBMC) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -892,7 +1111,7 @@ func (x *SetBMC) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBMC.ProtoReflect.Descriptor instead.
 func (*SetBMC) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetBMC) GetUser() string {
@@ -923,7 +1142,7 @@ type Wipe struct {
 
 func (x *Wipe) Reset() {
 	*x = Wipe{}
-	mi := &file_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1154,7 @@ func (x *Wipe) String() string {
 func (*Wipe) ProtoMessage() {}
 
 func (x *Wipe) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1167,7 @@ func (x *Wipe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wipe.ProtoReflect.Descriptor instead.
 func (*Wipe) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Wipe) GetGenerationId() string {
@@ -980,7 +1199,7 @@ type Reboot struct {
 
 func (x *Reboot) Reset() {
 	*x = Reboot{}
-	mi := &file_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1211,7 @@ func (x *Reboot) String() string {
 func (*Reboot) ProtoMessage() {}
 
 func (x *Reboot) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1224,7 @@ func (x *Reboot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reboot.ProtoReflect.Descriptor instead.
 func (*Reboot) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 type PowerOff struct {
@@ -1016,7 +1235,7 @@ type PowerOff struct {
 
 func (x *PowerOff) Reset() {
 	*x = PowerOff{}
-	mi := &file_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1247,7 @@ func (x *PowerOff) String() string {
 func (*PowerOff) ProtoMessage() {}
 
 func (x *PowerOff) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1260,7 @@ func (x *PowerOff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerOff.ProtoReflect.Descriptor instead.
 func (*PowerOff) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 // Kexec downloads a kernel and initramfs, checks them against their digests, loads them
@@ -1061,7 +1280,7 @@ type Kexec struct {
 
 func (x *Kexec) Reset() {
 	*x = Kexec{}
-	mi := &file_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1292,7 @@ func (x *Kexec) String() string {
 func (*Kexec) ProtoMessage() {}
 
 func (x *Kexec) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1305,7 @@ func (x *Kexec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Kexec.ProtoReflect.Descriptor instead.
 func (*Kexec) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Kexec) GetKernelUrl() string {
@@ -1138,7 +1357,7 @@ type OrderResult struct {
 
 func (x *OrderResult) Reset() {
 	*x = OrderResult{}
-	mi := &file_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +1369,7 @@ func (x *OrderResult) String() string {
 func (*OrderResult) ProtoMessage() {}
 
 func (x *OrderResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1163,7 +1382,7 @@ func (x *OrderResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrderResult.ProtoReflect.Descriptor instead.
 func (*OrderResult) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *OrderResult) GetOrderId() string {
@@ -1214,7 +1433,7 @@ type BMCInfo struct {
 
 func (x *BMCInfo) Reset() {
 	*x = BMCInfo{}
-	mi := &file_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1445,7 @@ func (x *BMCInfo) String() string {
 func (*BMCInfo) ProtoMessage() {}
 
 func (x *BMCInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1458,7 @@ func (x *BMCInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BMCInfo.ProtoReflect.Descriptor instead.
 func (*BMCInfo) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BMCInfo) GetAddress() string {
@@ -1280,7 +1499,7 @@ type WipeReport struct {
 
 func (x *WipeReport) Reset() {
 	*x = WipeReport{}
-	mi := &file_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1511,7 @@ func (x *WipeReport) String() string {
 func (*WipeReport) ProtoMessage() {}
 
 func (x *WipeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1524,7 @@ func (x *WipeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WipeReport.ProtoReflect.Descriptor instead.
 func (*WipeReport) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WipeReport) GetGenerationId() string {
@@ -1337,7 +1556,7 @@ type DiskWipe struct {
 
 func (x *DiskWipe) Reset() {
 	*x = DiskWipe{}
-	mi := &file_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +1568,7 @@ func (x *DiskWipe) String() string {
 func (*DiskWipe) ProtoMessage() {}
 
 func (x *DiskWipe) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1362,7 +1581,7 @@ func (x *DiskWipe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskWipe.ProtoReflect.Descriptor instead.
 func (*DiskWipe) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DiskWipe) GetDevice() string {
@@ -1411,16 +1630,20 @@ var File_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x14agent/v1/agent.proto\x12\x0eanvil.agent.v1\"\xba\x01\n" +
+	"\x14agent/v1/agent.proto\x12\x0eanvil.agent.v1\"\xf8\x01\n" +
 	"\fAgentMessage\x12-\n" +
 	"\x05hello\x18\x01 \x01(\v2\x15.anvil.agent.v1.HelloH\x00R\x05hello\x125\n" +
 	"\x06result\x18\x02 \x01(\v2\x1b.anvil.agent.v1.OrderResultH\x00R\x06result\x129\n" +
-	"\tinventory\x18\x03 \x01(\v2\x19.anvil.agent.v1.InventoryH\x00R\tinventoryB\t\n" +
-	"\amessage\"\x80\x01\n" +
+	"\tinventory\x18\x03 \x01(\v2\x19.anvil.agent.v1.InventoryH\x00R\tinventory\x12<\n" +
+	"\n" +
+	"activation\x18\x04 \x01(\v2\x1a.anvil.agent.v1.ActivationH\x00R\n" +
+	"activationB\t\n" +
+	"\amessage\"\xbb\x01\n" +
 	"\x0fProviderMessage\x123\n" +
 	"\awelcome\x18\x01 \x01(\v2\x17.anvil.agent.v1.WelcomeH\x00R\awelcome\x12-\n" +
-	"\x05order\x18\x02 \x01(\v2\x15.anvil.agent.v1.OrderH\x00R\x05orderB\t\n" +
-	"\amessage\"\xf2\x01\n" +
+	"\x05order\x18\x02 \x01(\v2\x15.anvil.agent.v1.OrderH\x00R\x05order\x129\n" +
+	"\tchallenge\x18\x03 \x01(\v2\x19.anvil.agent.v1.ChallengeH\x00R\tchallengeB\t\n" +
+	"\amessage\"\xa1\x02\n" +
 	"\x05Hello\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x14\n" +
@@ -1429,7 +1652,18 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\ragent_version\x18\x04 \x01(\tR\fagentVersion\x12\x12\n" +
 	"\x04macs\x18\x05 \x03(\tR\x04macs\x125\n" +
 	"\aresults\x18\x06 \x03(\v2\x1b.anvil.agent.v1.OrderResultR\aresults\x12+\n" +
-	"\x11kexec_unavailable\x18\a \x01(\tR\x10kexecUnavailable\"(\n" +
+	"\x11kexec_unavailable\x18\a \x01(\tR\x10kexecUnavailable\x12-\n" +
+	"\x03tpm\x18\b \x01(\v2\x1b.anvil.agent.v1.TPMIdentityR\x03tpm\"G\n" +
+	"\vTPMIdentity\x12\x1b\n" +
+	"\tek_public\x18\x01 \x01(\fR\bekPublic\x12\x1b\n" +
+	"\tak_public\x18\x02 \x01(\fR\bakPublic\"_\n" +
+	"\tChallenge\x12'\n" +
+	"\x0fcredential_blob\x18\x01 \x01(\fR\x0ecredentialBlob\x12)\n" +
+	"\x10encrypted_secret\x18\x02 \x01(\fR\x0fencryptedSecret\">\n" +
+	"\n" +
+	"Activation\x12\x16\n" +
+	"\x06secret\x18\x01 \x01(\fR\x06secret\x12\x18\n" +
+	"\afailure\x18\x02 \x01(\tR\afailure\"(\n" +
 	"\aWelcome\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\")\n" +
@@ -1519,7 +1753,7 @@ func file_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_agent_v1_agent_proto_goTypes = []any{
 	(Release_Then)(0),       // 0: anvil.agent.v1.Release.Then
 	(Wipe_Mode)(0),          // 1: anvil.agent.v1.Wipe.Mode
@@ -1527,50 +1761,56 @@ var file_agent_v1_agent_proto_goTypes = []any{
 	(*AgentMessage)(nil),    // 3: anvil.agent.v1.AgentMessage
 	(*ProviderMessage)(nil), // 4: anvil.agent.v1.ProviderMessage
 	(*Hello)(nil),           // 5: anvil.agent.v1.Hello
-	(*Welcome)(nil),         // 6: anvil.agent.v1.Welcome
-	(*Inventory)(nil),       // 7: anvil.agent.v1.Inventory
-	(*Order)(nil),           // 8: anvil.agent.v1.Order
-	(*Hold)(nil),            // 9: anvil.agent.v1.Hold
-	(*Release)(nil),         // 10: anvil.agent.v1.Release
-	(*GetBMC)(nil),          // 11: anvil.agent.v1.GetBMC
-	(*SetBMC)(nil),          // 12: anvil.agent.v1.SetBMC
-	(*Wipe)(nil),            // 13: anvil.agent.v1.Wipe
-	(*Reboot)(nil),          // 14: anvil.agent.v1.Reboot
-	(*PowerOff)(nil),        // 15: anvil.agent.v1.PowerOff
-	(*Kexec)(nil),           // 16: anvil.agent.v1.Kexec
-	(*OrderResult)(nil),     // 17: anvil.agent.v1.OrderResult
-	(*BMCInfo)(nil),         // 18: anvil.agent.v1.BMCInfo
-	(*WipeReport)(nil),      // 19: anvil.agent.v1.WipeReport
-	(*DiskWipe)(nil),        // 20: anvil.agent.v1.DiskWipe
+	(*TPMIdentity)(nil),     // 6: anvil.agent.v1.TPMIdentity
+	(*Challenge)(nil),       // 7: anvil.agent.v1.Challenge
+	(*Activation)(nil),      // 8: anvil.agent.v1.Activation
+	(*Welcome)(nil),         // 9: anvil.agent.v1.Welcome
+	(*Inventory)(nil),       // 10: anvil.agent.v1.Inventory
+	(*Order)(nil),           // 11: anvil.agent.v1.Order
+	(*Hold)(nil),            // 12: anvil.agent.v1.Hold
+	(*Release)(nil),         // 13: anvil.agent.v1.Release
+	(*GetBMC)(nil),          // 14: anvil.agent.v1.GetBMC
+	(*SetBMC)(nil),          // 15: anvil.agent.v1.SetBMC
+	(*Wipe)(nil),            // 16: anvil.agent.v1.Wipe
+	(*Reboot)(nil),          // 17: anvil.agent.v1.Reboot
+	(*PowerOff)(nil),        // 18: anvil.agent.v1.PowerOff
+	(*Kexec)(nil),           // 19: anvil.agent.v1.Kexec
+	(*OrderResult)(nil),     // 20: anvil.agent.v1.OrderResult
+	(*BMCInfo)(nil),         // 21: anvil.agent.v1.BMCInfo
+	(*WipeReport)(nil),      // 22: anvil.agent.v1.WipeReport
+	(*DiskWipe)(nil),        // 23: anvil.agent.v1.DiskWipe
 }
 var file_agent_v1_agent_proto_depIdxs = []int32{
 	5,  // 0: anvil.agent.v1.AgentMessage.hello:type_name -> anvil.agent.v1.Hello
-	17, // 1: anvil.agent.v1.AgentMessage.result:type_name -> anvil.agent.v1.OrderResult
-	7,  // 2: anvil.agent.v1.AgentMessage.inventory:type_name -> anvil.agent.v1.Inventory
-	6,  // 3: anvil.agent.v1.ProviderMessage.welcome:type_name -> anvil.agent.v1.Welcome
-	8,  // 4: anvil.agent.v1.ProviderMessage.order:type_name -> anvil.agent.v1.Order
-	17, // 5: anvil.agent.v1.Hello.results:type_name -> anvil.agent.v1.OrderResult
-	9,  // 6: anvil.agent.v1.Order.hold:type_name -> anvil.agent.v1.Hold
-	10, // 7: anvil.agent.v1.Order.release:type_name -> anvil.agent.v1.Release
-	11, // 8: anvil.agent.v1.Order.get_bmc:type_name -> anvil.agent.v1.GetBMC
-	12, // 9: anvil.agent.v1.Order.set_bmc:type_name -> anvil.agent.v1.SetBMC
-	13, // 10: anvil.agent.v1.Order.wipe:type_name -> anvil.agent.v1.Wipe
-	14, // 11: anvil.agent.v1.Order.reboot:type_name -> anvil.agent.v1.Reboot
-	15, // 12: anvil.agent.v1.Order.power_off:type_name -> anvil.agent.v1.PowerOff
-	16, // 13: anvil.agent.v1.Order.kexec:type_name -> anvil.agent.v1.Kexec
-	0,  // 14: anvil.agent.v1.Release.then:type_name -> anvil.agent.v1.Release.Then
-	1,  // 15: anvil.agent.v1.Wipe.mode:type_name -> anvil.agent.v1.Wipe.Mode
-	2,  // 16: anvil.agent.v1.OrderResult.status:type_name -> anvil.agent.v1.OrderResult.Status
-	18, // 17: anvil.agent.v1.OrderResult.bmc:type_name -> anvil.agent.v1.BMCInfo
-	19, // 18: anvil.agent.v1.OrderResult.wipe:type_name -> anvil.agent.v1.WipeReport
-	20, // 19: anvil.agent.v1.WipeReport.disks:type_name -> anvil.agent.v1.DiskWipe
-	3,  // 20: anvil.agent.v1.AgentService.Session:input_type -> anvil.agent.v1.AgentMessage
-	4,  // 21: anvil.agent.v1.AgentService.Session:output_type -> anvil.agent.v1.ProviderMessage
-	21, // [21:22] is the sub-list for method output_type
-	20, // [20:21] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	20, // 1: anvil.agent.v1.AgentMessage.result:type_name -> anvil.agent.v1.OrderResult
+	10, // 2: anvil.agent.v1.AgentMessage.inventory:type_name -> anvil.agent.v1.Inventory
+	8,  // 3: anvil.agent.v1.AgentMessage.activation:type_name -> anvil.agent.v1.Activation
+	9,  // 4: anvil.agent.v1.ProviderMessage.welcome:type_name -> anvil.agent.v1.Welcome
+	11, // 5: anvil.agent.v1.ProviderMessage.order:type_name -> anvil.agent.v1.Order
+	7,  // 6: anvil.agent.v1.ProviderMessage.challenge:type_name -> anvil.agent.v1.Challenge
+	20, // 7: anvil.agent.v1.Hello.results:type_name -> anvil.agent.v1.OrderResult
+	6,  // 8: anvil.agent.v1.Hello.tpm:type_name -> anvil.agent.v1.TPMIdentity
+	12, // 9: anvil.agent.v1.Order.hold:type_name -> anvil.agent.v1.Hold
+	13, // 10: anvil.agent.v1.Order.release:type_name -> anvil.agent.v1.Release
+	14, // 11: anvil.agent.v1.Order.get_bmc:type_name -> anvil.agent.v1.GetBMC
+	15, // 12: anvil.agent.v1.Order.set_bmc:type_name -> anvil.agent.v1.SetBMC
+	16, // 13: anvil.agent.v1.Order.wipe:type_name -> anvil.agent.v1.Wipe
+	17, // 14: anvil.agent.v1.Order.reboot:type_name -> anvil.agent.v1.Reboot
+	18, // 15: anvil.agent.v1.Order.power_off:type_name -> anvil.agent.v1.PowerOff
+	19, // 16: anvil.agent.v1.Order.kexec:type_name -> anvil.agent.v1.Kexec
+	0,  // 17: anvil.agent.v1.Release.then:type_name -> anvil.agent.v1.Release.Then
+	1,  // 18: anvil.agent.v1.Wipe.mode:type_name -> anvil.agent.v1.Wipe.Mode
+	2,  // 19: anvil.agent.v1.OrderResult.status:type_name -> anvil.agent.v1.OrderResult.Status
+	21, // 20: anvil.agent.v1.OrderResult.bmc:type_name -> anvil.agent.v1.BMCInfo
+	22, // 21: anvil.agent.v1.OrderResult.wipe:type_name -> anvil.agent.v1.WipeReport
+	23, // 22: anvil.agent.v1.WipeReport.disks:type_name -> anvil.agent.v1.DiskWipe
+	3,  // 23: anvil.agent.v1.AgentService.Session:input_type -> anvil.agent.v1.AgentMessage
+	4,  // 24: anvil.agent.v1.AgentService.Session:output_type -> anvil.agent.v1.ProviderMessage
+	24, // [24:25] is the sub-list for method output_type
+	23, // [23:24] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_agent_v1_agent_proto_init() }
@@ -1582,12 +1822,14 @@ func file_agent_v1_agent_proto_init() {
 		(*AgentMessage_Hello)(nil),
 		(*AgentMessage_Result)(nil),
 		(*AgentMessage_Inventory)(nil),
+		(*AgentMessage_Activation)(nil),
 	}
 	file_agent_v1_agent_proto_msgTypes[1].OneofWrappers = []any{
 		(*ProviderMessage_Welcome)(nil),
 		(*ProviderMessage_Order)(nil),
+		(*ProviderMessage_Challenge)(nil),
 	}
-	file_agent_v1_agent_proto_msgTypes[5].OneofWrappers = []any{
+	file_agent_v1_agent_proto_msgTypes[8].OneofWrappers = []any{
 		(*Order_Hold)(nil),
 		(*Order_Release)(nil),
 		(*Order_GetBmc)(nil),
@@ -1603,7 +1845,7 @@ func file_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_v1_agent_proto_rawDesc), len(file_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

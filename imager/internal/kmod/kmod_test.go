@@ -63,6 +63,15 @@ func TestDefaultPatternsSideroLink(t *testing.T) {
 	}
 }
 
+// TestDefaultPatternsTPM: the agent's initramfs has the TPM's drivers where the kernel
+// has them as modules, so that the agent finds /dev/tpmrm0 and proves the machine's
+// identity.
+func TestDefaultPatternsTPM(t *testing.T) {
+	for _, want := range []string{"tpm", "tpm_tis", "tpm_crb", "tpm_tis_spi"} {
+		assert.Contains(t, kmod.DefaultPatterns, want)
+	}
+}
+
 // TestSelectUnknownDependency: a module whose dependency the tree lacks cannot be shipped
 // so that it loads.
 func TestSelectUnknownDependency(t *testing.T) {

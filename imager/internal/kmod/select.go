@@ -36,6 +36,10 @@ var DefaultPatterns = []string{
 	"wireguard", "tun", "8021q",
 	// EFI variables, to read and set the boot order.
 	"efivarfs",
+	// TPM 2.0, the machine's identity (/dev/tpmrm0): the TIS and CRB interfaces most
+	// servers and QEMU's tpm-tis and tpm-crb use (built into Debian's kernel), and the
+	// SPI and I2C ones some boards wire theirs to.
+	"tpm", "tpm_tis", "tpm_crb", "tpm_tis_spi", "tpm_tis_i2c_cr50", "tpm_i2c_infineon", "tpm_i2c_nuvoton", "tpm_i2c_atmel",
 }
 
 // Selection is a closed set of modules: every dependency of a member is a member.
