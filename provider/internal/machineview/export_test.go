@@ -7,3 +7,14 @@ func (v *View) Stall() (release func()) {
 
 	return v.mu.Unlock
 }
+
+// AgentBootsNoted is how many agent tokens the view holds ahead of the state.
+func (v *View) AgentBootsNoted() int {
+	v.agentMu.Lock()
+	defer v.agentMu.Unlock()
+
+	return len(v.agentBoots)
+}
+
+// MaxAgentBoots bounds AgentBootsNoted.
+const MaxAgentBoots = maxAgentBoots

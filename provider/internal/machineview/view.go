@@ -37,13 +37,16 @@ type View struct {
 	// changed is closed and replaced on every change: a broadcast to whoever waits.
 	changed chan struct{}
 
-	// agentBoots holds the newest agent token issued per machine, ahead of the state,
-	// which records it only now and then (a machine in a boot loop must not turn every
-	// boot into a disk write). Its own lock: every agent boot script notes one, and must
-	// not wait for the view taking in a change. Entries are updated in place, so that a
-	// note allocates nothing once the machine has one.
+	// agentBoots holds the newest agent token issued per machine ahead of the state,
+	// which records it a write later (controllers.MachineController): a note goes once
+	// the state has it, so it holds the tokens of the last moment and those of machines
+	// the state does not record, bounded by maxAgentBoots. Its own lock: every agent
+	// boot script notes one, and must not wait for the view taking in a change. Entries
+	// are updated in place, so that a note allocates nothing once the machine has one.
 	agentMu    sync.Mutex
 	agentBoots map[resource.ID]*time.Time
+	// agentSwept is when agentBoots was last swept of old notes.
+	agentSwept time.Time
 
 	// talosAt holds, by address, the machine whose Talos fetched its config from there
 	// with a valid token (and talosAddr the reverse, one address per machine). Over IPv4
@@ -124,6 +127,20 @@ func (v *View) ByAddress(addr string) []*Entry {
 	return entries
 }
 
+// Bounds of the agent tokens noted ahead of the state.
+const (
+	// maxAgentBoots bounds them: a real machine's note goes once the state records it,
+	// a write later; those of machines the state does not record (made-up UUIDs past
+	// --max-pending-machines) stay until swept. 16384 holds a fleet of 10,000 booting at
+	// once with room to spare.
+	maxAgentBoots = 16384
+	// agentBootKept is the age past which a note is swept once agentBoots is full: by
+	// then the state records it, or never records its machine. At most one sweep a
+	// agentSweepEvery, so that a flood of new notes does not go over the map each time.
+	agentBootKept   = 10 * time.Minute
+	agentSweepEvery = time.Second
+)
+
 // NoteAgentBoot records that an agent token was issued to the machine.
 func (v *View) NoteAgentBoot(id resource.ID, issued time.Time) {
 	v.agentMu.Lock()
@@ -137,11 +154,50 @@ func (v *View) NoteAgentBoot(id resource.ID, issued time.Time) {
 		return
 	}
 
+	if len(v.agentBoots) >= maxAgentBoots {
+		v.sweepAgentBoots(issued)
+	}
+
 	// A new entry keeps its own copy of the ID, which may be a slice of a request's text
 	// (assigning to a map's existing key would keep the caller's, hence the pointer).
 	noted := new(time.Time)
 	*noted = issued
 	v.agentBoots[strings.Clone(id)] = noted
+}
+
+// sweepAgentBoots makes room for a note at now: notes older than agentBootKept go (at
+// most once an agentSweepEvery), and if none did, one note, whichever the map yields
+// first (the state records a real machine's token a moment later all the same: a note
+// only says it sooner). Called with agentMu held.
+func (v *View) sweepAgentBoots(now time.Time) {
+	if now.Sub(v.agentSwept) >= agentSweepEvery {
+		v.agentSwept = now
+
+		for id, noted := range v.agentBoots {
+			if now.Sub(*noted) > agentBootKept {
+				delete(v.agentBoots, id)
+			}
+		}
+	}
+
+	for id := range v.agentBoots {
+		if len(v.agentBoots) < maxAgentBoots {
+			return
+		}
+
+		delete(v.agentBoots, id)
+	}
+}
+
+// recordedAgentBoot drops the machine's note once the state records a token as new, or
+// the machine is gone.
+func (v *View) recordedAgentBoot(id resource.ID, recorded time.Time, gone bool) {
+	v.agentMu.Lock()
+	defer v.agentMu.Unlock()
+
+	if noted := v.agentBoots[id]; noted != nil && (gone || !noted.After(recorded)) {
+		delete(v.agentBoots, id)
+	}
 }
 
 // AgentBootIssued returns when the machine's newest agent token was issued: tokens issued
@@ -390,6 +446,8 @@ func (v *View) apply(r resource.Resource, destroyed bool) {
 			next.Machine = &spec
 			v.indexAddress(next.Machine, id)
 		}
+
+		v.recordedAgentBoot(id, res.TypedSpec().AgentBootIssued, destroyed)
 	case *resources.MachineIntent:
 		next.Intent = nil
 		if !destroyed {
