@@ -151,7 +151,10 @@ type MachineIntent struct {
 	// The machine's own wipe mode; empty follows the provider's --wipe-mode.
 	WipeMode string `protobuf:"bytes,9,opt,name=wipe_mode,json=wipeMode,proto3" json:"wipe_mode,omitempty"`
 	// The machine's own kexec mode; empty follows the provider's --kexec.
-	KexecMode     string `protobuf:"bytes,10,opt,name=kexec_mode,json=kexecMode,proto3" json:"kexec_mode,omitempty"`
+	KexecMode string `protobuf:"bytes,10,opt,name=kexec_mode,json=kexecMode,proto3" json:"kexec_mode,omitempty"`
+	// The fingerprint (sha256:<hex>) of the TPM endorsement key bound to the machine at
+	// its acceptance: every session of its agent must prove it. Empty: none bound.
+	BoundEk       string `protobuf:"bytes,12,opt,name=bound_ek,json=boundEk,proto3" json:"bound_ek,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -252,6 +255,13 @@ func (x *MachineIntent) GetWipeMode() string {
 func (x *MachineIntent) GetKexecMode() string {
 	if x != nil {
 		return x.KexecMode
+	}
+	return ""
+}
+
+func (x *MachineIntent) GetBoundEk() string {
+	if x != nil {
+		return x.BoundEk
 	}
 	return ""
 }
@@ -378,8 +388,12 @@ type AcceptRequest struct {
 	// skip_initial_wipe accepts the machine without the wipe acceptance otherwise owes:
 	// for machines known to hold nothing (new from the vendor).
 	SkipInitialWipe bool `protobuf:"varint,2,opt,name=skip_initial_wipe,json=skipInitialWipe,proto3" json:"skip_initial_wipe,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// ek is the fingerprint (sha256:<hex> of the PKIX DER) of the TPM endorsement key the
+	// machine must prove: refused (FAILED_PRECONDITION) when its agent proved another; bound
+	// to the machine either way, so that only that TPM's agent is welcome from then on.
+	Ek            string `protobuf:"bytes,3,opt,name=ek,proto3" json:"ek,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcceptRequest) Reset() {
@@ -424,6 +438,13 @@ func (x *AcceptRequest) GetSkipInitialWipe() bool {
 		return x.SkipInitialWipe
 	}
 	return false
+}
+
+func (x *AcceptRequest) GetEk() string {
+	if x != nil {
+		return x.Ek
+	}
+	return ""
 }
 
 type AcceptResponse struct {
@@ -1861,7 +1882,7 @@ var File_control_v1_control_proto protoreflect.FileDescriptor
 
 const file_control_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x18control/v1/control.proto\x12\x10anvil.control.v1\"\xec\x03\n" +
+	"\x18control/v1/control.proto\x12\x10anvil.control.v1\"\x87\x04\n" +
 	"\rMachineIntent\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12<\n" +
@@ -1879,7 +1900,8 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\twipe_mode\x18\t \x01(\tR\bwipeMode\x12\x1d\n" +
 	"\n" +
 	"kexec_mode\x18\n" +
-	" \x01(\tR\tkexecMode\x1a9\n" +
+	" \x01(\tR\tkexecMode\x12\x19\n" +
+	"\bbound_ek\x18\f \x01(\tR\aboundEk\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb0\x02\n" +
@@ -1897,11 +1919,12 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"configSize\x12!\n" +
 	"\fallocated_at\x18\a \x01(\tR\vallocatedAt\x12/\n" +
 	"\x13detected_extensions\x18\b \x03(\tR\x12detectedExtensions\x12\x14\n" +
-	"\x05owner\x18\t \x01(\tR\x05owner\"Z\n" +
+	"\x05owner\x18\t \x01(\tR\x05owner\"j\n" +
 	"\rAcceptRequest\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12*\n" +
-	"\x11skip_initial_wipe\x18\x02 \x01(\bR\x0fskipInitialWipe\"I\n" +
+	"\x11skip_initial_wipe\x18\x02 \x01(\bR\x0fskipInitialWipe\x12\x0e\n" +
+	"\x02ek\x18\x03 \x01(\tR\x02ek\"I\n" +
 	"\x0eAcceptResponse\x127\n" +
 	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\".\n" +
 	"\rRejectRequest\x12\x1d\n" +

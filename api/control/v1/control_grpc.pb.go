@@ -55,8 +55,10 @@ const (
 // holds another machine already is FAILED_PRECONDITION with an ErrorInfo of reason
 // "OWNER_HOLDS" and metadata "machine" (the machine it holds).
 type TransitionServiceClient interface {
-	// Accept hands a pending or rejected machine to the provider. Accepting an accepted
-	// machine changes nothing.
+	// Accept hands a pending or rejected machine to the provider, binding its TPM identity
+	// (the EK its agent proved, or the one the request names). Accepting an accepted
+	// machine changes nothing, but for binding the EK the request names to one bound to
+	// none. A provider started with --require-tpm refuses a machine with no TPM identity.
 	Accept(ctx context.Context, in *AcceptRequest, opts ...grpc.CallOption) (*AcceptResponse, error)
 	// Reject keeps the provider's hands off a machine (it boots from its disk); it stays
 	// listed as rejected, and Accept un-rejects it. An allocated machine must be
@@ -249,8 +251,10 @@ func (c *transitionServiceClient) SetKexecMode(ctx context.Context, in *SetKexec
 // holds another machine already is FAILED_PRECONDITION with an ErrorInfo of reason
 // "OWNER_HOLDS" and metadata "machine" (the machine it holds).
 type TransitionServiceServer interface {
-	// Accept hands a pending or rejected machine to the provider. Accepting an accepted
-	// machine changes nothing.
+	// Accept hands a pending or rejected machine to the provider, binding its TPM identity
+	// (the EK its agent proved, or the one the request names). Accepting an accepted
+	// machine changes nothing, but for binding the EK the request names to one bound to
+	// none. A provider started with --require-tpm refuses a machine with no TPM identity.
 	Accept(context.Context, *AcceptRequest) (*AcceptResponse, error)
 	// Reject keeps the provider's hands off a machine (it boots from its disk); it stays
 	// listed as rejected, and Accept un-rejects it. An allocated machine must be

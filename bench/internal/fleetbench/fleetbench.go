@@ -164,7 +164,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		// The provider fetches a schematic's cmdline from it for a Talos boot script; the
 		// simulated machines never fetch the kernel.
 		"--image-factory-pxe-base-url", factory.URL,
-		"--auto-accept", "all",
+		// The simulated agents have no TPM: auto-accept takes machines without one too.
+		"--auto-accept", "all", "--auto-accept-without-tpm",
 		// The BMCs of the machines the benchmark allocates are given (the simulator's
 		// power API); the others have none, so nothing polls BMCs that are not there.
 		"--provision-bmc-credentials=false",

@@ -154,7 +154,11 @@ func newRootCmd() *cobra.Command {
 	f.StringVar(&opts.IPMIPXEBootMode, "ipmi-pxe-boot-mode", opts.IPMIPXEBootMode, "boot type of the PXE-once override: auto (the BMC's), bios or uefi")
 	f.StringSliceVar(&opts.MachineLabels, "machine-labels", opts.MachineLabels, "labels set on every machine, key=value pairs separated by commas")
 	f.StringVar(&opts.AutoAccept, "auto-accept", opts.AutoAccept,
-		`accept pending machines once their inventory is in: "all", or those matching a label selector (dc=nyc,anvil.dev/vendor=dell-inc); off when empty`)
+		`accept pending machines once their inventory is in: "all", or those matching a label selector (dc=nyc,anvil.dev/vendor=dell-inc); off when empty. Only machines that proved a TPM identity (anvil.dev/identity=tpm) unless --auto-accept-without-tpm`)
+	f.BoolVar(&opts.AutoAcceptWithoutTPM, "auto-accept-without-tpm", opts.AutoAcceptWithoutTPM,
+		"let --auto-accept accept machines whose agent proved no TPM identity too (anvil.dev/identity=none)")
+	f.BoolVar(&opts.RequireTPM, "require-tpm", opts.RequireTPM,
+		"refuse to accept (by hand, auto-accept or Omni) a machine whose agent proved no TPM identity, unless accepted with its EK (anvilctl machine accept --ek)")
 	f.StringVar(&opts.ControlSocket, "control-socket", opts.ControlSocket, "Unix socket of the control API (<state-dir>/control.sock when empty)")
 	f.StringVar(&opts.ControlListenAddress, "control-listen-address", opts.ControlListenAddress,
 		"host:port to serve the control API on over TCP with mutual TLS as well (clients use <state-dir>/ca.crt, admin.crt, admin.key)")

@@ -92,6 +92,9 @@ type Options struct {
 	// the provider's user (Policy.ProvisionBMC).
 	BMCPassword func(machineID string) string
 	Recorder    Recorder
+	// EKs records the TPM EK a machine's agent proved at its first registration with one
+	// (identity.go); nil records none.
+	EKs EKRecorder
 	// Observations receives agent registrations, so a machine whose PXE boot was not
 	// recorded becomes known when its agent says hello, and kexec handoffs, so that
 	// Talos booted by one is known at its address as a PXE-booted one is.
@@ -150,6 +153,11 @@ func (s *Server) Session(stream agentv1.AgentService_SessionServer) error {
 
 	hello, err := s.hello(stream)
 	if err != nil {
+		return err
+	}
+
+	// The machine proves its TPM identity before it is welcome (identity.go).
+	if err = s.prove(stream, hello); err != nil {
 		return err
 	}
 

@@ -126,8 +126,8 @@ func TestLifecycle(t *testing.T) {
 	out := mustRun(t, ep, "get", "machines")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 3)
-	assert.Equal(t, []string{"ID", "ARCH", "FIRMWARE", "ADDRESS", "ACCEPTANCE", "ALLOCATION", "INSTALLED", "POWER", "LAST", "BOOT"}, strings.Fields(lines[0]))
-	assert.Equal(t, []string{m1, "amd64", "uefi", "10.5.0.10", "pending", "-", "-", "manual", "agent"}, strings.Fields(lines[1])[:9])
+	assert.Equal(t, []string{"ID", "ARCH", "FIRMWARE", "ADDRESS", "ACCEPTANCE", "ALLOCATION", "INSTALLED", "POWER", "IDENTITY", "LAST", "BOOT"}, strings.Fields(lines[0]))
+	assert.Equal(t, []string{m1, "amd64", "uefi", "10.5.0.10", "pending", "-", "-", "manual", "-", "agent"}, strings.Fields(lines[1])[:10])
 
 	out = mustRun(t, ep, "machine", "accept", m1)
 	assert.Contains(t, out, "machine "+m1+": accepted, not allocated")
@@ -148,7 +148,7 @@ func TestLifecycle(t *testing.T) {
 	mustRun(t, ep, "machine", "cordon", m2)
 
 	out = mustRun(t, ep, "get", "machines")
-	assert.Regexp(t, m1+`\s+amd64\s+uefi\s+10.5.0.10\s+accepted\s+v1.9.0\s+yes\s+manual \(want on\)\s+agent 1m`, out)
+	assert.Regexp(t, m1+`\s+amd64\s+uefi\s+10.5.0.10\s+accepted\s+v1.9.0\s+yes\s+manual \(want on\)\s+-\s+agent 1m`, out)
 	assert.Regexp(t, m2+`\s+amd64\s+bios\s+10.5.0.11\s+pending,cordoned\s+-\s+-\s+manual`, out)
 
 	// A BMC, its password from a file; shown without it.

@@ -117,9 +117,10 @@ func TestLabelsAndSelectors(t *testing.T) {
 	// -o wide: what a person needs to decide, after the usual columns.
 	lines := strings.Split(strings.TrimSpace(mustRun(t, ep, "get", "machines", "-o", "wide")), "\n")
 	require.Len(t, lines, 3)
-	assert.Equal(t, []string{"ID", "ARCH", "FIRMWARE", "ADDRESS", "ACCEPTANCE", "ALLOCATION", "INSTALLED", "POWER", "LAST", "BOOT",
-		"VENDOR", "MODEL", "SERIAL", "CPU", "MEMORY", "DISKS", "MACS", "BMC", "EXTENSIONS", "KEXEC", "OWNER"}, strings.Fields(lines[0]))
-	// The Xeon calls for the microcode extension (the extensions catalog).
-	assert.Regexp(t, m1+`\s+amd64\s+uefi\s+10.5.0.10\s+pending\s+-\s+-\s+manual\s+agent \S+ ago\s+Dell Inc.\s+PowerEdge R650\s+7XQ1234\s+1x Xeon Gold 6338, 32c/64t\s+64GiB\s+nvme0n1:960G\s+b8:ca:3a:00:00:01\s+10.5.1.10\s+intel-ucode\s+default\s+-$`, lines[1])
-	assert.Regexp(t, m2+`\s+amd64\s+bios\s+10.5.0.11\s+pending\s+.*-\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+default\s+-$`, lines[2])
+	assert.Equal(t, []string{"ID", "ARCH", "FIRMWARE", "ADDRESS", "ACCEPTANCE", "ALLOCATION", "INSTALLED", "POWER", "IDENTITY", "LAST", "BOOT",
+		"VENDOR", "MODEL", "SERIAL", "CPU", "MEMORY", "DISKS", "MACS", "BMC", "EXTENSIONS", "KEXEC", "OWNER", "EK"}, strings.Fields(lines[0]))
+	// The Xeon calls for the microcode extension (the extensions catalog). Its agent
+	// reported an inventory and proved no TPM: identity none.
+	assert.Regexp(t, m1+`\s+amd64\s+uefi\s+10.5.0.10\s+pending\s+-\s+-\s+manual\s+none\s+agent \S+ ago\s+Dell Inc.\s+PowerEdge R650\s+7XQ1234\s+1x Xeon Gold 6338, 32c/64t\s+64GiB\s+nvme0n1:960G\s+b8:ca:3a:00:00:01\s+10.5.1.10\s+intel-ucode\s+default\s+-\s+-$`, lines[1])
+	assert.Regexp(t, m2+`\s+amd64\s+bios\s+10.5.0.11\s+pending\s+.*-\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+-\s+default\s+-\s+-$`, lines[2])
 }

@@ -113,6 +113,8 @@ func newAcceptCommand(a *app) *cobra.Command {
 	}
 
 	cmd.Flags().BoolVar(&req.SkipInitialWipe, "skip-wipe", false, "accept without the initial wipe (the machine holds nothing)")
+	cmd.Flags().StringVar(&req.Ek, "ek", "",
+		"the fingerprint (sha256:<hex>) of the TPM endorsement key the machine must prove: refused if its agent proved another, bound either way")
 
 	return cmd
 }
@@ -259,6 +261,10 @@ func intentLine(in *controlv1.MachineIntent) string {
 
 	if m := in.GetKexecMode(); m != "" {
 		parts = append(parts, "kexec "+m)
+	}
+
+	if ek := in.GetBoundEk(); ek != "" {
+		parts = append(parts, "bound to TPM EK "+ek)
 	}
 
 	if d := in.GetAllocation().GetDetectedExtensions(); len(d) > 0 {

@@ -24,7 +24,7 @@ func getMachines(ctx context.Context, st state.State, p *printer, id string, opt
 		return p.structured(views)
 	}
 
-	header := []string{"ID", "ARCH", "FIRMWARE", "ADDRESS", "ACCEPTANCE", "ALLOCATION", "INSTALLED", "POWER", "LAST BOOT"}
+	header := []string{"ID", "ARCH", "FIRMWARE", "ADDRESS", "ACCEPTANCE", "ALLOCATION", "INSTALLED", "POWER", "IDENTITY", "LAST BOOT"}
 
 	// In Omni mode, Omni's view beside Anvil's.
 	omniMode := slices.ContainsFunc(views, func(v fleet.Record) bool { return v.Omni != nil })
@@ -77,7 +77,7 @@ func machineRow(v fleet.Record, now time.Time) []string {
 		lastBoot = fmt.Sprintf("%s %s ago", orDash(v.Machine.LastDecision), now.Sub(v.Machine.LastPXE).Truncate(time.Second))
 	}
 
-	return []string{v.ID, orDash(v.Machine.Arch), orDash(v.Machine.Firmware), orDash(v.Machine.LastAddress), acceptance, allocation, installed, power, lastBoot}
+	return []string{v.ID, orDash(v.Machine.Arch), orDash(v.Machine.Firmware), orDash(v.Machine.LastAddress), acceptance, allocation, installed, power, v.IdentitySummary(), lastBoot}
 }
 
 func orDash(s string) string {

@@ -9,11 +9,12 @@ import (
 
 // wideHeader are the columns -o wide adds to 'get machines': what a person needs to
 // decide whether to accept a pending machine, from its agent's inventory and its BMC,
-// and who holds an allocated one (the Cluster API manager names its MetalMachine).
-var wideHeader = []string{"VENDOR", "MODEL", "SERIAL", "CPU", "MEMORY", "DISKS", "MACS", "BMC", "EXTENSIONS", "KEXEC", "OWNER"}
+// and who holds an allocated one (the Cluster API manager names its MetalMachine), and
+// the fingerprint of the TPM EK the machine must prove.
+var wideHeader = []string{"VENDOR", "MODEL", "SERIAL", "CPU", "MEMORY", "DISKS", "MACS", "BMC", "EXTENSIONS", "KEXEC", "OWNER", "EK"}
 
 func wideRow(v fleet.Record) []string {
-	row := []string{"-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"}
+	row := []string{"-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", orDash(v.EK())}
 
 	if a := v.Intent.Allocation; a != nil && a.Owner != "" {
 		row[10] = a.Owner

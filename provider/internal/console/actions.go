@@ -39,14 +39,19 @@ var actions = map[string]action{
 	"accept": {
 		title: "Accept", owned: true,
 		confirm: func(id string, form url.Values) string {
+			msg := "Accept machine " + id + ": its agent will wipe every disk, then the machine is ready to allocate."
 			if form.Get("skip_wipe") == "on" {
-				return "Accept machine " + id + " without wiping its disks: whatever is on them stays."
+				msg = "Accept machine " + id + " without wiping its disks: whatever is on them stays."
 			}
 
-			return "Accept machine " + id + ": its agent will wipe every disk, then the machine is ready to allocate."
+			if ek := strings.TrimSpace(form.Get("ek")); ek != "" {
+				msg += " Only the TPM with EK " + ek + " will be welcome as this machine."
+			}
+
+			return msg
 		},
 		run: func(ctx context.Context, t *transitions.Service, id string, form url.Values) (string, error) {
-			_, err := t.Accept(ctx, id, form.Get("skip_wipe") == "on")
+			_, err := t.AcceptWith(ctx, id, transitions.AcceptRequest{SkipWipe: form.Get("skip_wipe") == "on", EK: strings.TrimSpace(form.Get("ek"))})
 
 			return "accepted", err
 		},

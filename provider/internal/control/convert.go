@@ -37,6 +37,7 @@ func intentToProto(id string, spec *resources.MachineIntentSpec) *controlv1.Mach
 		Labels:     spec.Labels,
 		WipeMode:   spec.WipeMode,
 		KexecMode:  spec.Kexec,
+		BoundEk:    spec.BoundEK,
 	}
 
 	if a := spec.Allocation; a != nil {

@@ -29,7 +29,7 @@ func NewTransitions(svc *transitions.Service) *Transitions { return &Transitions
 
 // Accept implements controlv1.TransitionServiceServer.
 func (t *Transitions) Accept(ctx context.Context, req *controlv1.AcceptRequest) (*controlv1.AcceptResponse, error) {
-	spec, err := t.svc.Accept(ctx, req.GetMachineId(), req.GetSkipInitialWipe())
+	spec, err := t.svc.AcceptWith(ctx, req.GetMachineId(), transitions.AcceptRequest{SkipWipe: req.GetSkipInitialWipe(), EK: req.GetEk()})
 	if err != nil {
 		return nil, rpcstatus.Of(err)
 	}

@@ -69,3 +69,24 @@ func (in *inbox[T]) serve(ctx context.Context, events <-chan controller.Reconcil
 		a.done <- err
 	}
 }
+
+// takeHeld returns the report a stopped run held, if any, for a controller that waits
+// on reports beside other inputs (reports, finish) instead of serve.
+func (in *inbox[T]) takeHeld() *acked[T] { return in.held.Swap(nil) }
+
+// reports is where reports arrive.
+func (in *inbox[T]) reports() <-chan acked[T] { return in.ch }
+
+// finish acknowledges the report with what storing it returned; a report whose storing
+// ctx cut short is held for the next run instead, and finish says so.
+func (in *inbox[T]) finish(ctx context.Context, a *acked[T], err error) bool {
+	if err != nil && ctx.Err() != nil {
+		in.held.Store(a)
+
+		return true
+	}
+
+	a.done <- err
+
+	return false
+}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/anvil-metal/anvil/provider/internal/identity"
 	"github.com/anvil-metal/anvil/provider/internal/inventory"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
@@ -24,6 +25,9 @@ const (
 	// LabelExtensionPrefix starts one label per official extension the machine's
 	// hardware calls for: anvil.dev/ext-intel-ucode=suggested (or optional).
 	LabelExtensionPrefix = resources.LabelPrefix + "ext-"
+	// LabelIdentity says how the machine proves who it is: tpm (its agent proved a TPM's
+	// EK, recorded on the machine) or none (its agent showed no TPM).
+	LabelIdentity = resources.LabelPrefix + "identity"
 )
 
 // placeholders are what firmware writes where a vendor left a field empty: a label
@@ -56,6 +60,15 @@ func DeriveLabels(machine *resources.MachineSpec, inv *resources.MachineInventor
 
 	if machine != nil {
 		set(LabelArch, machine.Arch)
+	}
+
+	// A machine's identity is known once an agent of it proved an EK, or registered
+	// without one (its inventory is in).
+	switch {
+	case machine != nil && machine.EK != "":
+		set(LabelIdentity, string(identity.KindTPM))
+	case inv != nil:
+		set(LabelIdentity, string(identity.KindNone))
 	}
 
 	if inv == nil {

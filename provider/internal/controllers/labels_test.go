@@ -50,6 +50,7 @@ func TestDeriveLabels(t *testing.T) {
 				controllers.LabelArch: "amd64", controllers.LabelVendor: "dell-inc", controllers.LabelModel: "poweredge-r650",
 				controllers.LabelCPUVendor: "intel", controllers.LabelCPUCores: "64", controllers.LabelMemoryClass: "64gib",
 				controllers.LabelDiskCount: "2", controllers.LabelDiskType: "nvme", controllers.LabelNICSpeed: "25g",
+				controllers.LabelIdentity: "none",
 				// Its Intel CPU calls for the microcode extension (the extensions catalog).
 				controllers.LabelExtensionPrefix + "intel-ucode": "suggested",
 			},
@@ -67,7 +68,7 @@ func TestDeriveLabels(t *testing.T) {
 			want: map[string]string{
 				controllers.LabelArch: "amd64", controllers.LabelVendor: "qemu", controllers.LabelModel: "standard-pc-q35-ich9-2009",
 				controllers.LabelCPUVendor: "qemu", controllers.LabelCPUCores: "2", controllers.LabelMemoryClass: "2gib",
-				controllers.LabelDiskCount: "1", controllers.LabelDiskType: "hdd",
+				controllers.LabelDiskCount: "1", controllers.LabelDiskType: "hdd", controllers.LabelIdentity: "none",
 			},
 		},
 		{
@@ -87,12 +88,25 @@ func TestDeriveLabels(t *testing.T) {
 			want: map[string]string{
 				controllers.LabelCPUVendor: "amd", controllers.LabelCPUCores: "16", controllers.LabelMemoryClass: "1tib",
 				controllers.LabelDiskCount: "2", controllers.LabelDiskType: "mixed", controllers.LabelNICSpeed: "2.5g", controllers.LabelExtensionPrefix + "amd-ucode": "suggested",
+				controllers.LabelIdentity: "none",
 			},
 		},
 		{
 			name: "nothing known but an empty inventory: no disks is a fact, the rest is not",
 			inv:  &resources.MachineInventorySpec{NICs: []resources.NICInventory{{Name: "eth0", SpeedMbps: 100}}},
-			want: map[string]string{controllers.LabelDiskCount: "0", controllers.LabelNICSpeed: "100m"},
+			want: map[string]string{controllers.LabelDiskCount: "0", controllers.LabelNICSpeed: "100m", controllers.LabelIdentity: "none"},
+		},
+		{
+			// Its agent proved a TPM's EK: identity tpm, before its inventory is in too.
+			name:    "a proven TPM",
+			machine: &resources.MachineSpec{Arch: "arm64", EK: "sha256:" + "ab"},
+			want:    map[string]string{controllers.LabelArch: "arm64", controllers.LabelIdentity: "tpm"},
+		},
+		{
+			name:    "a proven TPM and its inventory",
+			machine: &resources.MachineSpec{EK: "sha256:" + "ab"},
+			inv:     &resources.MachineInventorySpec{NICs: []resources.NICInventory{{Name: "eth0", SpeedMbps: 100}}},
+			want:    map[string]string{controllers.LabelDiskCount: "0", controllers.LabelNICSpeed: "100m", controllers.LabelIdentity: "tpm"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

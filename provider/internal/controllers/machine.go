@@ -2,8 +2,10 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,7 +42,8 @@ type PXEObservation struct {
 	AgentIssued time.Time
 }
 
-// MachineController records machines from their PXE boots: it produces Machine.
+// MachineController records machines from their PXE boots, and the TPM identity their
+// agents proved (RecordEK): it produces Machine.
 type MachineController struct {
 	Observations <-chan PXEObservation
 	// Labels are set on every machine (--machine-labels).
@@ -49,6 +52,31 @@ type MachineController struct {
 	// held is an observation taken but not recorded when the controller runtime
 	// stopped: the next run records it first.
 	held atomic.Pointer[PXEObservation]
+
+	eksOnce sync.Once
+	eks     *inbox[ekReport]
+}
+
+// ekReport is an EK a machine's agent proved.
+type ekReport struct {
+	machineID, ek string
+	at            time.Time
+}
+
+// ErrOtherEK is RecordEK's refusal: the machine has another EK recorded.
+var ErrOtherEK = errors.New("another TPM EK is recorded for the machine")
+
+// RecordEK records the fingerprint of the EK the machine's agent proved it holds, and
+// returns once it is stored. The first EK recorded stays: another is refused with
+// ErrOtherEK, never recorded over it.
+func (ctrl *MachineController) RecordEK(ctx context.Context, machineID, ek string) error {
+	return ctrl.ekInbox().send(ctx, ekReport{machineID: machineID, ek: ek, at: time.Now()})
+}
+
+func (ctrl *MachineController) ekInbox() *inbox[ekReport] {
+	ctrl.eksOnce.Do(func() { ctrl.eks = newInbox[ekReport]() })
+
+	return ctrl.eks
 }
 
 // Name implements controller.Controller.
@@ -65,7 +93,17 @@ func (ctrl *MachineController) Outputs() []controller.Output {
 
 // Run implements controller.Controller.
 func (ctrl *MachineController) Run(ctx context.Context, r controller.Runtime, _ *zap.Logger) error {
+	eks := ctrl.ekInbox()
+
 	for {
+		if a := eks.takeHeld(); a != nil {
+			if eks.finish(ctx, a, ctrl.recordEK(ctx, r, a.report)) {
+				return nil
+			}
+
+			continue
+		}
+
 		obs := ctrl.held.Swap(nil)
 
 		if obs == nil {
@@ -73,6 +111,12 @@ func (ctrl *MachineController) Run(ctx context.Context, r controller.Runtime, _ 
 			case <-ctx.Done():
 				return nil
 			case <-r.EventCh():
+				continue
+			case a := <-eks.reports():
+				if eks.finish(ctx, &a, ctrl.recordEK(ctx, r, a.report)) {
+					return nil
+				}
+
 				continue
 			case next := <-ctrl.Observations:
 				obs = &next
@@ -111,6 +155,43 @@ func (ctrl *MachineController) record(ctx context.Context, r controller.Runtime,
 		return nil
 	}); err != nil {
 		return fmt.Errorf("error recording machine %s: %w", obs.MachineID, err)
+	}
+
+	return nil
+}
+
+// recordEK records a proven EK where none is, and refuses another.
+func (ctrl *MachineController) recordEK(ctx context.Context, r controller.Runtime, rep ekReport) error {
+	current, err := safe.ReaderGetByID[*resources.Machine](ctx, r, rep.machineID)
+	if err != nil && !state.IsNotFoundError(err) {
+		return fmt.Errorf("error reading machine %s: %w", rep.machineID, err)
+	}
+
+	if current != nil {
+		switch current.TypedSpec().EK {
+		case rep.ek:
+			return nil
+		case "":
+		default:
+			return fmt.Errorf("machine %s: %w (%s)", rep.machineID, ErrOtherEK, current.TypedSpec().EK)
+		}
+	}
+
+	if err = safe.WriterModify(ctx, r, resources.NewMachine(rep.machineID), func(m *resources.Machine) error {
+		spec := m.TypedSpec()
+		spec.EK, spec.EKRecordedAt = rep.ek, rep.at
+
+		if spec.FirstSeen.IsZero() {
+			spec.FirstSeen = rep.at
+		}
+
+		for k, v := range ctrl.Labels {
+			m.Metadata().Labels().Set(k, v)
+		}
+
+		return nil
+	}); err != nil {
+		return fmt.Errorf("error recording the EK of machine %s: %w", rep.machineID, err)
 	}
 
 	return nil

@@ -40,6 +40,7 @@ func TestMachineLabelsController(t *testing.T) {
 	assert.Equal(t, map[string]string{
 		"dc": "nyc", "rack": "r1", controllers.LabelArch: "amd64", controllers.LabelVendor: "supermicro",
 		controllers.LabelMemoryClass: "32gib", controllers.LabelDiskCount: "1", controllers.LabelDiskType: "ssd",
+		controllers.LabelIdentity: "none",
 	}, ml.Metadata().Labels().Raw())
 
 	// The user's labels: one new, one overriding a static label.

@@ -91,8 +91,10 @@ func (ctrl *OmniIntentController) Reconcile(ctx context.Context, logger *zap.Log
 		// Not seen by this provider yet: its first boot maps it here again.
 		return nil
 	case transitions.CodeRefused:
-		// Held by a local allocation (the adoption rules): Omni decides once it is released.
-		logger.Info("machine held by a local allocation: Omni's decisions wait", zap.String("machine", id), zap.Error(err))
+		// Held by a local allocation (the adoption rules): Omni decides once it is
+		// released. Or accepted by Omni without a TPM identity under --require-tpm: it
+		// stays pending until its agent proves one (its Machine changing maps it here).
+		logger.Info("Omni's decisions wait", zap.String("machine", id), zap.Error(err))
 
 		return nil
 	case transitions.CodeInvalid:

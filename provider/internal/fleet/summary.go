@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/anvil-metal/anvil/provider/internal/identity"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
@@ -194,3 +195,28 @@ func DiskSize(b uint64) string {
 
 	return strconv.FormatUint(b, 10) + "B"
 }
+
+// IdentitySummary says how the machine proves who it is: "tpm" (its agent proved the
+// EK recorded for it), "tpm,bound" (that EK is bound to it: accepted with it), "tpm,bound,
+// unproven" (accepted with an EK its agent has not proved yet), "none" (its agent showed
+// no TPM), "-" (no agent of it registered yet).
+func (r Record) IdentitySummary() string {
+	recorded, bound := r.Machine.EK, r.Intent.BoundEK
+
+	switch {
+	case bound != "" && recorded == "":
+		return "tpm,bound,unproven"
+	case bound != "":
+		return "tpm,bound"
+	case recorded != "":
+		return "tpm"
+	case r.Inventory != nil:
+		return "none"
+	default:
+		return "-"
+	}
+}
+
+// EK is the fingerprint of the TPM endorsement key the machine must prove: the one bound
+// at its acceptance, else the one its agent proved first; "" when none.
+func (r Record) EK() string { return identity.Expected(r.Intent.BoundEK, r.Machine.EK) }

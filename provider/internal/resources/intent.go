@@ -83,6 +83,11 @@ type MachineIntentSpec struct {
 	// handed out, and its allocation is not recorded installed, until an operator
 	// uncordons it. "" when not held.
 	Held string `yaml:"held,omitempty" protobuf:"11"`
+	// BoundEK is the fingerprint of the TPM endorsement key bound to the machine at its
+	// acceptance (the EK its agent proved at its first registration, or the one a person
+	// gave to accept it with): every later session of its agent must prove that EK.
+	// "" when it was accepted without a TPM identity.
+	BoundEK string `yaml:"boundEK,omitempty" protobuf:"12"`
 }
 
 // Kexec handoff modes: auto kexecs unless the machine's hardware is on the deny list.

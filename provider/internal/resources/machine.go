@@ -40,6 +40,14 @@ type MachineSpec struct {
 	// AgentBootIssued is when the newest agent boot token was issued: older tokens are
 	// superseded.
 	AgentBootIssued time.Time `yaml:"agentBootIssued,omitempty" protobuf:"9"`
+	// EK is the fingerprint (sha256:<hex> of the PKIX DER) of the TPM endorsement key the
+	// machine's agent proved it holds (credential activation) at its first registration
+	// with a TPM; "" while no agent of it has shown one. It is never replaced: another EK
+	// presented for the machine later is refused as a security event. Acceptance binds
+	// it (MachineIntent's BoundEK).
+	EK string `yaml:"ek,omitempty" protobuf:"10"`
+	// EKRecordedAt is when EK was recorded.
+	EKRecordedAt time.Time `yaml:"ekRecordedAt,omitempty" protobuf:"11"`
 }
 
 // NewMachine returns an empty Machine resource with the given ID.

@@ -67,6 +67,7 @@ func (env *environment) apiServices() ([]runner, error) {
 		Policy:       env.policy,
 		BMCPassword:  env.bmcPassword,
 		Recorder:     env.agentRecorder(),
+		EKs:          env.machines,
 		Observations: env.observations,
 		Trace:        env.trace,
 		Tamper:       env.tamper,

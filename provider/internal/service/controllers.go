@@ -34,8 +34,10 @@ func (env *environment) controllers(factory *factoryclient.Client, labels map[st
 		return nil, err
 	}
 
+	env.machines = &controllers.MachineController{Observations: env.observations, Labels: labels}
+
 	ctrls := []any{
-		&controllers.MachineController{Observations: env.observations, Labels: labels},
+		env.machines,
 		powerCtrl,
 		env.status,
 		env.inventory,

@@ -96,8 +96,15 @@ type Options struct {
 
 	MachineLabels []string
 	// AutoAccept accepts pending machines matching it once their inventory is in: "" (off),
-	// "all", or a label selector (dc=nyc,anvil.dev/vendor=dell-inc).
+	// "all", or a label selector (dc=nyc,anvil.dev/vendor=dell-inc). Only machines whose
+	// agent proved a TPM identity, unless AutoAcceptWithoutTPM.
 	AutoAccept string
+	// AutoAcceptWithoutTPM lets AutoAccept accept machines whose agent proved no TPM
+	// identity too (identity "none": labs, fleets without TPMs).
+	AutoAcceptWithoutTPM bool
+	// RequireTPM refuses to accept (by hand, auto-accept or Omni) a machine whose agent
+	// proved no TPM identity, unless a person accepts it with its EK's fingerprint.
+	RequireTPM bool
 
 	// WipeMode is how agents wipe disks: fast, zeroes or secure-erase.
 	WipeMode string
@@ -297,6 +304,15 @@ func parseAutoAccept(s string) (bool, resource.LabelQuery, error) {
 	return true, query, nil
 }
 
+// checkIdentityFlags refuses TPM identity flags that contradict each other.
+func checkIdentityFlags(opts Options) error {
+	if opts.RequireTPM && opts.AutoAcceptWithoutTPM {
+		return errors.New("--require-tpm refuses the machines --auto-accept-without-tpm would accept: give one of them")
+	}
+
+	return nil
+}
+
 // sizeUnits are the units parseSize knows, lowercase: decimal (K, KB) and binary (Ki,
 // KiB), as Kubernetes quantities and disk makers write them.
 var sizeUnits = map[string]float64{
@@ -366,7 +382,7 @@ func omniAdapter(opts Options, version string) (omnilink.Adapter, bool, error) {
 		return omnilink.Adapter{}, false, nil
 	}
 
-	if opts.AutoAccept != "" {
+	if opts.AutoAccept != "" || opts.AutoAcceptWithoutTPM {
 		return omnilink.Adapter{}, false, errors.New("--auto-accept is for a standalone provider: in Omni mode, Omni owns acceptance")
 	}
 

@@ -80,6 +80,10 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		return err
 	}
 
+	if err = checkIdentityFlags(opts); err != nil {
+		return err
+	}
+
 	policy, err := parsePolicy(opts)
 	if err != nil {
 		return err
@@ -213,6 +217,9 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		ManagedBy:          managedBy,
 		Recorder:           env.status,
 		DetectedExtensions: opts.DetectedExtensions,
+		RequireTPM:         opts.RequireTPM,
+		// Auto-accept accepts machines that proved no TPM identity only when told to.
+		AutoAcceptWithoutTPM: opts.AutoAcceptWithoutTPM,
 		// The same schematic the SchematicController registers with the factory.
 		SchematicFor: func(_ context.Context, _ string, alloc resources.Allocation) (schematic.Schematic, error) {
 			return env.scripts.Schematic(alloc.Extensions, alloc.KernelArgs)
@@ -316,6 +323,7 @@ type environment struct {
 	observations chan controllers.PXEObservation
 	status       *controllers.MachineStatusController
 	inventory    *controllers.MachineInventoryController
+	machines     *controllers.MachineController // records machines and their agents' EKs; made by controllers()
 	registry     *prometheus.Registry
 	// trace keeps the machines' boot timelines and recent events.
 	trace *boottrace.Recorder

@@ -79,7 +79,9 @@ func TestAcceptPending(t *testing.T) {
 		{from: []string{"accept", "deallocate"}, want: resources.AcceptanceAccepted},
 	} {
 		st := openState(t)
-		tr := transitions.New(st, transitions.Options{})
+		// The machine has no TPM identity: auto-accept is told to accept such machines
+		// (identity_test.go has the identity rules).
+		tr := transitions.New(st, transitions.Options{AutoAcceptWithoutTPM: true})
 
 		for _, name := range tc.from {
 			_ = apply(t.Context(), tr, name) // deallocate is refused, which is fine here
@@ -106,6 +108,6 @@ func TestAcceptPending(t *testing.T) {
 		}
 	}
 
-	_, err := transitions.New(openState(t), transitions.Options{}).AcceptPending(t.Context(), "nosuch", "all")
+	_, err := transitions.New(openState(t), transitions.Options{AutoAcceptWithoutTPM: true}).AcceptPending(t.Context(), "nosuch", "all")
 	assert.Equal(t, transitions.CodeNotFound, codeOf(err))
 }

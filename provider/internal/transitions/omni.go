@@ -43,6 +43,12 @@ func (s *Service) ApplyOmni(ctx context.Context, id string, o resources.OmniMach
 		return nil, heldLocally(id)
 	}
 
+	// Omni's acceptance binds the machine's TPM identity as a person's does.
+	recorded, err := s.recordedEK(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+
 	// A new allocation is built (validated, its schematic computed) outside the change,
 	// which runs under the lock; the change keeps the current one when Omni's is the same.
 	var alloc *resources.Allocation
@@ -64,6 +70,16 @@ func (s *Service) ApplyOmni(ctx context.Context, id string, o resources.OmniMach
 		}
 
 		next := omniIntent(*spec, o, alloc)
+
+		if next.Acceptance == resources.AcceptanceAccepted && spec.Acceptance != resources.AcceptanceAccepted {
+			bound, err := bindEK(id, *spec, recorded, "", s.requireTPM)
+			if err != nil {
+				return err
+			}
+
+			next.BoundEK = bound
+		}
+
 		*spec = next
 
 		return nil

@@ -65,7 +65,13 @@ type Options struct {
 	// DetectedExtensions merges into each local allocation the official extensions the
 	// machine's hardware calls for (the extensions catalog); a request may opt out.
 	DetectedExtensions bool
-	Logger             *zap.Logger
+	// RequireTPM refuses to accept a machine without a TPM identity (--require-tpm):
+	// one whose agent proved no EK, unless a person accepts it with its EK.
+	RequireTPM bool
+	// AutoAcceptWithoutTPM lets auto-accept accept machines whose agent proved no EK
+	// (--auto-accept-without-tpm); by default it accepts only machines that did.
+	AutoAcceptWithoutTPM bool
+	Logger               *zap.Logger
 	// Now stamps allocations; time.Now when nil.
 	Now func() time.Time
 }
@@ -85,8 +91,10 @@ type core struct {
 	schematicFor SchematicFunc
 	// detectedExtensions: Options.DetectedExtensions.
 	detectedExtensions bool
-	logger             *zap.Logger
-	now                func() time.Time
+	// requireTPM, autoAcceptWithoutTPM: Options'.
+	requireTPM, autoAcceptWithoutTPM bool
+	logger                           *zap.Logger
+	now                              func() time.Time
 
 	// mu serializes transitions: each reads the machine's state, decides, then writes,
 	// and two concurrent transitions on one machine must not both pass the check.
@@ -97,6 +105,7 @@ type core struct {
 func New(st state.State, opts Options) *Service {
 	c := &core{
 		st: st, recorder: opts.Recorder, schematicFor: opts.SchematicFor, detectedExtensions: opts.DetectedExtensions,
+		requireTPM: opts.RequireTPM, autoAcceptWithoutTPM: opts.AutoAcceptWithoutTPM,
 		logger: opts.Logger, now: opts.Now,
 	}
 
