@@ -359,3 +359,48 @@ func TestSessionIdentityFirstComes(t *testing.T) {
 	assert.Equal(t, first.Fingerprint(), f.recorded(t))
 	require.Eventually(t, func() bool { return f.events(t) == 1 }, 5*time.Second, time.Millisecond)
 }
+
+// otherEKRecorded is a MachineController that recorded another EK for the machine a
+// moment ago, before the view of the session's hello saw it (two agents racing for one
+// machine).
+type otherEKRecorded struct{}
+
+func (otherEKRecorded) RecordEK(context.Context, string, string) error { return controllers.ErrOtherEK }
+
+// TestSessionIdentityRecordRace: an agent whose EK cannot be recorded because another
+// was recorded meanwhile is refused, unless its EK is the one bound to the machine.
+func TestSessionIdentityRecordRace(t *testing.T) {
+	t.Parallel()
+
+	tpm := softtpm.MustNew()
+
+	for _, tc := range []struct {
+		name, bound string
+		refused     bool
+	}{
+		{name: "nothing bound: refused", refused: true},
+		{name: "its EK is bound: welcome", bound: tpm.Fingerprint()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			f := &identityFixture{holds: &holds{}, registry: prometheus.NewRegistry()}
+			f.fixture = newFixtureWith(t, func(o *agentapi.Options) {
+				o.EKs = otherEKRecorded{}
+				o.Tamper = tamper.New(f.holds, nil, f.registry, zaptest.NewLogger(t))
+			})
+			f.setup(t, "", tc.bound)
+
+			_, err := f.session(t, &agentTPM{tpm: tpm})
+			if !tc.refused {
+				require.NoError(t, err)
+				assert.Zero(t, f.events(t))
+
+				return
+			}
+
+			assert.Equal(t, codes.Unauthenticated, status.Code(err))
+			require.Eventually(t, func() bool { return f.events(t) == 1 && f.holds.count() == 1 }, 5*time.Second, time.Millisecond)
+		})
+	}
+}
