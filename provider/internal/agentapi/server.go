@@ -29,6 +29,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 	"github.com/anvil-metal/anvil/provider/internal/tamper"
+	"github.com/anvil-metal/anvil/provider/internal/untrusted"
 )
 
 // Limits on what an agent may send.
@@ -162,7 +163,7 @@ func (s *Server) Session(stream agentv1.AgentService_SessionServer) error {
 	}
 
 	id := hello.GetMachineId()
-	logger := s.opts.Logger.With(zap.String("machine", id), zap.String("boot", hello.GetBootId()))
+	logger := s.opts.Logger.With(zap.String("machine", id), untrusted.String("boot", hello.GetBootId()))
 
 	s.register(ctx, hello)
 	s.metrics.sessionsTotal.Inc()
@@ -175,7 +176,8 @@ func (s *Server) Session(stream agentv1.AgentService_SessionServer) error {
 	s.metrics.sessions.Inc()
 	defer s.metrics.sessions.Dec()
 
-	connected := []zap.Field{zap.String("version", hello.GetAgentVersion()), zap.Strings("macs", hello.GetMacs())}
+	// What the agent says of itself is bounded: a valid token is no bound on a hello's size.
+	connected := []zap.Field{untrusted.String("version", hello.GetAgentVersion()), untrusted.Strings("macs", hello.GetMacs())}
 	if why := hello.GetKexecUnavailable(); why != "" {
 		connected = append(connected, zap.String("kexec_unavailable", why))
 	}
@@ -316,7 +318,7 @@ func (s *Server) hello(stream agentv1.AgentService_SessionServer) (*agentv1.Hell
 	claims, err := s.opts.Tokens.Verify(hello.GetToken())
 	if err != nil || claims.Kind != token.KindAgent || claims.MachineID != hello.GetMachineId() {
 		s.metrics.refused.WithLabelValues("token").Inc()
-		s.opts.Logger.Warn("agent refused: invalid token", zap.String("machine", hello.GetMachineId()), zap.String("remote", remote(stream.Context())))
+		s.opts.Logger.Warn("agent refused: invalid token", untrusted.String("machine", hello.GetMachineId()), zap.String("remote", remote(stream.Context())))
 
 		return nil, status.Error(codes.Unauthenticated, "invalid token")
 	}
