@@ -120,6 +120,7 @@ type Server struct {
 	opts    Options
 	metrics *metrics
 	changes *machineChanges
+	conns   *connTracker
 }
 
 // New returns the server.
@@ -128,13 +129,15 @@ func New(opts Options) *Server {
 		opts.Tokens = token.NewSigner(opts.TokenKey)
 	}
 
-	return &Server{opts: opts, metrics: newMetrics(opts.Registry), changes: newMachineChanges(opts.View)}
+	return &Server{opts: opts, metrics: newMetrics(opts.Registry), changes: newMachineChanges(opts.View), conns: newConnTracker(opts.Registry)}
 }
 
-// GRPCServer returns a gRPC server with the agent service, with the limits agents get.
+// GRPCServer returns a gRPC server with the agent service, with the limits agents get;
+// serve it on Listener for the per-connection ones (conns.go).
 func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	srv := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageSize), grpc.ConnectionTimeout(handshakeTimeout),
+		grpc.MaxConcurrentStreams(maxStreamsPerConn),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idleTimeout}),
 		// An agent's connection idles but for a few small messages: gRPC's 32 KiB read and
 		// write buffers per connection were most of the provider's memory with 10,000
@@ -152,6 +155,11 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 func (s *Server) Session(stream agentv1.AgentService_SessionServer) error {
 	ctx := stream.Context()
 
+	conn := s.conns.of(ctx)
+	if err := conn.openSession(); err != nil {
+		return err
+	}
+
 	hello, err := s.hello(stream)
 	if err != nil {
 		return err
@@ -161,6 +169,8 @@ func (s *Server) Session(stream agentv1.AgentService_SessionServer) error {
 	if err = s.prove(stream, hello); err != nil {
 		return err
 	}
+
+	defer conn.helloed()()
 
 	id := hello.GetMachineId()
 	logger := s.opts.Logger.With(zap.String("machine", id), untrusted.String("boot", hello.GetBootId()))

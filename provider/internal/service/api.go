@@ -97,7 +97,7 @@ func (env *environment) apiServices() ([]runner, error) {
 		eg.Go(func() error { return http.Serve(ctx, mux.Plain()) })
 		eg.Go(func() error {
 			// Stopping closes the listener under Serve: that is no error.
-			if err := agentServer.Serve(mux.TLS()); err != nil && ctx.Err() == nil {
+			if err := agentServer.Serve(agents.Listener(mux.TLS())); err != nil && ctx.Err() == nil {
 				return fmt.Errorf("error serving the agent API: %w", err)
 			}
 
