@@ -335,6 +335,7 @@ func (s *Server) hello(stream agentv1.AgentService_SessionServer) (*agentv1.Hell
 
 	if s.opts.View.AgentBootIssued(claims.MachineID).After(claims.Issued) {
 		s.metrics.refused.WithLabelValues("superseded").Inc()
+		s.opts.Logger.Warn("agent refused: token superseded by a newer boot", zap.String("machine", claims.MachineID))
 		_ = s.opts.Tamper.Report(stream.Context(), tamper.Event{ // holds nothing: the error is the hold's
 			Machine: claims.MachineID, Kind: tamper.TokenReplay, Remote: remote(stream.Context()),
 			Detail: "an agent token superseded by a newer boot of the machine was presented",
