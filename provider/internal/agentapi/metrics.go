@@ -20,7 +20,7 @@ type metrics struct {
 // Labels known in advance: their children exist from the start, at 0, for dashboards.
 var (
 	orderKinds     = []string{"hold", "release", "wipe", "reboot", "power-off", "kexec", "bmc", "unknown"}
-	refusalReasons = []string{"timeout", "protocol", "token", "superseded", "unsolicited"}
+	refusalReasons = []string{"timeout", "protocol", "token", "superseded", "unsolicited", "identity"}
 )
 
 func newMetrics(reg prometheus.Registerer) *metrics {
