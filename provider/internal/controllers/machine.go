@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,10 +21,6 @@ import (
 // pxeStampInterval is how stale Machine.LastPXE may get before a boot rewrites it: a
 // machine that boots in a loop must not turn every script request into a disk write.
 const pxeStampInterval = 5 * time.Minute
-
-// agentStampInterval is how much newer an agent token must be before a boot records it:
-// the boot services know the newest one at once (machineview), the state catches up.
-const agentStampInterval = time.Minute
 
 // maxMACs bounds the MACs remembered per machine.
 const maxMACs = 16
@@ -48,6 +45,15 @@ type MachineController struct {
 	Observations <-chan PXEObservation
 	// Labels are set on every machine (--machine-labels).
 	Labels map[string]string
+
+	// AgentBoots, when set, gives the newest agent token issued to a machine as the boot
+	// services know it (machineview.View.AgentBootIssued). A record takes the newest, so
+	// that a burst of boot scripts for one machine costs one write, and the sweep records
+	// those whose observation was dropped (the boot services' queue full): a token
+	// superseded before a restart must stay superseded after it.
+	AgentBoots func(id string) time.Time
+	// SweepInterval is how often the sweep runs (sweepInterval when 0).
+	SweepInterval time.Duration
 
 	// held is an observation taken but not recorded when the controller runtime
 	// stopped: the next run records it first.
@@ -92,8 +98,11 @@ func (ctrl *MachineController) Outputs() []controller.Output {
 }
 
 // Run implements controller.Controller.
-func (ctrl *MachineController) Run(ctx context.Context, r controller.Runtime, _ *zap.Logger) error {
+func (ctrl *MachineController) Run(ctx context.Context, r controller.Runtime, logger *zap.Logger) error {
 	eks := ctrl.ekInbox()
+
+	sweep := time.NewTicker(cmp.Or(ctrl.SweepInterval, sweepInterval))
+	defer sweep.Stop()
 
 	for {
 		if a := eks.takeHeld(); a != nil {
@@ -112,6 +121,12 @@ func (ctrl *MachineController) Run(ctx context.Context, r controller.Runtime, _ 
 				return nil
 			case <-r.EventCh():
 				continue
+			case <-sweep.C:
+				if err := ctrl.sweep(ctx, r, logger); err != nil && ctx.Err() == nil {
+					return err
+				}
+
+				continue
 			case a := <-eks.reports():
 				if eks.finish(ctx, &a, ctrl.recordEK(ctx, r, a.report)) {
 					return nil
@@ -127,7 +142,7 @@ func (ctrl *MachineController) Run(ctx context.Context, r controller.Runtime, _ 
 			if ctx.Err() != nil {
 				ctrl.held.Store(obs)
 
-				return nil //nolint:nilerr // stopping is not a failure: the observation is held for the next run
+				return nil // stopping is not a failure: the observation is held for the next run
 			}
 
 			return err
@@ -139,6 +154,14 @@ func (ctrl *MachineController) record(ctx context.Context, r controller.Runtime,
 	current, err := safe.ReaderGetByID[*resources.Machine](ctx, r, obs.MachineID)
 	if err != nil && !state.IsNotFoundError(err) {
 		return fmt.Errorf("error reading machine %s: %w", obs.MachineID, err)
+	}
+
+	// The newest token issued, which a queue of this machine's observations holds, is
+	// written at once: the rest of the queue then changes nothing.
+	if ctrl.AgentBoots != nil {
+		if newest := ctrl.AgentBoots(obs.MachineID); newest.After(obs.AgentIssued) {
+			obs.AgentIssued = newest
+		}
 	}
 
 	if current != nil && !obs.Changes(current.TypedSpec()) && ctrl.labelled(current) {
@@ -217,7 +240,7 @@ func (obs *PXEObservation) Changes(spec *resources.MachineSpec) bool {
 	return len(spec.MACs) == 0 || spec.MACs[0] != obs.MAC ||
 		spec.UUID != obs.UUID || spec.Arch != obs.Arch || spec.Firmware != obs.Firmware ||
 		spec.LastAddress != obs.Address || spec.LastDecision != obs.Decision ||
-		obs.AgentIssued.Sub(spec.AgentBootIssued) >= agentStampInterval ||
+		obs.AgentIssued.After(spec.AgentBootIssued) ||
 		obs.At.Sub(spec.LastPXE) >= pxeStampInterval
 }
 

@@ -34,7 +34,7 @@ func (env *environment) controllers(factory *factoryclient.Client, labels map[st
 		return nil, err
 	}
 
-	env.machines = &controllers.MachineController{Observations: env.observations, Labels: labels}
+	env.machines = &controllers.MachineController{Observations: env.observations, Labels: labels, AgentBoots: env.view.AgentBootIssued}
 
 	ctrls := []any{
 		env.machines,
