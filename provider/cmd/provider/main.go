@@ -153,6 +153,9 @@ func newRootCmd() *cobra.Command {
 		"skip TLS verification of BMCs known as IPMI when driving them over Redfish")
 	f.StringVar(&opts.IPMIPXEBootMode, "ipmi-pxe-boot-mode", opts.IPMIPXEBootMode, "boot type of the PXE-once override: auto (the BMC's), bios or uefi")
 	f.StringSliceVar(&opts.MachineLabels, "machine-labels", opts.MachineLabels, "labels set on every machine, key=value pairs separated by commas")
+	f.IntVar(&opts.MaxPendingMachines, "max-pending-machines", opts.MaxPendingMachines,
+		"most pending machines recorded from boot scripts alone (no agent of theirs registered, nothing decided of them): past it a boot script for a new machine "+
+			"records nothing until its agent registers; such machines are forgotten after an hour unseen")
 	f.StringVar(&opts.AutoAccept, "auto-accept", opts.AutoAccept,
 		`accept pending machines once their inventory is in: "all", or those matching a label selector (dc=nyc,anvil.dev/vendor=dell-inc); off when empty. Only machines that proved a TPM identity (anvil.dev/identity=tpm) unless --auto-accept-without-tpm`)
 	f.BoolVar(&opts.AutoAcceptWithoutTPM, "auto-accept-without-tpm", opts.AutoAcceptWithoutTPM,

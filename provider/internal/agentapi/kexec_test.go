@@ -109,13 +109,20 @@ func TestSessionKexec(t *testing.T) {
 			OrderId: o.GetId(), Status: agentv1.OrderResult_STATUS_DONE, Message: "next kernel loaded: jumping",
 		}}}))
 
-		select {
-		case obs := <-f.obs:
-			assert.Equal(t, string(lifecycle.BootTalos), obs.Decision, "Talos is known at the agent's address")
-			assert.Equal(t, "127.0.0.1", obs.Address)
-			assert.Equal(t, "52:54:00:00:00:01", obs.MAC)
-		case <-time.After(5 * time.Second):
-			t.Fatal("the handoff was not observed")
+		// After the agent's registration, the handoff.
+		for registered := true; registered; {
+			select {
+			case obs := <-f.obs:
+				if registered = obs.Registered; registered {
+					continue
+				}
+
+				assert.Equal(t, string(lifecycle.BootTalos), obs.Decision, "Talos is known at the agent's address")
+				assert.Equal(t, "127.0.0.1", obs.Address)
+				assert.Equal(t, "52:54:00:00:00:01", obs.MAC)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the handoff was not observed")
+			}
 		}
 
 		require.Eventually(t, func() bool { return len(f.rec.events()) == 2 }, 5*time.Second, time.Millisecond)

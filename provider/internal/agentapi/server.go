@@ -347,19 +347,26 @@ func (s *Server) hello(stream agentv1.AgentService_SessionServer) (*agentv1.Hell
 	return hello, nil
 }
 
-// register makes the machine known if its PXE boot was not recorded. It waits for the
+// register makes the machine known if its PXE boot was not recorded (or was not, past
+// the bound on pending machines), and records that its agent registered. It waits for the
 // controller to take the observation rather than drop it: with the boot's observation
 // dropped too (the controller behind, 10,000 agents registering at once), the machine
 // stayed unknown, its agent holding forever, never accepted (bench fleet: 3 of 10,000).
 // The wait runs beside the session, not in its way, and ends with it.
 func (s *Server) register(ctx context.Context, hello *agentv1.Hello) {
-	if e := s.opts.View.Get(hello.GetMachineId()); e != nil && e.Machine != nil {
+	if e := s.opts.View.Get(hello.GetMachineId()); e != nil && e.Machine != nil && !e.Machine.AgentRegistered.IsZero() {
 		return
 	}
 
-	obs := controllers.PXEObservation{MachineID: hello.GetMachineId(), Address: remote(ctx), Decision: "agent", At: time.Now()}
+	// Registered: a machine whose agent said hello is recorded past the bound on
+	// pending machines, and never forgotten.
+	obs := controllers.PXEObservation{MachineID: hello.GetMachineId(), Address: remote(ctx), Decision: "agent", At: time.Now(), Registered: true}
+
+	// The MAC the agent names first, if it is one: it goes into the machine's record.
 	if macs := hello.GetMacs(); len(macs) > 0 {
-		obs.MAC = macs[0]
+		if mac, err := net.ParseMAC(macs[0]); err == nil {
+			obs.MAC = mac.String()
+		}
 	}
 
 	go func() {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/controller"
+	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
 	"go.uber.org/zap"
@@ -37,6 +38,10 @@ type PXEObservation struct {
 	At        time.Time
 	// AgentIssued is the issue time of the agent token served, if any.
 	AgentIssued time.Time
+	// Registered says the machine's agent said hello with a valid token: the machine is
+	// recorded whatever the bound on pending machines, and never forgotten. Of a machine
+	// recorded already, it tells nothing else.
+	Registered bool
 }
 
 // MachineController records machines from their PXE boots, and the TPM identity their
@@ -54,6 +59,17 @@ type MachineController struct {
 	AgentBoots func(id string) time.Time
 	// SweepInterval is how often the sweep runs (sweepInterval when 0).
 	SweepInterval time.Duration
+	// MaxPending bounds the pending machines no agent registered for
+	// (DefaultMaxPendingMachines when 0): past it, a boot script asked for a new machine
+	// records nothing. PendingTTL is how long such a machine is kept unseen
+	// (pendingMachineTTL when 0). See machinesweep.go.
+	MaxPending int
+	PendingTTL time.Duration
+
+	// pending are the machines MaxPending bounds, with when each was last seen; refused
+	// counts the new machines not recorded since the last sweep. Run's alone.
+	pending map[resource.ID]time.Time
+	refused int
 
 	// held is an observation taken but not recorded when the controller runtime
 	// stopped: the next run records it first.
@@ -89,8 +105,15 @@ func (ctrl *MachineController) ekInbox() *inbox[ekReport] {
 func (ctrl *MachineController) Name() string { return "MachineController" }
 
 // Inputs implements controller.Controller: observations arrive on a channel, not from
-// the state.
-func (ctrl *MachineController) Inputs() []controller.Input { return nil }
+// the state. What a person, Omni or an agent recorded of a machine keeps it from being
+// forgotten (machinesweep.go).
+func (ctrl *MachineController) Inputs() []controller.Input {
+	return []controller.Input{
+		{Namespace: resources.NamespaceName, Type: resources.MachineIntentType, Kind: controller.InputWeak},
+		{Namespace: resources.NamespaceName, Type: resources.BMCConfigType, Kind: controller.InputWeak},
+		{Namespace: resources.NamespaceName, Type: resources.MachineInventoryType, Kind: controller.InputWeak},
+	}
+}
 
 // Outputs implements controller.Controller.
 func (ctrl *MachineController) Outputs() []controller.Output {
@@ -103,6 +126,12 @@ func (ctrl *MachineController) Run(ctx context.Context, r controller.Runtime, lo
 
 	sweep := time.NewTicker(cmp.Or(ctrl.SweepInterval, sweepInterval))
 	defer sweep.Stop()
+
+	// The machines bounded are known before a new one is recorded; stopping is no
+	// failure.
+	if err := ctrl.sweep(ctx, r, logger); err != nil && ctx.Err() == nil {
+		return err
+	}
 
 	for {
 		if a := eks.takeHeld(); a != nil {
@@ -165,6 +194,10 @@ func (ctrl *MachineController) record(ctx context.Context, r controller.Runtime,
 	}
 
 	if current != nil && !obs.Changes(current.TypedSpec()) && ctrl.labelled(current) {
+		return nil
+	}
+
+	if !ctrl.admit(current, obs) {
 		return nil
 	}
 
@@ -237,6 +270,10 @@ func (obs *PXEObservation) Changes(spec *resources.MachineSpec) bool {
 		return true
 	}
 
+	if obs.Registered {
+		return spec.AgentRegistered.IsZero() || obs.AgentIssued.After(spec.AgentBootIssued)
+	}
+
 	return len(spec.MACs) == 0 || spec.MACs[0] != obs.MAC ||
 		spec.UUID != obs.UUID || spec.Arch != obs.Arch || spec.Firmware != obs.Firmware ||
 		spec.LastAddress != obs.Address || spec.LastDecision != obs.Decision ||
@@ -245,6 +282,21 @@ func (obs *PXEObservation) Changes(spec *resources.MachineSpec) bool {
 }
 
 func apply(spec *resources.MachineSpec, obs PXEObservation) {
+	if obs.AgentIssued.After(spec.AgentBootIssued) {
+		spec.AgentBootIssued = obs.AgentIssued
+	}
+
+	if obs.Registered {
+		if spec.AgentRegistered.IsZero() {
+			spec.AgentRegistered = obs.At
+		}
+
+		// A machine recorded already: its boots say the rest.
+		if !spec.FirstSeen.IsZero() {
+			return
+		}
+	}
+
 	if spec.FirstSeen.IsZero() {
 		spec.FirstSeen = obs.At
 	}
@@ -257,10 +309,6 @@ func apply(spec *resources.MachineSpec, obs PXEObservation) {
 
 	if obs.At.After(spec.LastPXE) {
 		spec.LastPXE = obs.At
-	}
-
-	if obs.AgentIssued.After(spec.AgentBootIssued) {
-		spec.AgentBootIssued = obs.AgentIssued
 	}
 
 	// The booting NIC first; other NICs seen earlier after it.

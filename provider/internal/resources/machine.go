@@ -48,6 +48,11 @@ type MachineSpec struct {
 	EK string `yaml:"ek,omitempty" protobuf:"10"`
 	// EKRecordedAt is when EK was recorded.
 	EKRecordedAt time.Time `yaml:"ekRecordedAt,omitempty" protobuf:"11"`
+	// AgentRegistered is when an agent of the machine first said hello with a valid
+	// token. A machine that never registered only asked for a boot script, as anyone may
+	// for a made-up UUID: while pending, such machines are bounded in number and
+	// forgotten when not seen for a while (controllers.MachineController).
+	AgentRegistered time.Time `yaml:"agentRegistered,omitempty" protobuf:"12"`
 }
 
 // NewMachine returns an empty Machine resource with the given ID.

@@ -29,12 +29,18 @@ const (
 // controllers builds the provider's controllers: controller.Controller or
 // controller.QController values.
 func (env *environment) controllers(factory *factoryclient.Client, labels map[string]string, autoAccept bool, selector resource.LabelQuery) ([]any, error) {
+	if env.opts.MaxPendingMachines < 1 {
+		return nil, fmt.Errorf("--max-pending-machines must be at least 1, not %d", env.opts.MaxPendingMachines)
+	}
+
 	powerCtrl, err := newPowerController(env.opts, env.policy, power.NewMetrics(env.registry))
 	if err != nil {
 		return nil, err
 	}
 
-	env.machines = &controllers.MachineController{Observations: env.observations, Labels: labels, AgentBoots: env.view.AgentBootIssued}
+	env.machines = &controllers.MachineController{
+		Observations: env.observations, Labels: labels, AgentBoots: env.view.AgentBootIssued, MaxPending: env.opts.MaxPendingMachines,
+	}
 
 	ctrls := []any{
 		env.machines,

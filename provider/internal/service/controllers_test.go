@@ -3,10 +3,13 @@ package service
 import (
 	"testing"
 
+	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/stretchr/testify/assert"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/anvil-metal/anvil/provider/internal/controllers"
 )
 
 func TestQuietReconciles(t *testing.T) {
@@ -25,4 +28,17 @@ func TestQuietReconciles(t *testing.T) {
 	}
 
 	assert.Equal(t, []string{"power action", "reconcile failed"}, messages)
+}
+
+func TestMaxPendingMachinesChecked(t *testing.T) {
+	t.Parallel()
+
+	for _, n := range []int{0, -1} {
+		env := &environment{opts: Options{MaxPendingMachines: n}}
+
+		_, err := env.controllers(nil, nil, false, resource.LabelQuery{})
+		assert.ErrorContains(t, err, "--max-pending-machines must be at least 1")
+	}
+
+	assert.Equal(t, controllers.DefaultMaxPendingMachines, DefaultOptions.MaxPendingMachines)
 }

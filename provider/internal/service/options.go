@@ -20,6 +20,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/resource"
 
 	"github.com/anvil-metal/anvil/provider/internal/boot"
+	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/omnilink"
 	"github.com/anvil-metal/anvil/provider/internal/power"
@@ -95,6 +96,11 @@ type Options struct {
 	ImageCacheSize string
 
 	MachineLabels []string
+	// MaxPendingMachines bounds the pending machines recorded from boot scripts alone,
+	// no agent of theirs registered (anyone may ask for a boot script for a made-up
+	// UUID): past it, a boot script for a new machine records nothing until its agent
+	// registers.
+	MaxPendingMachines int
 	// AutoAccept accepts pending machines matching it once their inventory is in: "" (off),
 	// "all", or a label selector (dc=nyc,anvil.dev/vendor=dell-inc). Only machines whose
 	// agent proved a TPM identity, unless AutoAcceptWithoutTPM.
@@ -209,6 +215,7 @@ var DefaultOptions = Options{
 	PowerTimeout:            power.DefaultTimeout,
 	IPMIPXEBootMode:         "auto",
 	ProvisionBMCCredentials: true,
+	MaxPendingMachines:      controllers.DefaultMaxPendingMachines,
 	RedfishPort:             443,
 	RedfishUseHTTPS:         true,
 	ProviderID:              "bare-metal",
