@@ -150,32 +150,20 @@ func (s *Server) recordEK(ctx context.Context, id, ek, bound, recorded string) e
 
 // activation waits for the agent's answer to its challenge.
 func (s *Server) activation(stream agentv1.AgentService_SessionServer) (*agentv1.Activation, error) {
-	type received struct {
-		msg *agentv1.AgentMessage
-		err error
-	}
+	msg, err := recvWithin(stream, activationTimeout)
 
-	ch := make(chan received, 1)
-
-	go func() {
-		msg, err := stream.Recv()
-		ch <- received{msg, err}
-	}()
-
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			return nil, r.err
-		}
-
-		if a := r.msg.GetActivation(); a != nil {
-			return a, nil
-		}
-
-		return nil, errors.New("its next message was not an activation")
-	case <-time.After(activationTimeout):
+	switch {
+	case errors.Is(err, errNoMessage):
 		return nil, fmt.Errorf("no answer within %s", activationTimeout)
+	case err != nil:
+		return nil, err
 	}
+
+	if a := msg.GetActivation(); a != nil {
+		return a, nil
+	}
+
+	return nil, errors.New("its next message was not an activation")
 }
 
 // refuseIdentity refuses the session and raises the security event, which holds the

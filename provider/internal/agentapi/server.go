@@ -292,33 +292,18 @@ func (s *Server) Session(stream agentv1.AgentService_SessionServer) error {
 // hello reads and checks the first message: the token must be this machine's, for its
 // newest boot.
 func (s *Server) hello(stream agentv1.AgentService_SessionServer) (*agentv1.Hello, error) {
-	type received struct {
-		msg *agentv1.AgentMessage
-		err error
-	}
+	msg, err := recvWithin(stream, helloTimeout)
 
-	ch := make(chan received, 1)
-
-	go func() {
-		msg, err := stream.Recv()
-		ch <- received{msg, err}
-	}()
-
-	var r received
-
-	select {
-	case r = <-ch:
-	case <-time.After(helloTimeout):
+	switch {
+	case errors.Is(err, errNoMessage):
 		s.metrics.refused.WithLabelValues("timeout").Inc()
 
 		return nil, status.Error(codes.DeadlineExceeded, "no hello")
+	case err != nil:
+		return nil, err
 	}
 
-	if r.err != nil {
-		return nil, r.err
-	}
-
-	hello := r.msg.GetHello()
+	hello := msg.GetHello()
 	if hello == nil {
 		s.metrics.refused.WithLabelValues("protocol").Inc()
 
@@ -345,6 +330,35 @@ func (s *Server) hello(stream agentv1.AgentService_SessionServer) (*agentv1.Hell
 	}
 
 	return hello, nil
+}
+
+// errNoMessage is recvWithin's error when the agent sent nothing in time.
+var errNoMessage = errors.New("no message in time")
+
+// recvWithin receives the session's next message, giving up after d: a client that says
+// nothing must not hold the session. A receive given up on ends with the session.
+func recvWithin(stream agentv1.AgentService_SessionServer, d time.Duration) (*agentv1.AgentMessage, error) {
+	type received struct {
+		msg *agentv1.AgentMessage
+		err error
+	}
+
+	ch := make(chan received, 1)
+
+	go func() {
+		msg, err := stream.Recv()
+		ch <- received{msg, err}
+	}()
+
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+
+	select {
+	case r := <-ch:
+		return r.msg, r.err
+	case <-timer.C:
+		return nil, errNoMessage
+	}
 }
 
 // register makes the machine known if its PXE boot was not recorded (or was not, past
