@@ -24,6 +24,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 	"github.com/anvil-metal/anvil/provider/internal/tamper"
+	"github.com/anvil-metal/anvil/provider/internal/tamper/tampertest"
 )
 
 // ekStore records EKs on the Machine resource as MachineController does: the first
@@ -114,26 +115,7 @@ func newIdentityFixture(t *testing.T) *identityFixture {
 func (f *identityFixture) events(t *testing.T) int {
 	t.Helper()
 
-	mfs, err := f.registry.Gather()
-	require.NoError(t, err)
-
-	for _, mf := range mfs {
-		if mf.GetName() != "anvil_security_events_total" {
-			continue
-		}
-
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "kind" && l.GetValue() == string(tamper.IdentityMismatch) {
-					return int(m.GetCounter().GetValue())
-				}
-			}
-		}
-	}
-
-	t.Fatal("no anvil_security_events_total{kind=identity-mismatch}")
-
-	return 0
+	return int(tampertest.Count(t, f.registry, tamper.IdentityMismatch))
 }
 
 // setup records the machine, its EK recorded and bound, and waits for the view.

@@ -29,6 +29,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/pki"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 	"github.com/anvil-metal/anvil/provider/internal/tamper"
+	"github.com/anvil-metal/anvil/provider/internal/tamper/tampertest"
 )
 
 const machineID = "4c4c4544-0000-1000-8000-000000000001"
@@ -215,6 +216,21 @@ func (f *fixture) hello(t *testing.T, tok string) (agentv1.AgentService_SessionC
 	return stream, nil
 }
 
+// handled waits until the session handled what was sent before: it sends an inventory
+// after it, the session's n-th, and waits for that to be recorded (messages are handled
+// in order).
+func (f *fixture) handled(t *testing.T, stream agentv1.AgentService_SessionClient, n int) {
+	t.Helper()
+
+	require.NoError(t, stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Inventory{Inventory: &agentv1.Inventory{}}}))
+	require.Eventually(t, func() bool {
+		f.rec.mu.Lock()
+		defer f.rec.mu.Unlock()
+
+		return len(f.rec.inventory) == n
+	}, 5*time.Second, time.Millisecond)
+}
+
 func nextOrder(t *testing.T, stream agentv1.AgentService_SessionClient) *agentv1.Order {
 	t.Helper()
 
@@ -360,43 +376,16 @@ func TestSessionReportsOnlyWhatWasOrdered(t *testing.T) {
 
 			nextOrder(t, stream)
 			require.NoError(t, stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Result{Result: tc.report}}))
-			// An inventory after the report: once it is recorded, the report was handled.
-			require.NoError(t, stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Inventory{Inventory: &agentv1.Inventory{}}}))
-			require.Eventually(t, func() bool {
-				f.rec.mu.Lock()
-				defer f.rec.mu.Unlock()
-
-				return len(f.rec.inventory) == 1
-			}, 5*time.Second, time.Millisecond)
+			f.handled(t, stream, 1)
 
 			f.rec.mu.Lock()
 			recorded := len(f.rec.bmc) + len(f.rec.wiped)
 			f.rec.mu.Unlock()
 
 			assert.Equal(t, tc.recorded, recorded == 1)
-			assert.Equal(t, tc.unsolicited, securityEvents(t, reg, tamper.UnsolicitedReport))
+			assert.Equal(t, tc.unsolicited, tampertest.Count(t, reg, tamper.UnsolicitedReport))
 		})
 	}
-}
-
-// securityEvents is the count of security events of the kind in reg.
-func securityEvents(t *testing.T, reg *prometheus.Registry, kind tamper.Kind) float64 {
-	t.Helper()
-
-	families, err := reg.Gather()
-	require.NoError(t, err)
-
-	for _, mf := range families {
-		for _, m := range mf.GetMetric() {
-			if mf.GetName() == "anvil_security_events_total" && m.GetLabel()[0].GetValue() == string(kind) {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-
-	t.Fatalf("no security events of kind %s", kind)
-
-	return 0
 }
 
 func TestSessionRefusals(t *testing.T) {

@@ -94,14 +94,7 @@ func TestRegistrationAndWipeMetrics(t *testing.T) {
 	}, 5*time.Second, time.Millisecond)
 
 	require.NoError(t, stream.Send(report))
-	// An inventory after it: once that is recorded, the report was handled.
-	require.NoError(t, stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Inventory{Inventory: &agentv1.Inventory{}}}))
-	require.Eventually(t, func() bool {
-		f.rec.mu.Lock()
-		defer f.rec.mu.Unlock()
-
-		return len(f.rec.inventory) == 1
-	}, 5*time.Second, time.Millisecond)
+	f.handled(t, stream, 1)
 
 	f.rec.mu.Lock()
 	assert.Len(t, f.rec.wiped, 1)

@@ -36,6 +36,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 	"github.com/anvil-metal/anvil/provider/internal/tamper"
+	"github.com/anvil-metal/anvil/provider/internal/tamper/tampertest"
 	"github.com/anvil-metal/anvil/provider/internal/transitions"
 )
 
@@ -398,7 +399,7 @@ func TestMetadataTokenBoundToFirstFetch(t *testing.T) {
 	assert.Equal(t, http.StatusForbidden, code)
 	assert.NotContains(t, body, "v1alpha1")
 	assert.Contains(t, f.held(t, m1), "192.0.2.66", "the machine is held, saying who asked")
-	assert.Equal(t, 1.0, securityEvents(t, f.registry, tamper.ConfigReplay))
+	assert.Equal(t, 1.0, tampertest.Count(t, f.registry, tamper.ConfigReplay))
 
 	code, _ = fetch("192.0.2.1")
 	assert.Equal(t, http.StatusForbidden, code, "not even to the first address once held")
@@ -411,26 +412,6 @@ func TestMetadataTokenBoundToFirstFetch(t *testing.T) {
 	_, err := sink.Publish(t.Context(), failedSequence(t, "install", installRebooted))
 	assert.Equal(t, codes.PermissionDenied, grpcstatus.Code(err))
 	assert.Empty(t, f.rec.records)
-}
-
-// securityEvents is the count of security events of the kind in reg.
-func securityEvents(t *testing.T, reg *prometheus.Registry, kind tamper.Kind) float64 {
-	t.Helper()
-
-	families, err := reg.Gather()
-	require.NoError(t, err)
-
-	for _, mf := range families {
-		for _, m := range mf.GetMetric() {
-			if mf.GetName() == "anvil_security_events_total" && m.GetLabel()[0].GetValue() == string(kind) {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-
-	t.Fatalf("no security events of kind %s", kind)
-
-	return 0
 }
 
 // TestMetadataInOmniMode: in Omni mode an allocation without a config of its own is
