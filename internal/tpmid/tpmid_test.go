@@ -28,9 +28,9 @@ func TestFingerprint(t *testing.T) {
 	assert.Len(t, fp, len("sha256:")+64)
 
 	for in, want := range map[string]string{
-		fp:                                   fp,
-		strings.ToUpper(fp):                  fp,
-		" " + fp + "\n":                      fp,
+		fp:                                      fp,
+		strings.ToUpper(fp):                     fp,
+		" " + fp + "\n":                         fp,
 		"sha256:" + colons(fp[len("sha256:"):]): fp,
 	} {
 		got, err := tpmid.ParseFingerprint(in)
