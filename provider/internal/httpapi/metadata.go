@@ -55,23 +55,14 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	config := intent.TypedSpec().Allocation.Config
-	if config == "" && s.opts.JoinConfig != nil {
-		config, _ = s.opts.JoinConfig()
-	}
-
-	if config == "" {
-		s.metrics.metadata.WithLabelValues("empty").Inc()
-		http.Error(w, "no configuration for this machine", http.StatusNotFound)
-
-		return
-	}
-
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
 	}
 
+	// Bound before the configuration is looked at: a Talos asking for one that is not
+	// there yet (an allocation without a config, Omni's join config not known yet) is
+	// still the machine's Talos, whose install events count.
 	record, allowed, err := s.opts.Installs.UseConfigToken(r.Context(), id, claims.Binding, host)
 	if err != nil {
 		http.Error(w, "error recording the configuration's fetch", http.StatusServiceUnavailable)
@@ -105,6 +96,18 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 	// Talos' install events come from the address it fetched its config from: over IPv6
 	// that is not the address iPXE booted it from.
 	s.opts.View.NoteTalosAddress(host, id, claims.Binding)
+
+	config := intent.TypedSpec().Allocation.Config
+	if config == "" && s.opts.JoinConfig != nil {
+		config, _ = s.opts.JoinConfig()
+	}
+
+	if config == "" {
+		s.metrics.metadata.WithLabelValues("empty").Inc()
+		http.Error(w, "no configuration for this machine", http.StatusNotFound)
+
+		return
+	}
 
 	s.metrics.metadata.WithLabelValues("served").Inc()
 	s.opts.Logger.Info("served machine config", zap.String("machine", id), zap.String("remote", r.RemoteAddr))
