@@ -143,6 +143,8 @@ func startAnvil(ctx context.Context, cfg *Config, g *segment) (*stack, error) {
 		"--dhcp-proxy-iface-or-ip", g.serverIf,
 		"--tftp-root", cfg.tftpRoot(),
 		"--tftp-listen-address", g.serverAddr.String()+":69",
+		// The simulated machines share one address: as dnsmasq's --tftp-max below.
+		"--tftp-max-per-client", strconv.Itoa(max(cfg.Machines, 50)),
 		"--agent-assets-dir", cfg.assetsDir(),
 		"--ui-listen-address", "",
 		"--image-cache-size", "0",

@@ -101,6 +101,7 @@ func newRootCmd() *cobra.Command {
 	f.BoolVar(&opts.DisableTFTP, "disable-tftp", opts.DisableTFTP, "do not run the TFTP server")
 	f.StringVar(&opts.TFTPListenAddress, "tftp-listen-address", opts.TFTPListenAddress, "UDP address the TFTP server listens on")
 	f.StringVar(&opts.TFTPRoot, "tftp-root", opts.TFTPRoot, "directory of the iPXE binaries served over TFTP")
+	f.IntVar(&opts.TFTPMaxPerClient, "tftp-max-per-client", opts.TFTPMaxPerClient, "most TFTP transfers in progress from one address (0: 4, a machine's firmware fetches one file at a time; more where machines share an address)")
 	f.StringVar(&opts.IPXEBIOSFile, "ipxe-bios-file", opts.IPXEBIOSFile, "iPXE binary for BIOS PXE firmware, in --tftp-root")
 	f.StringVar(&opts.IPXEUEFIFile, "ipxe-uefi-file", opts.IPXEUEFIFile, "iPXE binary for x86-64 UEFI PXE firmware, in --tftp-root (snponly.efi or ipxe.efi)")
 	f.StringVar(&opts.IPXEARM64File, "ipxe-arm64-file", opts.IPXEARM64File, "path of an iPXE binary for arm64 UEFI PXE firmware (arm64 PXE is not answered when empty)")

@@ -37,6 +37,10 @@ type TFTPConfig struct {
 	BlockSize int
 	// WindowSize is the largest windowsize (RFC 7440) accepted from clients. Default 64.
 	WindowSize int
+	// MaxPerClient bounds the transfers in progress from one IP address. Default 4 (a
+	// machine's firmware fetches one file at a time); more only where many machines
+	// share an address (a NAT, a simulated fleet).
+	MaxPerClient int
 }
 
 // TFTP is a read-only TFTP server for boot files.
@@ -107,6 +111,8 @@ func NewTFTP(cfg TFTPConfig, logger *zap.Logger, metrics *Metrics) (*TFTP, error
 		Retries:       5,
 		MaxBlockSize:  cfg.BlockSize,
 		MaxWindowSize: cfg.WindowSize,
+		// 0 is the server's default.
+		MaxTransfersPerClient: cfg.MaxPerClient,
 	}); err != nil {
 		return nil, fmt.Errorf("error configuring TFTP: %w", err)
 	}

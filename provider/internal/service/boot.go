@@ -42,6 +42,8 @@ func (env *environment) bootServices() ([]runner, error) {
 			Root:      opts.TFTPRoot,
 			Listen:    opts.TFTPListenAddress,
 			BootFiles: []string{opts.IPXEBIOSFile, opts.IPXEUEFIFile},
+			// 0: the server's default.
+			MaxPerClient: opts.TFTPMaxPerClient,
 		}
 
 		if opts.IPXEARM64File != "" {

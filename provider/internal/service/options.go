@@ -68,9 +68,12 @@ type Options struct {
 	DisableTFTP       bool
 	TFTPListenAddress string
 	TFTPRoot          string
-	IPXEBIOSFile      string
-	IPXEUEFIFile      string
-	IPXEARM64File     string
+	// TFTPMaxPerClient bounds the TFTP transfers in progress from one address; 0 is the
+	// server's default (4).
+	TFTPMaxPerClient int
+	IPXEBIOSFile     string
+	IPXEUEFIFile     string
+	IPXEARM64File    string
 
 	BootFromDiskMethod string
 	// AgentKernelArgs are added to the agent's kernel line, space-separated.
