@@ -414,6 +414,28 @@ func TestMetadataTokenBoundToFirstFetch(t *testing.T) {
 	assert.Empty(t, f.rec.records)
 }
 
+// TestMetadataBindsWithoutConfig: a Talos asking for a configuration that is not there
+// (an allocation made without one) binds the token to its address all the same: its
+// install events count, and nobody else's.
+func TestMetadataBindsWithoutConfig(t *testing.T) {
+	t.Parallel()
+
+	f := newFixture(t)
+	f.machine(t, m1, "192.0.2.1", lifecycle.BootTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted,
+		Allocation: &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0"}}, nil)
+
+	addr, sink := f.serveEventSink(t)
+
+	resp, err := http.Get("http://" + addr + "/metadata/" + m1 + "?token=" + token.Sign(f.scripts.TokenKey, boot.MetadataClaims(m1, "a1")))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+
+	_, err = sink.Publish(t.Context(), failedSequence(t, "install", installRebooted))
+	require.NoError(t, err)
+	assert.Equal(t, []string{m1 + "/a1/event-sink"}, f.rec.records)
+}
+
 // TestMetadataInOmniMode: in Omni mode an allocation without a config of its own is
 // served Omni's join config documents, to its machine only, once the adapter has said
 // them; an allocation's own config still wins.
