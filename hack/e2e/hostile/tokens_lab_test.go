@@ -159,7 +159,12 @@ func attackTokens(ctx context.Context, t *testing.T, a attacker, machineID strin
 		hellos.add(status.Code(hello(ctx, agentConn, id, forgeries(id, i))).String())
 	})
 
-	assert.Equal(t, map[string]int{codes.Unauthenticated.String(): n}, hellos.counts, "agent hellos with invalid tokens are refused")
+	// Refused as invalid, or, past the agent API's bound on sessions without a valid
+	// hello on one connection, with the connection itself: never welcomed.
+	for code, count := range hellos.counts {
+		assert.Contains(t, []string{codes.Unauthenticated.String(), codes.ResourceExhausted.String(), codes.Unavailable.String()}, code,
+			"agent hellos with invalid tokens are refused (%d with %s)", count, code)
+	}
 	t.Logf("tokens: agent hello %s", &hellos)
 
 	sinkConn, err := a.plainGRPC()
