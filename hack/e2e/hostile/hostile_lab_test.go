@@ -176,7 +176,12 @@ func replay(t *testing.T, a attacker, st *lab.State, m *machine.Machine, ctl fun
 	defer cancel()
 
 	parallel(ctx, replays, 4, func(int) { refused.add(status.Code(hello(ctx, conn, m.UUID, sniffed)).String()) })
-	assert.Equal(t, map[string]int{codes.Unauthenticated.String(): replays}, refused.counts, "every replay is refused")
+	// Refused as superseded, or, past the bound on sessions without a valid hello on one
+	// connection (f72bd1e), with the connection itself: never welcomed.
+	for code, count := range refused.counts {
+		assert.Contains(t, []string{codes.Unauthenticated.String(), codes.ResourceExhausted.String(), codes.Unavailable.String()}, code,
+			"every replay is refused (%d with %s)", count, code)
+	}
 
 	after, err := ctl("get", "machines", "-o", "yaml")
 	require.NoError(t, err, after)
