@@ -92,6 +92,32 @@ func (c *tally) add(what string) {
 	c.counts[what]++
 }
 
+// refusals are how the agent API refuses a session without a valid hello: as invalid
+// (Unauthenticated) or, past its bound on such sessions on one connection, with the
+// connection itself (ResourceExhausted, then Unavailable).
+var refusals = map[string]bool{
+	codes.Unauthenticated.String(): true, codes.ResourceExhausted.String(): true, codes.Unavailable.String(): true,
+}
+
+// assertAllRefused checks that each of the n attempts tallied was refused, none welcomed
+// and none lost.
+func assertAllRefused(t *testing.T, c *tally, n int, what string) {
+	t.Helper()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	total := 0
+
+	for code, count := range c.counts {
+		total += count
+
+		assert.True(t, refusals[code], "%s are refused: %d ended with %s", what, count, code)
+	}
+
+	assert.Equal(t, n, total, "%s: every attempt is accounted for", what)
+}
+
 func (c *tally) String() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -159,12 +185,7 @@ func attackTokens(ctx context.Context, t *testing.T, a attacker, machineID strin
 		hellos.add(status.Code(hello(ctx, agentConn, id, forgeries(id, i))).String())
 	})
 
-	// Refused as invalid, or, past the agent API's bound on sessions without a valid
-	// hello on one connection, with the connection itself: never welcomed.
-	for code, count := range hellos.counts {
-		assert.Contains(t, []string{codes.Unauthenticated.String(), codes.ResourceExhausted.String(), codes.Unavailable.String()}, code,
-			"agent hellos with invalid tokens are refused (%d with %s)", count, code)
-	}
+	assertAllRefused(t, &hellos, n, "agent hellos with invalid tokens")
 	t.Logf("tokens: agent hello %s", &hellos)
 
 	sinkConn, err := a.plainGRPC()
