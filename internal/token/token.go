@@ -4,7 +4,7 @@
 // A token is an HMAC-signed claim, so the provider keeps no token in its state: it
 // recomputes and compares. A token names its kind, the machine it is bound to, and either
 // when it was issued (agent boots: a newer boot supersedes it) or what it is bound to
-// (metadata: the allocation).
+// (metadata, by boot script or by kexec: the allocation).
 package token
 
 import (
@@ -29,6 +29,11 @@ type Kind byte
 const (
 	KindAgent    Kind = 'a'
 	KindMetadata Kind = 'm'
+	// KindKexecMetadata is a metadata token that travels only in a kexec order, over the
+	// agent's pinned channel; KindMetadata's travel in boot scripts (iPXE, a UKI's
+	// cmdline), which any host can fetch. Kept apart so that the config of a machine
+	// handed over by kexec goes to a kexec token only.
+	KindKexecMetadata Kind = 'k'
 )
 
 const (

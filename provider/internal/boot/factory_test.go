@@ -97,7 +97,7 @@ func kernelLine(t *testing.T, script string) (string, []string) {
 // factory's cmdline: the metadata URL with the machine's valid metadata token for the
 // allocation and, standalone, the provider's event sink; and nothing left for iPXE to
 // expand.
-func assertBootArgs(t *testing.T, args []string, machine, allocation string, standalone bool) {
+func assertBootArgs(t *testing.T, args []string, claims func(machine, allocation string) token.Claims, machine, allocation string, standalone bool) {
 	t.Helper()
 
 	assert.NotContains(t, strings.Join(args, " "), "${", "nothing is left for iPXE to expand")
@@ -121,9 +121,9 @@ func assertBootArgs(t *testing.T, args []string, machine, allocation string, sta
 	tok, ok := strings.CutPrefix(configs[0], "http://10.77.0.1:50042/metadata/"+machine+"?token=")
 	require.True(t, ok, "the metadata URL of machine %s: %s", machine, configs[0])
 
-	claims, err := token.Verify(testKey, tok)
+	got, err := token.Verify(testKey, tok)
 	require.NoError(t, err, "the token verifies")
-	assert.Equal(t, boot.MetadataClaims(machine, allocation), claims, "the machine's token for the allocation")
+	assert.Equal(t, claims(machine, allocation), got, "the machine's token for the allocation, of the kind its path carries")
 
 	if standalone {
 		assert.Equal(t, 1, sinks, "standalone, the provider's event sink: %q", args)
@@ -195,7 +195,7 @@ func TestTalosFromFactory(t *testing.T) {
 				assert.NotContains(t, got.Body, "chain", "the provider renders the boot itself")
 
 				_, args := kernelLine(t, got.Body)
-				assertBootArgs(t, args, machine, "a1", !omni)
+				assertBootArgs(t, args, boot.MetadataClaims, machine, "a1", !omni)
 
 				// The factory's cmdline (the schematic's args among it), then the boot's own.
 				line := strings.Join(args, " ")
@@ -259,7 +259,7 @@ func TestTalosFromFactoryRegistersTheSchematic(t *testing.T) {
 
 	_, args := kernelLine(t, got.Body)
 	assert.Contains(t, args, "console=ttyS0", "the allocation's args, from the factory")
-	assertBootArgs(t, args, "m1", "a1", true)
+	assertBootArgs(t, args, boot.MetadataClaims, "m1", "a1", true)
 
 	// A registration that fails: the machine retries, and says why.
 	s.RegisterSchematic = func(context.Context, string, *resources.Allocation) error { return assert.AnError }

@@ -293,9 +293,16 @@ func (s *Scripts) VerifyToken(tok string) (token.Claims, error) {
 	return token.Verify(s.TokenKey, tok)
 }
 
-// MetadataClaims are the claims of a machine's metadata token for an allocation.
+// MetadataClaims are the claims of a machine's metadata token for an allocation, as a
+// boot script (iPXE, a UKI's cmdline) carries it.
 func MetadataClaims(machineID, allocationID string) token.Claims {
 	return token.Claims{Kind: token.KindMetadata, MachineID: machineID, Binding: allocationID}
+}
+
+// KexecMetadataClaims are the claims of a machine's metadata token for an allocation, as
+// only a kexec order carries it (over the agent's pinned channel, to a proven agent).
+func KexecMetadataClaims(machineID, allocationID string) token.Claims {
+	return token.Claims{Kind: token.KindKexecMetadata, MachineID: machineID, Binding: allocationID}
 }
 
 // Schematic returns the Image Factory schematic an allocation boots: the user's

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
+	"github.com/anvil-metal/anvil/internal/token"
 	"github.com/anvil-metal/anvil/provider/internal/imagecache"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
@@ -139,22 +140,23 @@ func (s *Scripts) KexecTarget(ctx context.Context, machineID, arch string, alloc
 	}, nil
 }
 
-// KexecCmdline is the cmdline a kexec into the machine's Talos (or the arm64 UKI of it)
-// gets: the one the iPXE path boots with, the factory's cmdline then the boot's own
-// arguments.
+// KexecCmdline is the cmdline a kexec into the machine's Talos gets: the one the iPXE
+// path boots with (the factory's cmdline then the boot's own arguments), but with the
+// kexec kind of metadata token, which no boot script carries.
 func (s *Scripts) KexecCmdline(b TalosBoot, machineID string, alloc *resources.Allocation) string {
-	return s.talosCmdline(b.Cmdline, machineID, alloc)
+	return s.talosCmdline(b.Cmdline, KexecMetadataClaims(machineID, alloc.ID))
 }
 
 // bootArgs are the kernel arguments of one boot of the machine's Talos for the
 // allocation, which the provider adds after the factory's cmdline on every path (iPXE
 // from the cache or from the factory, kexec, UKI): the metadata URL with the machine's
-// token for the allocation and, standalone, the provider's event sink (in Omni mode
-// Omni's sink is among the schematic's join arguments). They are never in the schematic
-// (see Schematic): the factory bakes a schematic's arguments into the Talos it installs,
-// and an installed Talos must not carry a URL naming one boot's token.
-func (s *Scripts) bootArgs(machineID string, alloc *resources.Allocation) []string {
-	args := []string{"talos.config=" + s.BaseURL + "/metadata/" + machineID + "?token=" + s.sign(MetadataClaims(machineID, alloc.ID))}
+// token for the allocation (claims: a boot script's kind, or kexec's) and, standalone,
+// the provider's event sink (in Omni mode Omni's sink is among the schematic's join
+// arguments). They are never in the schematic (see Schematic): the factory bakes a
+// schematic's arguments into the Talos it installs, and an installed Talos must not
+// carry a URL naming one boot's token.
+func (s *Scripts) bootArgs(claims token.Claims) []string {
+	args := []string{"talos.config=" + s.BaseURL + "/metadata/" + claims.MachineID + "?token=" + s.sign(claims)}
 
 	if s.JoinArgs == nil {
 		args = append(args, "talos.events.sink="+s.APIEndpoint)
@@ -164,8 +166,8 @@ func (s *Scripts) bootArgs(machineID string, alloc *resources.Allocation) []stri
 }
 
 // talosCmdline is the factory's cmdline followed by the boot's own arguments.
-func (s *Scripts) talosCmdline(factory, machineID string, alloc *resources.Allocation) string {
-	return factory + " " + strings.Join(s.bootArgs(machineID, alloc), " ")
+func (s *Scripts) talosCmdline(factory string, claims token.Claims) string {
+	return factory + " " + strings.Join(s.bootArgs(claims), " ")
 }
 
 // talosKernel is how one Talos boots by iPXE: where its kernel and initramfs are, and
@@ -205,7 +207,7 @@ func (s *Scripts) talosScript(ctx context.Context, req Request, alloc *resources
 	return Script{Status: http.StatusOK, Handoff: true, Body: "#!ipxe\n" +
 		"imgfree\n" +
 		// Debian's 2019 iPXE needs initrd=<name> on the kernel line under EFI.
-		"kernel " + k.kernelURL + " initrd=" + k.initramfs + " " + s.talosCmdline(k.cmdline, req.MachineID, alloc) + "\n" +
+		"kernel " + k.kernelURL + " initrd=" + k.initramfs + " " + s.talosCmdline(k.cmdline, MetadataClaims(req.MachineID, alloc.ID)) + "\n" +
 		"initrd " + k.initramfsURL + "\n" +
 		"boot\n"}
 }

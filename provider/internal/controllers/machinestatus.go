@@ -144,11 +144,12 @@ func (ctrl *MachineStatusController) RecordTalosSeen(ctx context.Context, machin
 	}, zap.String("talos_seen", allocationID))
 }
 
-// UseConfigToken records that the allocation's metadata token was presented from addr,
+// UseConfigToken records that the allocation's metadata token, which reached Talos by
+// path, was presented from addr,
 // and says whether the configuration may be served (MachineStatusSpec.UseConfigToken).
 // It returns the record as it stands after this use, and returns once that is stored:
 // two fetches racing are decided in order.
-func (ctrl *MachineStatusController) UseConfigToken(ctx context.Context, machineID, allocationID, addr string) (resources.ConfigFetchRecord, bool, error) {
+func (ctrl *MachineStatusController) UseConfigToken(ctx context.Context, machineID, allocationID, path, addr string) (resources.ConfigFetchRecord, bool, error) {
 	now := time.Now()
 
 	var (
@@ -159,10 +160,10 @@ func (ctrl *MachineStatusController) UseConfigToken(ctx context.Context, machine
 	err := ctrl.record(ctx, statusReport{
 		machineID: machineID,
 		apply: func(s *resources.MachineStatusSpec) {
-			allowed = s.UseConfigToken(allocationID, addr, now)
+			allowed = s.UseConfigToken(allocationID, path, addr, now)
 			record = *s.ConfigFetch
 		},
-		logged: []zap.Field{zap.String("config_token_used", allocationID), zap.String("remote", addr)},
+		logged: []zap.Field{zap.String("config_token_used", allocationID), zap.String("path", path), zap.String("remote", addr)},
 	})
 
 	return record, allowed, err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
@@ -25,7 +26,7 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("machine")
 
 	claims, err := s.opts.Scripts.VerifyToken(r.URL.Query().Get("token"))
-	if err != nil || claims.Kind != token.KindMetadata || claims.MachineID != id {
+	if err != nil || (claims.Kind != token.KindMetadata && claims.Kind != token.KindKexecMetadata) || claims.MachineID != id {
 		s.metrics.metadata.WithLabelValues("forbidden").Inc()
 		s.opts.Logger.Warn("metadata request with an invalid token", untrusted.String("machine", id), zap.String("remote", r.RemoteAddr))
 		http.Error(w, "invalid token", http.StatusForbidden)
@@ -60,10 +61,35 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 		host = r.RemoteAddr
 	}
 
+	kexec := claims.Kind == token.KindKexecMetadata
+
+	path := resources.ConfigPathBootScript
+	if kexec {
+		path = resources.ConfigPathKexec
+	}
+
+	// A machine handed over by kexec got the kexec kind of token over its agent's pinned
+	// channel; a boot script's token for it comes from whoever fetched the script.
+	if !kexec && s.kexecOnly(id, claims.Binding, host) {
+		s.metrics.metadata.WithLabelValues("kexec-only").Inc()
+
+		if err = s.opts.Tamper.Report(r.Context(), tamper.Event{
+			Machine: id, Kind: tamper.BootScriptToken, Remote: host,
+			Detail: fmt.Sprintf("a boot script's configuration token for allocation %s was presented from %s while the machine is handed over by kexec: someone read its boot script; refused",
+				claims.Binding, host),
+		}); err != nil {
+			s.opts.Logger.Warn("error raising a security event", zap.String("machine", id), zap.Error(err))
+		}
+
+		http.Error(w, "the machine is handed over by kexec: a boot script's token is refused", http.StatusForbidden)
+
+		return
+	}
+
 	// Bound before the configuration is looked at: a Talos asking for one that is not
 	// there yet (an allocation without a config, Omni's join config not known yet) is
 	// still the machine's Talos, whose install events count.
-	record, allowed, err := s.opts.Installs.UseConfigToken(r.Context(), id, claims.Binding, host)
+	record, allowed, err := s.opts.Installs.UseConfigToken(r.Context(), id, claims.Binding, path, host)
 	if err != nil {
 		http.Error(w, "error recording the configuration's fetch", http.StatusServiceUnavailable)
 
@@ -86,8 +112,8 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	// Talos is up: a kexec handoff into it went through.
-	if e := s.opts.View.Get(id); e != nil && e.HandoffPending() {
+	// Talos is up with the token of the kexec order: a kexec handoff into it went through.
+	if e := s.opts.View.Get(id); kexec && e != nil && e.HandoffPending() {
 		if err = s.opts.Installs.RecordTalosSeen(r.Context(), id, claims.Binding); err != nil {
 			s.opts.Logger.Warn("error recording Talos seen up", zap.String("machine", id), zap.Error(err))
 		}
@@ -115,4 +141,23 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/yaml")
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write([]byte(config)) // the client went away: nothing to do
+}
+
+// kexecOnly says whether the machine's configuration for the allocation goes to the kexec
+// kind of token alone (lifecycle's KexecHandsOver), for a request from host: the address
+// its kexec'd Talos already fetched from is exempt, as that Talos, rebooted through its
+// firmware before it installed, asks with a boot script's token.
+func (s *Server) kexecOnly(id, allocation, host string) bool {
+	e := s.opts.View.Get(id)
+	if e == nil || !e.KexecHandsOver(s.opts.Policy, time.Now()) {
+		return false
+	}
+
+	if e.Status != nil {
+		if f := e.Status.ConfigFetch; f != nil && f.AllocationID == allocation && f.By == host {
+			return false
+		}
+	}
+
+	return true
 }

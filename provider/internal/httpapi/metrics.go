@@ -42,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 
 	// Children with known labels exist from the start, at 0, for dashboards to find.
-	for _, result := range []string{"served", "forbidden", "superseded", "empty", "replayed", "held"} {
+	for _, result := range []string{"served", "forbidden", "superseded", "empty", "replayed", "held", "kexec-only"} {
 		m.metadata.WithLabelValues(result)
 	}
 

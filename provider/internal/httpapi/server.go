@@ -35,10 +35,10 @@ import (
 type InstallRecorder interface {
 	RecordInstalled(ctx context.Context, machineID, allocationID, source string) error
 	RecordTalosSeen(ctx context.Context, machineID, allocationID string) error
-	// UseConfigToken records a use of the allocation's metadata token from addr and
-	// says whether the configuration may be served to it: only to the address that
-	// used it first.
-	UseConfigToken(ctx context.Context, machineID, allocationID, addr string) (resources.ConfigFetchRecord, bool, error)
+	// UseConfigToken records a use of the allocation's metadata token, which reached
+	// Talos by path (resources.ConfigPath…), from addr and says whether the
+	// configuration may be served to it: only to the address that used it first.
+	UseConfigToken(ctx context.Context, machineID, allocationID, path, addr string) (resources.ConfigFetchRecord, bool, error)
 }
 
 // Options configure the server.

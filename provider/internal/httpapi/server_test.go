@@ -61,7 +61,7 @@ type recorder struct {
 	statuses map[string]*resources.MachineStatusSpec
 }
 
-func (r *recorder) UseConfigToken(_ context.Context, machineID, allocationID, addr string) (resources.ConfigFetchRecord, bool, error) {
+func (r *recorder) UseConfigToken(_ context.Context, machineID, allocationID, path, addr string) (resources.ConfigFetchRecord, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 
@@ -75,7 +75,7 @@ func (r *recorder) UseConfigToken(_ context.Context, machineID, allocationID, ad
 		r.statuses[machineID] = s
 	}
 
-	allowed := s.UseConfigToken(allocationID, addr, time.Now())
+	allowed := s.UseConfigToken(allocationID, path, addr, time.Now())
 
 	return *s.ConfigFetch, allowed, nil
 }
@@ -412,6 +412,104 @@ func TestMetadataTokenBoundToFirstFetch(t *testing.T) {
 	_, err := sink.Publish(t.Context(), failedSequence(t, "install", installRebooted))
 	assert.Equal(t, codes.PermissionDenied, grpcstatus.Code(err))
 	assert.Empty(t, f.rec.records)
+}
+
+// TestMetadataKexecHandoff: a machine handed over by kexec got the kexec kind of token
+// over its agent's channel; a boot script's token for it (anyone can fetch the script)
+// is refused, counted as a security event and holds nothing, until the handoff has
+// failed or its deadline passed (the machine is then booted through its firmware, with a
+// boot script's token), or from the address its kexec'd Talos fetched from.
+func TestMetadataKexecHandoff(t *testing.T) {
+	t.Parallel()
+
+	const (
+		machineAddr  = "192.0.2.1"
+		strangerAddr = "192.0.2.66"
+		config       = "version: v1alpha1\n"
+	)
+
+	now := time.Now()
+	pending := &resources.HandoffRecord{AllocationID: "a1", OrderedAt: now}
+	confirmed := &resources.HandoffRecord{AllocationID: "a1", OrderedAt: now, ConfirmedAt: now}
+	fetchedByKexec := &resources.ConfigFetchRecord{AllocationID: "a1", By: machineAddr, At: now, Path: resources.ConfigPathKexec}
+
+	for name, tc := range map[string]struct {
+		handoff *resources.HandoffRecord
+		fetch   *resources.ConfigFetchRecord
+		claims  func(machineID, allocationID string) token.Claims
+		from    string
+		code    int
+		path    string // the path the fetch is recorded with, when served
+		events  float64
+	}{
+		"kexec token, handoff underway": {
+			handoff: pending, claims: boot.KexecMetadataClaims, from: machineAddr,
+			code: http.StatusOK, path: resources.ConfigPathKexec,
+		},
+		"boot script's token, handoff underway": {
+			handoff: pending, claims: boot.MetadataClaims, from: strangerAddr,
+			code: http.StatusForbidden, events: 1,
+		},
+		"boot script's token, handed over": {
+			handoff: confirmed, fetch: fetchedByKexec, claims: boot.MetadataClaims, from: strangerAddr,
+			code: http.StatusForbidden, events: 1,
+		},
+		"boot script's token from the kexec'd Talos' address": {
+			handoff: confirmed, fetch: fetchedByKexec, claims: boot.MetadataClaims, from: machineAddr,
+			code: http.StatusOK, path: resources.ConfigPathKexec,
+		},
+		"boot script's token, handoff failed": {
+			handoff: &resources.HandoffRecord{AllocationID: "a1", OrderedAt: now, Failure: "kexec_load: EPERM"},
+			claims:  boot.MetadataClaims, from: machineAddr,
+			code: http.StatusOK, path: resources.ConfigPathBootScript,
+		},
+		"boot script's token, handoff past its deadline": {
+			handoff: &resources.HandoffRecord{AllocationID: "a1", OrderedAt: now.Add(-2 * lifecycle.DefaultKexecTimeout)},
+			claims:  boot.MetadataClaims, from: machineAddr,
+			code: http.StatusOK, path: resources.ConfigPathBootScript,
+		},
+		"boot script's token, an earlier allocation's handoff": {
+			handoff: &resources.HandoffRecord{AllocationID: "a0", OrderedAt: now},
+			claims:  boot.MetadataClaims, from: machineAddr,
+			code: http.StatusOK, path: resources.ConfigPathBootScript,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+
+			f := newFixture(t)
+			f.machine(t, m1, machineAddr, lifecycle.BootTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted,
+				Allocation: &resources.Allocation{ID: "a1", TalosVersion: "v1.9.0", Config: config}},
+				&resources.MachineStatusSpec{Handoff: tc.handoff, ConfigFetch: tc.fetch})
+
+			if tc.fetch != nil {
+				f.rec.statuses = map[string]*resources.MachineStatusSpec{m1: {ConfigFetch: new(*tc.fetch)}}
+			}
+
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodGet, "/metadata/"+m1+"?token="+token.Sign(f.scripts.TokenKey, tc.claims(m1, "a1")), nil)
+			req.RemoteAddr = tc.from + ":40000"
+			f.server.Handler().ServeHTTP(rec, req)
+
+			assert.Equal(t, tc.code, rec.Code, rec.Body.String())
+			assert.Equal(t, tc.events, tampertest.Count(t, f.registry, tamper.BootScriptToken))
+			assert.Empty(t, f.held(t, m1), "a refused boot script's token holds nothing")
+
+			if tc.code != http.StatusOK {
+				assert.NotContains(t, rec.Body.String(), "v1alpha1")
+				if tc.fetch == nil {
+					assert.Nil(t, f.rec.statuses[m1], "a refused token binds nothing")
+				} else {
+					assert.Equal(t, *tc.fetch, *f.rec.statuses[m1].ConfigFetch, "a refused token changes no binding")
+				}
+
+				return
+			}
+
+			assert.Equal(t, config, rec.Body.String())
+			assert.Equal(t, tc.path, f.rec.statuses[m1].ConfigFetch.Path, "the path the handoff took")
+		})
+	}
 }
 
 // TestMetadataBindsWithoutConfig: a Talos asking for a configuration that is not there

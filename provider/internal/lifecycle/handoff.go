@@ -74,6 +74,20 @@ func (m Machine) HandoffDeadline(p Policy) time.Time {
 	return m.Handoff().OrderedAt.Add(timeout)
 }
 
+// KexecHandsOver says whether the current allocation's configuration is the kexec
+// token's alone: a kexec handoff of it was ordered and has not failed, and its Talos was
+// seen up (or installed) or the handoff's deadline has not passed. Past the deadline the
+// machine is booted through its firmware, whose boot script carries the other kind of
+// token, which then counts again.
+func (m Machine) KexecHandsOver(p Policy, now time.Time) bool {
+	h := m.Handoff()
+	if h == nil || h.Failure != "" {
+		return false
+	}
+
+	return !h.ConfirmedAt.IsZero() || m.Installed() || now.Before(m.HandoffDeadline(p))
+}
+
 // HandoffFallback says whether the current allocation's kexec'd Talos was not seen up
 // by the deadline, so that the machine must be booted through its firmware by its BMC
 // (PXE once, then a cycle): the fallback's ID (one per allocation) and why; "" when not.

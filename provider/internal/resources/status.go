@@ -59,7 +59,19 @@ type ConfigFetchRecord struct {
 	// the last one's address.
 	Refused     uint32 `yaml:"refused,omitempty" protobuf:"4"`
 	RefusedFrom string `yaml:"refusedFrom,omitempty" protobuf:"5"`
+	// Path is the way the token that first fetched the configuration reached Talos
+	// (ConfigPathKexec or ConfigPathBootScript): which path the handoff took.
+	Path string `yaml:"path,omitempty" protobuf:"6"`
 }
+
+// The paths a metadata token reaches Talos by.
+const (
+	// ConfigPathKexec: in a kexec order, over the agent's pinned channel.
+	ConfigPathKexec = "kexec"
+	// ConfigPathBootScript: in a boot script (iPXE, a UKI's cmdline), which any host on
+	// the provisioning network can fetch.
+	ConfigPathBootScript = "boot-script"
+)
 
 // HandoffRecord is one kexec handoff of an allocation into Talos, as it went.
 type HandoffRecord struct {
@@ -75,14 +87,14 @@ type HandoffRecord struct {
 	Failure string `yaml:"failure,omitempty" protobuf:"5"`
 }
 
-// UseConfigToken applies a use of the allocation's metadata token from addr at now, and
-// says whether the configuration may be served to it: the first use binds the token to
-// its address, later ones from that address are the same Talos asking again, and any
-// other address is refused (counted on the record).
-func (s *MachineStatusSpec) UseConfigToken(allocationID, addr string, now time.Time) bool {
+// UseConfigToken applies a use of the allocation's metadata token, which reached Talos
+// by path, from addr at now, and says whether the configuration may be served to it: the
+// first use binds the token to its address, later ones from that address are the same
+// Talos asking again, and any other address is refused (counted on the record).
+func (s *MachineStatusSpec) UseConfigToken(allocationID, path, addr string, now time.Time) bool {
 	switch f := s.ConfigFetch; {
 	case f == nil || f.AllocationID != allocationID:
-		s.ConfigFetch = &ConfigFetchRecord{AllocationID: allocationID, By: addr, At: now}
+		s.ConfigFetch = &ConfigFetchRecord{AllocationID: allocationID, By: addr, At: now, Path: path}
 
 		return true
 	case f.By == addr:

@@ -34,10 +34,14 @@ const (
 	// IdentityMismatch: a machine presenting a TPM other than the one bound to it, or
 	// failing to prove the bound one. Holds the machine.
 	IdentityMismatch Kind = "identity-mismatch"
+	// BootScriptToken: a boot script's metadata token presented for a machine that is
+	// handed over by kexec, whose Talos has the kexec kind: someone read the machine's
+	// boot script. Refused, so nothing leaked; the machine is not held.
+	BootScriptToken Kind = "boot-script-token" //nolint:gosec // a kind of event, not a credential
 )
 
 // Kinds lists every kind, so the metric's series exist from the start.
-var Kinds = []Kind{ConfigReplay, UnsolicitedReport, ForeignEvent, TokenReplay, IdentityMismatch}
+var Kinds = []Kind{ConfigReplay, UnsolicitedReport, ForeignEvent, TokenReplay, IdentityMismatch, BootScriptToken}
 
 // Event is one piece of evidence.
 type Event struct {
@@ -75,7 +79,7 @@ func New(holder Holder, noter Noter, reg prometheus.Registerer, logger *zap.Logg
 		holder: holder, noter: noter, logger: logger,
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "anvil_security_events_total",
-			Help: "Security events by kind: config tokens replayed, unsolicited reports, install events from foreign addresses, superseded tokens presented, identity mismatches.",
+			Help: "Security events by kind: config tokens replayed, unsolicited reports, install events from foreign addresses, superseded tokens presented, identity mismatches, boot-script tokens for machines handed over by kexec.",
 		}, []string{"kind"}),
 	}
 
