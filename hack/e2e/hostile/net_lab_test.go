@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/anvil-metal/anvil/hack/internal/labtest"
 	"github.com/anvil-metal/anvil/internal/netns"
 )
 
@@ -31,21 +32,7 @@ type attacker struct {
 
 // dial opens a TCP connection from the attacker's namespace.
 func (a attacker) dial(ctx context.Context, addr string) (net.Conn, error) {
-	var conn net.Conn
-
-	err := netns.Do(a.ns, func() error {
-		var err error
-
-		d := net.Dialer{Timeout: 5 * time.Second}
-		conn, err = d.DialContext(ctx, "tcp", addr)
-
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("error dialing %s from %s: %w", addr, a.ns, err)
-	}
-
-	return conn, nil
+	return labtest.SegmentHost{NS: a.ns}.Dial(ctx, addr)
 }
 
 // udp opens a UDP socket in the attacker's namespace.
@@ -66,19 +53,10 @@ func (a attacker) udp() (*net.UDPConn, error) {
 	return conn, nil
 }
 
-// httpClient is a plain HTTP client from the attacker's namespace; it follows no
-// redirect, so what the provider answers is what the test sees.
+// httpClient is a plain HTTP client from the attacker's namespace, following no
+// redirect.
 func (a attacker) httpClient() *http.Client {
-	return &http.Client{
-		Timeout: 10 * time.Second,
-		Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-				return a.dial(ctx, addr)
-			},
-			MaxIdleConnsPerHost: 8,
-		},
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+	return labtest.SegmentHost{NS: a.ns}.HTTPClient()
 }
 
 // get fetches path from the provider's HTTP API: status and at most 1 MiB of body.

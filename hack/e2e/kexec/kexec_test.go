@@ -11,10 +11,15 @@
 package kexec
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +29,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/hack/internal/lab"
+	"github.com/anvil-metal/anvil/hack/internal/labnet"
 	"github.com/anvil-metal/anvil/hack/internal/labtest"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
 	"github.com/anvil-metal/anvil/hack/internal/timeline"
@@ -46,6 +52,10 @@ var (
 	ipxeBanner   = timeline.Any("iPXE initialising devices", "iPXE 1.")
 	addressRe    = regexp.MustCompile(`lastAddress: (\S+)`)
 	allocationRe = regexp.MustCompile(`allocation (\S+), schematic`)
+	// configURLRe is the metadata URL on a boot script's kernel line (path, token).
+	configURLRe = regexp.MustCompile(`talos\.config=http://[^/\s]+(/metadata/\S+\?token=(\S+))`)
+	// kexecTokenRe is the metadata token on the kexec'd kernel's command line.
+	kexecTokenRe = regexp.MustCompile(`Command line: .*talos\.config=\S+\?token=(\S+)`)
 )
 
 // figures are one machine's measurements.
@@ -85,7 +95,8 @@ func TestKexecHandoffE2E(tt *testing.T) {
 	)
 
 	labtest.ForEach(machines, func(m *machine.Machine) {
-		k := &kexecLab{t: t, ctl: ctl, consoles: consoles, m: m, state: state, config: filepath.Join(dir, "config-"+m.Name+".yaml")}
+		k := &kexecLab{t: t, ctl: ctl, consoles: consoles, m: m, state: state, config: filepath.Join(dir, "config-"+m.Name+".yaml"),
+			api: net.JoinHostPort(labnet.ProviderAddr, strconv.Itoa(cfg.APIPort))}
 
 		f, ok := k.run(m.Firmware == machine.BIOS)
 		if ok {
@@ -106,6 +117,10 @@ type kexecLab struct {
 	m        *machine.Machine
 	state    *lab.State
 	config   string
+	// allocation is the machine's current allocation's ID.
+	allocation string
+	// api is the provider's HTTP API on the provisioning network (host:port).
+	api string
 }
 
 func (k *kexecLab) run(withFallback bool) (figures, bool) {
@@ -165,12 +180,18 @@ func (k *kexecLab) run(withFallback bool) (figures, bool) {
 		return f, false
 	}
 
+	// Meanwhile a host on the segment fetches the machine's boot script, whose token is
+	// not the kexec order's: the configuration is refused to it.
+	stranger := k.strangerAsks()
+
 	kernel, ok = k.talosUp(allocated, "by kexec")
 	if !ok {
 		return f, false
 	}
 
 	f.kexec = kernel.Sub(allocated)
+
+	k.strangerRefused(stranger)
 
 	// Between the allocation and Talos' kernel (the stand-in reboots itself after its
 	// install, as Talos does: that reboot is not on the way).
@@ -223,6 +244,117 @@ func (k *kexecLab) run(withFallback bool) (figures, bool) {
 	assert.True(t, hasLine(k.consoles, m.SerialLog(), allocated, ipxeBanner), "%s: the fallback went through the firmware", m.Name)
 
 	return f, true
+}
+
+// strangerTry is what a host on the segment got asking for the machine's configuration
+// with the token of a boot script it fetched for the machine's UUID.
+type strangerTry struct {
+	fetched     bool
+	code        int
+	body, token string
+}
+
+// strangerAsks waits for the kexec to be ordered for the machine's current allocation,
+// then, from another host on the provisioning network, fetches the machine's boot script
+// (as anyone may) and asks for the configuration with the token it carries.
+func (k *kexecLab) strangerAsks() strangerTry {
+	t, m := k.t, k.m
+
+	ordered := regexp.MustCompile(`(?m)^\s*handoff:\n\s+allocationID: ` + regexp.QuoteMeta(k.allocation) + `\n\s+orderedAt:`)
+	if !k.eventually("the kexec ordered", func(y string) bool { return ordered.MatchString(y) }, "machinestatus") {
+		return strangerTry{}
+	}
+
+	host := labtest.SegmentHost{NS: k.state.SiteNS}
+	c := host.HTTPClient()
+
+	defer c.CloseIdleConnections()
+
+	query := "uuid=" + m.UUID + "&mac=" + m.MAC + "&arch=i386&platform=pcbios"
+	if m.Firmware != machine.BIOS {
+		query = "uuid=" + m.UUID + "&mac=" + m.MAC + "&arch=x86_64&platform=efi"
+	}
+
+	base := "http://" + k.api
+
+	script, err := httpGet(t.Context(), c, base+"/ipxe/boot.ipxe?"+query)
+	if !assert.NoError(t, err, "%s: the stranger's boot script", m.Name) {
+		return strangerTry{}
+	}
+
+	u := configURLRe.FindStringSubmatch(script)
+	if !assert.NotNil(t, u, "%s: the boot script of an allocated machine names its configuration:\n%s", m.Name, script) {
+		return strangerTry{}
+	}
+
+	try := strangerTry{fetched: true, token: u[2]}
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+u[1], nil)
+	require.NoError(t, err)
+
+	resp, err := c.Do(req)
+	if !assert.NoError(t, err, "%s: the stranger's configuration request", m.Name) {
+		return strangerTry{}
+	}
+
+	defer resp.Body.Close()
+
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	try.code, try.body = resp.StatusCode, string(b)
+
+	return try
+}
+
+// strangerRefused checks what the stranger got once the machine is in Talos: nothing,
+// and the machine was not held for it; its configuration went by the kexec path.
+func (k *kexecLab) strangerRefused(try strangerTry) {
+	t, m := k.t, k.m
+	if !try.fetched {
+		return
+	}
+
+	assert.Equal(t, http.StatusForbidden, try.code, "%s: a boot script's token while the machine is handed over by kexec: %s", m.Name, try.body)
+	assert.NotContains(t, try.body, "kexec-"+m.Name, "%s: no configuration for the stranger", m.Name)
+
+	status := k.get("machinestatus")
+	assert.Contains(t, status, "path: kexec", "%s: the configuration went by the kexec path:\n%s", m.Name, status)
+	assert.NotContains(t, k.get("intent"), "held:", "%s: a refused boot script's token holds nothing", m.Name)
+
+	// The token the machine's Talos used was the kexec order's, not the boot script's.
+	cmdline := kexecTokenRe.FindAllStringSubmatch(readFile(t, m.SerialLog()), -1)
+	if assert.NotEmpty(t, cmdline, "%s: the kexec'd Talos' command line on its console", m.Name) {
+		assert.NotEqual(t, try.token, cmdline[len(cmdline)-1][1], "%s: the boot script's token is not the kexec order's", m.Name)
+	}
+}
+
+// httpGet fetches url with c: at most 1 MiB of its body, an error for a status other
+// than 200.
+func httpGet(ctx context.Context, c *http.Client, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+
+	defer resp.Body.Close()
+
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
+	}
+
+	return string(b), nil
+}
+
+func readFile(t testing.TB, path string) string {
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+
+	return string(b)
 }
 
 // seenBetween says whether the console has a line match accepts from since to before.
@@ -306,6 +438,10 @@ func (k *kexecLab) allocate() (time.Time, bool) {
 
 	at := time.Now()
 	out, err := k.ctl("machine", "allocate", k.m.UUID, "--talos-version", talosVersion, "--config", k.config)
+
+	if m := allocationRe.FindStringSubmatch(out); m != nil {
+		k.allocation = m[1]
+	}
 
 	return at, k.ok(out, err) && assert.Regexp(k.t, allocationRe, out)
 }
