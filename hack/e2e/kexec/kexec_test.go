@@ -313,6 +313,7 @@ func (k *kexecLab) strangerRefused(try strangerTry) {
 		return
 	}
 
+	t.Logf("%s (%s): a host on the segment asked for its configuration with its boot script's token: %d %s", m.Name, m.Firmware, try.code, strings.TrimSpace(try.body))
 	assert.Equal(t, http.StatusForbidden, try.code, "%s: a boot script's token while the machine is handed over by kexec: %s", m.Name, try.body)
 	assert.NotContains(t, try.body, "kexec-"+m.Name, "%s: no configuration for the stranger", m.Name)
 
