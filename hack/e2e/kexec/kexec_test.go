@@ -254,14 +254,14 @@ type strangerTry struct {
 	body, token string
 }
 
-// strangerAsks waits for the kexec to be ordered for the machine's current allocation,
-// then, from another host on the provisioning network, fetches the machine's boot script
-// (as anyone may) and asks for the configuration with the token it carries.
+// strangerAsks waits for the machine's agent to have loaded the kexec of its current
+// allocation, then, from another host on the provisioning network, fetches the machine's
+// boot script (as anyone may) and asks for the configuration with the token it carries.
 func (k *kexecLab) strangerAsks() strangerTry {
 	t, m := k.t, k.m
 
-	ordered := regexp.MustCompile(`(?m)^\s*handoff:\n\s+allocationID: ` + regexp.QuoteMeta(k.allocation) + `\n\s+orderedAt:`)
-	if !k.eventually("the kexec ordered", func(y string) bool { return ordered.MatchString(y) }, "machinestatus") {
+	loaded := regexp.MustCompile(`(?m)^\s*handoff:\n\s+allocationID: ` + regexp.QuoteMeta(k.allocation) + `\n\s+orderedAt: .*\n\s+loadedAt:`)
+	if !k.eventually("the kexec loaded", func(y string) bool { return loaded.MatchString(y) }, "machinestatus") {
 		return strangerTry{}
 	}
 

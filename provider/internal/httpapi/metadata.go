@@ -112,8 +112,10 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	// Talos is up with the token of the kexec order: a kexec handoff into it went through.
-	if e := s.opts.View.Get(id); kexec && e != nil && e.HandoffPending() {
+	// Talos is up: a kexec handoff of the allocation is seen through (by the kexec, or by
+	// the firmware's boot after a kexec order that never reached an agent), so that no
+	// fallback power cycle interrupts it.
+	if e := s.opts.View.Get(id); e != nil && e.HandoffPending() {
 		if err = s.opts.Installs.RecordTalosSeen(r.Context(), id, claims.Binding); err != nil {
 			s.opts.Logger.Warn("error recording Talos seen up", zap.String("machine", id), zap.Error(err))
 		}

@@ -415,10 +415,12 @@ func TestMetadataTokenBoundToFirstFetch(t *testing.T) {
 }
 
 // TestMetadataKexecHandoff: a machine handed over by kexec got the kexec kind of token
-// over its agent's channel; a boot script's token for it (anyone can fetch the script)
-// is refused, counted as a security event and holds nothing, until the handoff has
-// failed or its deadline passed (the machine is then booted through its firmware, with a
-// boot script's token), or from the address its kexec'd Talos fetched from.
+// over its agent's channel; once its agent loaded the kexec, a boot script's token for
+// it (anyone can fetch the script) is refused, counted as a security event and holds
+// nothing, until the handoff has failed or its deadline passed (the machine is then
+// booted through its firmware, with a boot script's token), or from the address its
+// kexec'd Talos fetched from. A kexec ordered to a session already gone (the machine
+// powered off under it) changes nothing: the machine boots by iPXE.
 func TestMetadataKexecHandoff(t *testing.T) {
 	t.Parallel()
 
@@ -429,8 +431,8 @@ func TestMetadataKexecHandoff(t *testing.T) {
 	)
 
 	now := time.Now()
-	pending := &resources.HandoffRecord{AllocationID: "a1", OrderedAt: now}
-	confirmed := &resources.HandoffRecord{AllocationID: "a1", OrderedAt: now, ConfirmedAt: now}
+	pending := &resources.HandoffRecord{AllocationID: "a1", OrderedAt: now, LoadedAt: now}
+	confirmed := &resources.HandoffRecord{AllocationID: "a1", OrderedAt: now, LoadedAt: now, ConfirmedAt: now}
 	fetchedByKexec := &resources.ConfigFetchRecord{AllocationID: "a1", By: machineAddr, At: now, Path: resources.ConfigPathKexec}
 
 	for name, tc := range map[string]struct {
@@ -458,18 +460,23 @@ func TestMetadataKexecHandoff(t *testing.T) {
 			handoff: confirmed, fetch: fetchedByKexec, claims: boot.MetadataClaims, from: machineAddr,
 			code: http.StatusOK, path: resources.ConfigPathKexec,
 		},
+		"boot script's token, kexec ordered but never loaded (the session was gone)": {
+			handoff: &resources.HandoffRecord{AllocationID: "a1", OrderedAt: now},
+			claims:  boot.MetadataClaims, from: machineAddr,
+			code: http.StatusOK, path: resources.ConfigPathBootScript,
+		},
 		"boot script's token, handoff failed": {
-			handoff: &resources.HandoffRecord{AllocationID: "a1", OrderedAt: now, Failure: "kexec_load: EPERM"},
+			handoff: &resources.HandoffRecord{AllocationID: "a1", OrderedAt: now, LoadedAt: now, Failure: "kexec_load: EPERM"},
 			claims:  boot.MetadataClaims, from: machineAddr,
 			code: http.StatusOK, path: resources.ConfigPathBootScript,
 		},
 		"boot script's token, handoff past its deadline": {
-			handoff: &resources.HandoffRecord{AllocationID: "a1", OrderedAt: now.Add(-2 * lifecycle.DefaultKexecTimeout)},
+			handoff: &resources.HandoffRecord{AllocationID: "a1", OrderedAt: now.Add(-2 * lifecycle.DefaultKexecTimeout), LoadedAt: now.Add(-2 * lifecycle.DefaultKexecTimeout)},
 			claims:  boot.MetadataClaims, from: machineAddr,
 			code: http.StatusOK, path: resources.ConfigPathBootScript,
 		},
 		"boot script's token, an earlier allocation's handoff": {
-			handoff: &resources.HandoffRecord{AllocationID: "a0", OrderedAt: now},
+			handoff: &resources.HandoffRecord{AllocationID: "a0", OrderedAt: now, LoadedAt: now},
 			claims:  boot.MetadataClaims, from: machineAddr,
 			code: http.StatusOK, path: resources.ConfigPathBootScript,
 		},

@@ -75,13 +75,14 @@ func (m Machine) HandoffDeadline(p Policy) time.Time {
 }
 
 // KexecHandsOver says whether the current allocation's configuration is the kexec
-// token's alone: a kexec handoff of it was ordered and has not failed, and its Talos was
-// seen up (or installed) or the handoff's deadline has not passed. Past the deadline the
-// machine is booted through its firmware, whose boot script carries the other kind of
-// token, which then counts again.
+// token's alone: the agent loaded the allocation's Talos to kexec into (an order sent
+// to a session that was already gone — the machine powered off under it — never is),
+// the handoff has not failed, and its Talos was seen up (or installed) or the handoff's
+// deadline has not passed. Otherwise the machine boots through its firmware, whose boot
+// script carries the other kind of token, which counts.
 func (m Machine) KexecHandsOver(p Policy, now time.Time) bool {
 	h := m.Handoff()
-	if h == nil || h.Failure != "" {
+	if h == nil || h.Failure != "" || h.LoadedAt.IsZero() {
 		return false
 	}
 

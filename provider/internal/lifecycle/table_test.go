@@ -334,9 +334,20 @@ func TestHandoff(t *testing.T) {
 		pending  bool
 		fallback string
 		reason   string
+		// kexecOnly: the configuration goes to the kexec order's token alone.
+		kexecOnly bool
 	}{
 		{name: "no handoff", status: wiped("w1", nil), now: ordered.Add(time.Hour)},
-		{name: "within the deadline", status: handoff(nil), now: ordered.Add(time.Minute), pending: true},
+		{name: "ordered, not loaded (the order may have met a session already gone)", status: handoff(nil), now: ordered.Add(time.Minute), pending: true},
+		{
+			name: "loaded, within the deadline", now: ordered.Add(time.Minute), pending: true, kexecOnly: true,
+			status: handoff(func(h *resources.HandoffRecord) { h.LoadedAt = ordered.Add(10 * time.Second) }),
+		},
+		{
+			name: "loaded, past the deadline", now: ordered.Add(2 * time.Minute), pending: true,
+			status:   handoff(func(h *resources.HandoffRecord) { h.LoadedAt = ordered.Add(10 * time.Second) }),
+			fallback: "handoff-a1", reason: "Talos not seen up 2m0s after the kexec order",
+		},
 		{
 			name: "past the deadline", status: handoff(nil), now: ordered.Add(2 * time.Minute), pending: true,
 			fallback: "handoff-a1", reason: "Talos not seen up 2m0s after the kexec order",
@@ -345,7 +356,12 @@ func TestHandoff(t *testing.T) {
 			name: "the agent said it failed: its reboot is the fallback", now: ordered.Add(time.Hour),
 			status: handoff(func(h *resources.HandoffRecord) { h.Failure = "no kexec_file_load" }),
 		},
-		{name: "Talos seen up", status: handoff(func(h *resources.HandoffRecord) { h.ConfirmedAt = ordered.Add(30 * time.Second) }), now: ordered.Add(time.Hour)},
+		{
+			name: "Talos seen up", now: ordered.Add(time.Hour), kexecOnly: true,
+			status: handoff(func(h *resources.HandoffRecord) {
+				h.LoadedAt, h.ConfirmedAt = ordered.Add(10*time.Second), ordered.Add(30*time.Second)
+			}),
+		},
 		{
 			name: "installed", now: ordered.Add(time.Hour),
 			status: wiped("w1", func(s *resources.MachineStatusSpec) {
@@ -373,6 +389,7 @@ func TestHandoff(t *testing.T) {
 		id, reason := m.HandoffFallback(p, tc.now)
 		assert.Equal(t, tc.fallback, id, tc.name)
 		assert.Equal(t, tc.reason, reason, tc.name)
+		assert.Equal(t, tc.kexecOnly, m.KexecHandsOver(p, tc.now), tc.name)
 	}
 }
 
