@@ -277,8 +277,8 @@ func (k *kexecLab) strangerAsks() strangerTry {
 
 	base := "http://" + k.api
 
-	script, err := httpGet(t.Context(), c, base+"/ipxe/boot.ipxe?"+query)
-	if !assert.NoError(t, err, "%s: the stranger's boot script", m.Name) {
+	code, script, err := httpGet(t.Context(), c, base+"/ipxe/boot.ipxe?"+query)
+	if !assert.NoError(t, err, "%s: the stranger's boot script", m.Name) || !assert.Equal(t, http.StatusOK, code, "%s: the stranger's boot script: %s", m.Name, script) {
 		return strangerTry{}
 	}
 
@@ -289,18 +289,10 @@ func (k *kexecLab) strangerAsks() strangerTry {
 
 	try := strangerTry{fetched: true, token: u[2]}
 
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+u[1], nil)
-	require.NoError(t, err)
-
-	resp, err := c.Do(req)
+	try.code, try.body, err = httpGet(t.Context(), c, base+u[1])
 	if !assert.NoError(t, err, "%s: the stranger's configuration request", m.Name) {
 		return strangerTry{}
 	}
-
-	defer resp.Body.Close()
-
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	try.code, try.body = resp.StatusCode, string(b)
 
 	return try
 }
@@ -328,27 +320,23 @@ func (k *kexecLab) strangerRefused(try strangerTry) {
 	}
 }
 
-// httpGet fetches url with c: at most 1 MiB of its body, an error for a status other
-// than 200.
-func httpGet(ctx context.Context, c *http.Client, url string) (string, error) {
+// httpGet fetches url with c: its status and at most 1 MiB of its body.
+func httpGet(ctx context.Context, c *http.Client, url string) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return "", err
+		return 0, "", err
 	}
 
 	resp, err := c.Do(req)
 	if err != nil {
-		return "", err
+		return 0, "", err
 	}
 
 	defer resp.Body.Close()
 
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
-	}
 
-	return string(b), nil
+	return resp.StatusCode, string(b), nil
 }
 
 func readFile(t testing.TB, path string) string {

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/anvil-metal/anvil/internal/token"
+	"github.com/anvil-metal/anvil/provider/internal/machineview"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 	"github.com/anvil-metal/anvil/provider/internal/tamper"
 	"github.com/anvil-metal/anvil/provider/internal/untrusted"
@@ -62,6 +63,7 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 	}
 
 	kexec := claims.Kind == token.KindKexecMetadata
+	entry := s.opts.View.Get(id)
 
 	path := resources.ConfigPathBootScript
 	if kexec {
@@ -70,7 +72,7 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 
 	// A machine handed over by kexec got the kexec kind of token over its agent's pinned
 	// channel; a boot script's token for it comes from whoever fetched the script.
-	if !kexec && s.kexecOnly(id, claims.Binding, host) {
+	if !kexec && s.kexecOnly(entry, claims.Binding, host) {
 		s.metrics.metadata.WithLabelValues("kexec-only").Inc()
 
 		if err = s.opts.Tamper.Report(r.Context(), tamper.Event{
@@ -115,7 +117,7 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 	// Talos is up: a kexec handoff of the allocation is seen through (by the kexec, or by
 	// the firmware's boot after a kexec order that never reached an agent), so that no
 	// fallback power cycle interrupts it.
-	if e := s.opts.View.Get(id); e != nil && e.HandoffPending() {
+	if entry != nil && entry.HandoffPending() {
 		if err = s.opts.Installs.RecordTalosSeen(r.Context(), id, claims.Binding); err != nil {
 			s.opts.Logger.Warn("error recording Talos seen up", zap.String("machine", id), zap.Error(err))
 		}
@@ -149,8 +151,7 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 // kind of token alone (lifecycle's KexecHandsOver), for a request from host: the address
 // its kexec'd Talos already fetched from is exempt, as that Talos, rebooted through its
 // firmware before it installed, asks with a boot script's token.
-func (s *Server) kexecOnly(id, allocation, host string) bool {
-	e := s.opts.View.Get(id)
+func (s *Server) kexecOnly(e *machineview.Entry, allocation, host string) bool {
 	if e == nil || !e.KexecHandsOver(s.opts.Policy, time.Now()) {
 		return false
 	}
