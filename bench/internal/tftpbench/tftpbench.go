@@ -263,6 +263,10 @@ func startProvider(ctx context.Context, cfg Config, root, name string, size int6
 		"--agent-assets-dir", assets,
 		"--tftp-listen-address", addr, "--tftp-root", root,
 		"--ipxe-uefi-file", name,
+		// Every client is one address here, and the per-address cap is not what is measured
+		// (a finished transfer holds its slot until the server has read the last ACK, which
+		// can come after the client's next request): as much room as atftpd's --maxthread.
+		"--tftp-max-per-client", "1000",
 	)
 
 	return startServer(ctx, "anvil", argv, logPath, addr, name, size)
