@@ -129,6 +129,11 @@ func (ca *Authority) Fingerprint() string {
 	return hex.EncodeToString(sum[:])
 }
 
+// CertPEM is the CA certificate, PEM: what Talos is given to trust (talos.config.early).
+func (ca *Authority) CertPEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.der})
+}
+
 // Pool returns a pool holding the CA.
 func (ca *Authority) Pool() *x509.CertPool {
 	pool := x509.NewCertPool()
