@@ -1,21 +1,35 @@
 // Package portmux serves TLS and plaintext on one port: it tells a connection's protocol
 // by its first byte (a TLS handshake record starts with 0x16; HTTP and HTTP/2's preface
-// start with a letter), so machines reach every provider API at one address.
+// start with a letter), so machines reach every provider API at one address. Of TLS
+// connections, it tells gRPC's (a client that offers HTTP/2 alone, by ALPN) from HTTPS
+// (any other client: Talos fetching its configuration, a browser, curl) by the client's
+// hello, read by crypto/tls and left for the server that takes the connection.
 package portmux
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 )
 
-// tlsHandshake is the first byte of a TLS connection (record type handshake).
-const tlsHandshake = 0x16
+const (
+	// tlsHandshake is the first byte of a TLS connection (record type handshake).
+	tlsHandshake = 0x16
+	// recordHeader is a TLS record's header: type, version, length.
+	recordHeader = 5
+	// maxHelloRecord bounds the record read for the client's hello: TLS' largest
+	// plaintext record (RFC 8446 5.1). A hello in more records than one is gRPC's.
+	maxHelloRecord = 1 << 14
+)
 
 // peekTimeout bounds how long a silent connection may hold its goroutine.
 const peekTimeout = 10 * time.Second
@@ -28,10 +42,11 @@ const (
 	acceptBackoffMax = time.Second
 )
 
-// Mux splits one listener into a TLS and a plaintext listener.
+// Mux splits one listener into a gRPC-over-TLS, an HTTPS and a plaintext listener.
 type Mux struct {
 	root  net.Listener
 	tls   *listener
+	https *listener
 	plain *listener
 }
 
@@ -40,12 +55,17 @@ func New(root net.Listener) *Mux {
 	return &Mux{
 		root:  root,
 		tls:   newListener(root.Addr()),
+		https: newListener(root.Addr()),
 		plain: newListener(root.Addr()),
 	}
 }
 
-// TLS returns the listener of TLS connections.
+// TLS returns the listener of TLS connections of clients that offer HTTP/2 alone (gRPC),
+// and of those whose hello could not be read in one record.
 func (m *Mux) TLS() net.Listener { return m.tls }
+
+// HTTPS returns the listener of every other TLS connection.
+func (m *Mux) HTTPS() net.Listener { return m.https }
 
 // Plain returns the listener of every other connection.
 func (m *Mux) Plain() net.Listener { return m.plain }
@@ -58,6 +78,7 @@ func (m *Mux) Run(ctx context.Context) error {
 	defer stop()
 
 	defer m.tls.Close()
+	defer m.https.Close()
 	defer m.plain.Close()
 
 	var backoff time.Duration
@@ -120,20 +141,107 @@ func (m *Mux) route(conn net.Conn) {
 		return
 	}
 
-	_ = conn.SetReadDeadline(time.Time{}) // as above
+	if first[0] != tlsHandshake {
+		_ = conn.SetReadDeadline(time.Time{}) // as above
 
-	target := m.plain
-	if first[0] == tlsHandshake {
-		target = m.tls
+		m.plain.deliver(&peekedConn{Conn: conn, r: r})
+
+		return
 	}
 
-	target.deliver(&peekedConn{Conn: conn, r: r})
+	hello, err := readRecord(r)
+	if err != nil {
+		conn.Close()
+
+		return
+	}
+
+	_ = conn.SetReadDeadline(time.Time{}) // as above
+
+	target := m.tls
+	if protos, ok := offeredProtocols(hello); ok && !grpcOnly(protos) {
+		target = m.https
+	}
+
+	// The server that takes the connection reads the hello again, then the rest.
+	target.deliver(&peekedConn{Conn: conn, r: io.MultiReader(bytes.NewReader(hello), r)})
 }
+
+// readRecord reads the TLS record that starts r: the client's hello, most often whole.
+// One longer than maxHelloRecord is left unread (and nil returned with no error).
+func readRecord(r *bufio.Reader) ([]byte, error) {
+	header, err := r.Peek(recordHeader)
+	if err != nil {
+		return nil, err //nolint:wrapcheck // the connection is closed on any error
+	}
+
+	n := int(binary.BigEndian.Uint16(header[3:]))
+	if n > maxHelloRecord {
+		return nil, nil
+	}
+
+	record := make([]byte, recordHeader+n)
+	if _, err = io.ReadFull(r, record); err != nil {
+		return nil, err //nolint:wrapcheck // as above
+	}
+
+	return record, nil
+}
+
+// errHelloRead stops the handshake once crypto/tls has read the client's hello.
+var errHelloRead = errors.New("hello read")
+
+// offeredProtocols is the ALPN protocols a client's hello offers, as crypto/tls reads
+// them; false when the record is not a whole hello it can read.
+func offeredProtocols(record []byte) ([]string, bool) {
+	if record == nil {
+		return nil, false
+	}
+
+	var (
+		protos []string
+		read   bool
+	)
+
+	srv := tls.Server(helloConn{r: bytes.NewReader(record)}, &tls.Config{
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			protos, read = slices.Clone(hello.SupportedProtos), true
+
+			return nil, errHelloRead
+		},
+	})
+	_ = srv.Handshake() // always fails: errHelloRead, or the hello could not be read
+
+	return protos, read
+}
+
+// grpcOnly says whether a client offers HTTP/2 and nothing else: gRPC's clients do (it
+// needs HTTP/2); an HTTP client offers HTTP/1.1 too, or nothing.
+func grpcOnly(protos []string) bool {
+	return len(protos) == 1 && protos[0] == "h2"
+}
+
+// helloConn is a connection that reads a recorded hello and writes nowhere, for
+// crypto/tls to read the hello with.
+type helloConn struct {
+	net.Conn // nil: only what a server's handshake calls is implemented
+
+	r io.Reader
+}
+
+func (c helloConn) Read(b []byte) (int, error)     { return c.r.Read(b) }
+func (helloConn) Write(b []byte) (int, error)      { return len(b), nil }
+func (helloConn) Close() error                     { return nil }
+func (helloConn) SetDeadline(time.Time) error      { return nil }
+func (helloConn) SetReadDeadline(time.Time) error  { return nil }
+func (helloConn) SetWriteDeadline(time.Time) error { return nil }
+func (helloConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (helloConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
 
 // peekedConn reads first what was peeked.
 type peekedConn struct {
 	net.Conn
-	r *bufio.Reader
+	r io.Reader
 }
 
 func (c *peekedConn) Read(b []byte) (int, error) { return c.r.Read(b) }

@@ -29,18 +29,27 @@ func TestTLSAndPlainOnOnePort(t *testing.T) {
 	go func() { done <- mux.Run(ctx) }()
 
 	handler := func(name string) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, name) })
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.WriteString(w, name+" "+r.Proto)
+		})
 	}
 
 	plain := &http.Server{Handler: handler("plain"), ReadHeaderTimeout: time.Second}
-	secure := httptest.NewUnstartedServer(handler("tls"))
-	secure.Listener = mux.TLS()
+	secure := httptest.NewUnstartedServer(handler("https"))
+	secure.Listener = mux.HTTPS()
 	secure.StartTLS()
+
+	// What gRPC's clients reach: a TLS server that speaks HTTP/2 alone.
+	grpcLike := httptest.NewUnstartedServer(handler("grpc"))
+	grpcLike.Listener = mux.TLS()
+	grpcLike.EnableHTTP2 = true
+	grpcLike.StartTLS()
 
 	go plain.Serve(mux.Plain()) //nolint:errcheck // ends with Close
 
 	t.Cleanup(func() {
 		secure.Close()
+		grpcLike.Close()
 		plain.Close()
 		cancel()
 		require.NoError(t, <-done)
@@ -59,16 +68,49 @@ func TestTLSAndPlainOnOnePort(t *testing.T) {
 	}
 
 	addr := root.Addr().String()
-	tlsClient := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // a test server's own certificate
-
-	for range 3 {
-		assert.Equal(t, "plain", get(http.DefaultClient, "http://"+addr+"/"))
-		assert.Equal(t, "tls", get(tlsClient, "https://"+addr+"/"))
+	insecure := func(protos ...string) *tls.Config {
+		return &tls.Config{InsecureSkipVerify: true, NextProtos: protos} //nolint:gosec // a test server's own certificate
 	}
 
-	// A connection that says nothing and hangs up does not disturb the others.
-	c, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	require.NoError(t, c.Close())
-	assert.Equal(t, "plain", get(http.DefaultClient, "http://"+addr+"/"))
+	for name, tc := range map[string]struct {
+		client *http.Client
+		url    string
+		want   string
+	}{
+		"plain HTTP": {http.DefaultClient, "http://" + addr + "/", "plain HTTP/1.1"},
+		"HTTPS, no ALPN": {
+			&http.Client{Transport: &http.Transport{TLSClientConfig: insecure()}},
+			"https://" + addr + "/", "https HTTP/1.1",
+		},
+		"HTTPS, HTTP/2 or HTTP/1.1 (Go's default transport, curl, browsers)": {
+			&http.Client{Transport: &http.Transport{TLSClientConfig: insecure("h2", "http/1.1"), ForceAttemptHTTP2: true}},
+			"https://" + addr + "/", "https HTTP/1.1",
+		},
+	} {
+		for range 3 {
+			assert.Equal(t, tc.want, get(tc.client, tc.url), name)
+		}
+	}
+
+	// gRPC's client offers HTTP/2 alone: it reaches the server that speaks it (the
+	// HTTPS server would refuse the handshake, having no protocol in common).
+	for range 3 {
+		c, err := tls.Dial("tcp", addr, insecure("h2"))
+		require.NoError(t, err)
+		assert.Equal(t, "h2", c.ConnectionState().NegotiatedProtocol)
+		require.NoError(t, c.Close())
+	}
+
+	// A connection that says nothing and hangs up does not disturb the others, nor one
+	// that hangs up in the middle of its hello, nor one whose hello is not one.
+	for _, b := range [][]byte{nil, {0x16, 0x03, 0x01, 0x02}, {0x16, 0x03, 0x01, 0x00, 0x03, 0xff, 0xff, 0xff}} {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+
+		_, err = c.Write(b)
+		require.NoError(t, err)
+		require.NoError(t, c.Close())
+	}
+
+	assert.Equal(t, "plain HTTP/1.1", get(http.DefaultClient, "http://"+addr+"/"))
 }
