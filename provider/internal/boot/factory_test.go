@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/anvil-metal/anvil/internal/earlyconfig"
 	"github.com/anvil-metal/anvil/internal/labfactory"
 	"github.com/anvil-metal/anvil/internal/token"
 	"github.com/anvil-metal/anvil/provider/internal/boot"
@@ -97,18 +98,22 @@ func kernelLine(t *testing.T, script string) (string, []string) {
 // factory's cmdline: the metadata URL with the machine's valid metadata token for the
 // allocation and, standalone, the provider's event sink; and nothing left for iPXE to
 // expand.
-func assertBootArgs(t *testing.T, args []string, claims func(machine, allocation string) token.Claims, machine, allocation string, standalone bool) {
+func assertBootArgs(t *testing.T, args []string, claims func(machine, allocation string) token.Claims, machine, allocation, talosVersion string, standalone bool) {
 	t.Helper()
 
 	assert.NotContains(t, strings.Join(args, " "), "${", "nothing is left for iPXE to expand")
 
-	var configs []string
+	var configs, early []string
 
 	sinks := 0
 
 	for _, arg := range args {
 		if u, ok := strings.CutPrefix(arg, "talos.config="); ok {
 			configs = append(configs, u)
+		}
+
+		if v, ok := strings.CutPrefix(arg, earlyconfig.Param+"="); ok {
+			early = append(early, v)
 		}
 
 		if arg == "talos.events.sink=10.77.0.1:50042" {
@@ -118,8 +123,19 @@ func assertBootArgs(t *testing.T, args []string, claims func(machine, allocation
 
 	require.Len(t, configs, 1, "one talos.config= in %q", args)
 
-	tok, ok := strings.CutPrefix(configs[0], "http://10.77.0.1:50042/metadata/"+machine+"?token=")
-	require.True(t, ok, "the metadata URL of machine %s: %s", machine, configs[0])
+	// A Talos that reads talos.config.early is given the provider's CA there and fetches
+	// its configuration over HTTPS; an older one over HTTP.
+	base := "http://10.77.0.1:50042"
+	if earlyconfig.Supported(talosVersion) {
+		base = "https://10.77.0.1:50042"
+
+		assert.Equal(t, []string{testEarlyConfig}, early, "Talos %s is given the provider's CA: %q", talosVersion, args)
+	} else {
+		assert.Empty(t, early, "Talos %s does not read talos.config.early: %q", talosVersion, args)
+	}
+
+	tok, ok := strings.CutPrefix(configs[0], base+"/metadata/"+machine+"?token=")
+	require.True(t, ok, "the metadata URL of machine %s at %s: %s", machine, base, configs[0])
 
 	got, err := token.Verify(testKey, tok)
 	require.NoError(t, err, "the token verifies")
@@ -195,7 +211,7 @@ func TestTalosFromFactory(t *testing.T) {
 				assert.NotContains(t, got.Body, "chain", "the provider renders the boot itself")
 
 				_, args := kernelLine(t, got.Body)
-				assertBootArgs(t, args, boot.MetadataClaims, machine, "a1", !omni)
+				assertBootArgs(t, args, boot.MetadataClaims, machine, "a1", alloc.TalosVersion, !omni)
 
 				// The factory's cmdline (the schematic's args among it), then the boot's own.
 				line := strings.Join(args, " ")
@@ -259,7 +275,7 @@ func TestTalosFromFactoryRegistersTheSchematic(t *testing.T) {
 
 	_, args := kernelLine(t, got.Body)
 	assert.Contains(t, args, "console=ttyS0", "the allocation's args, from the factory")
-	assertBootArgs(t, args, boot.MetadataClaims, "m1", "a1", true)
+	assertBootArgs(t, args, boot.MetadataClaims, "m1", "a1", alloc.TalosVersion, true)
 
 	// A registration that fails: the machine retries, and says why.
 	s.RegisterSchematic = func(context.Context, string, *resources.Allocation) error { return assert.AnError }

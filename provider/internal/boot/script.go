@@ -42,6 +42,11 @@ func ParseDiskMethod(s string) (DiskMethod, error) {
 type Scripts struct {
 	// BaseURL is the provider's HTTP base, e.g. http://10.77.0.1:50042.
 	BaseURL string
+	// TLSBaseURL is the same over HTTPS (the API port's TLS side), e.g.
+	// https://10.77.0.1:50042, where a Talos that can verify it fetches its configuration;
+	// EarlyConfig is the talos.config.early value that lets it (the provider's CA as a
+	// TrustedRootsConfig). Without both, every Talos fetches it over HTTP.
+	TLSBaseURL, EarlyConfig string
 	// APIEndpoint is host:port of the provider's API (event sink, agent API).
 	APIEndpoint string
 	// CAFingerprint is the SHA-256 of the provider's CA certificate, which agents pin.

@@ -21,6 +21,10 @@ import (
 // token.Verify, apart from the Scripts' Signer.
 var testKey = []byte("0123456789abcdef0123456789abcdef")
 
+// testEarlyConfig stands for the provider's CA on the kernel line: the boot package passes
+// it on as it is.
+const testEarlyConfig = "KLUv/the-provider-CA"
+
 func testScripts(t *testing.T, withAssets bool) *boot.Scripts {
 	t.Helper()
 
@@ -41,6 +45,8 @@ func testScripts(t *testing.T, withAssets bool) *boot.Scripts {
 
 	return &boot.Scripts{
 		BaseURL:           "http://10.77.0.1:50042",
+		TLSBaseURL:        "https://10.77.0.1:50042",
+		EarlyConfig:       testEarlyConfig,
 		APIEndpoint:       "10.77.0.1:50042",
 		CAFingerprint:     "abcd",
 		FactoryPXEBaseURL: "http://factory.lab:8080",

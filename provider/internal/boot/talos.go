@@ -11,6 +11,7 @@ import (
 	"time"
 
 	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
+	"github.com/anvil-metal/anvil/internal/earlyconfig"
 	"github.com/anvil-metal/anvil/internal/token"
 	"github.com/anvil-metal/anvil/provider/internal/imagecache"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
@@ -144,19 +145,29 @@ func (s *Scripts) KexecTarget(ctx context.Context, machineID, arch string, alloc
 // path boots with (the factory's cmdline then the boot's own arguments), but with the
 // kexec kind of metadata token, which no boot script carries.
 func (s *Scripts) KexecCmdline(b TalosBoot, machineID string, alloc *resources.Allocation) string {
-	return s.talosCmdline(b.Cmdline, KexecMetadataClaims(machineID, alloc.ID))
+	return s.talosCmdline(b.Cmdline, alloc.TalosVersion, KexecMetadataClaims(machineID, alloc.ID))
 }
 
-// bootArgs are the kernel arguments of one boot of the machine's Talos for the
-// allocation, which the provider adds after the factory's cmdline on every path (iPXE
-// from the cache or from the factory, kexec, UKI): the metadata URL with the machine's
-// token for the allocation (claims: a boot script's kind, or kexec's) and, standalone,
-// the provider's event sink (in Omni mode Omni's sink is among the schematic's join
-// arguments). They are never in the schematic (see Schematic): the factory bakes a
-// schematic's arguments into the Talos it installs, and an installed Talos must not
-// carry a URL naming one boot's token.
-func (s *Scripts) bootArgs(claims token.Claims) []string {
-	args := []string{"talos.config=" + s.BaseURL + "/metadata/" + claims.MachineID + "?token=" + s.sign(claims)}
+// bootArgs are the kernel arguments of one boot of the machine's Talos (at talosVersion)
+// for the allocation, which the provider adds after the factory's cmdline on every path
+// (iPXE from the cache or from the factory, kexec, UKI): the metadata URL with the
+// machine's token for the allocation (claims: a boot script's kind, or kexec's) and,
+// standalone, the provider's event sink (in Omni mode Omni's sink is among the schematic's
+// join arguments). A Talos that reads talos.config.early fetches its configuration over
+// HTTPS, trusting the provider's CA that argument gives it (ConfigOverTLS). They are never
+// in the schematic (see Schematic): the factory bakes a schematic's arguments into the
+// Talos it installs, and an installed Talos must not carry a URL naming one boot's token.
+func (s *Scripts) bootArgs(talosVersion string, claims token.Claims) []string {
+	base := s.BaseURL
+
+	var args []string
+
+	if s.ConfigOverTLS(talosVersion) {
+		base = s.TLSBaseURL
+		args = append(args, earlyconfig.Param+"="+s.EarlyConfig)
+	}
+
+	args = append(args, "talos.config="+base+"/metadata/"+claims.MachineID+"?token="+s.sign(claims))
 
 	if s.JoinArgs == nil {
 		args = append(args, "talos.events.sink="+s.APIEndpoint)
@@ -165,9 +176,16 @@ func (s *Scripts) bootArgs(claims token.Claims) []string {
 	return args
 }
 
+// ConfigOverTLS says whether a Talos at version fetches its configuration over HTTPS: it
+// reads talos.config.early (Talos 1.11 and later), where it learns the CA to verify the
+// provider with. An older one fetches it over plain HTTP.
+func (s *Scripts) ConfigOverTLS(talosVersion string) bool {
+	return s.TLSBaseURL != "" && s.EarlyConfig != "" && earlyconfig.Supported(talosVersion)
+}
+
 // talosCmdline is the factory's cmdline followed by the boot's own arguments.
-func (s *Scripts) talosCmdline(factory string, claims token.Claims) string {
-	return factory + " " + strings.Join(s.bootArgs(claims), " ")
+func (s *Scripts) talosCmdline(factory, talosVersion string, claims token.Claims) string {
+	return factory + " " + strings.Join(s.bootArgs(talosVersion, claims), " ")
 }
 
 // talosKernel is how one Talos boots by iPXE: where its kernel and initramfs are, and
@@ -207,7 +225,7 @@ func (s *Scripts) talosScript(ctx context.Context, req Request, alloc *resources
 	return Script{Status: http.StatusOK, Handoff: true, Body: "#!ipxe\n" +
 		"imgfree\n" +
 		// Debian's 2019 iPXE needs initrd=<name> on the kernel line under EFI.
-		"kernel " + k.kernelURL + " initrd=" + k.initramfs + " " + s.talosCmdline(k.cmdline, MetadataClaims(req.MachineID, alloc.ID)) + "\n" +
+		"kernel " + k.kernelURL + " initrd=" + k.initramfs + " " + s.talosCmdline(k.cmdline, alloc.TalosVersion, MetadataClaims(req.MachineID, alloc.ID)) + "\n" +
 		"initrd " + k.initramfsURL + "\n" +
 		"boot\n"}
 }

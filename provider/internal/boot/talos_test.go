@@ -109,12 +109,12 @@ func TestTalosFromCache(t *testing.T) {
 		assert.NotContains(t, script, "\nset ", "no iPXE settings: the kernel line carries the values")
 
 		_, args := kernelLine(t, script)
-		assertBootArgs(t, args, boot.MetadataClaims, machine, "a1", true)
+		assertBootArgs(t, args, boot.MetadataClaims, machine, "a1", alloc.TalosVersion, true)
 	}
 
 	for machine, cmdline := range targets {
 		assert.True(t, strings.HasPrefix(cmdline, "talos.platform=metal "), cmdline)
-		assertBootArgs(t, strings.Fields(cmdline), boot.KexecMetadataClaims, machine, "a1", true)
+		assertBootArgs(t, strings.Fields(cmdline), boot.KexecMetadataClaims, machine, "a1", alloc.TalosVersion, true)
 	}
 
 	// The factory gone, a new cache over the same files boots the same (air-gapped).

@@ -98,6 +98,6 @@ func (s *Scripts) talosUKI(ctx context.Context, req Request, alloc *resources.Al
 		Stub:      set.UKIStub,
 		Kernel:    tb.KernelPath,
 		Initramfs: tb.InitramfsPath,
-		Cmdline:   s.talosCmdline(tb.Cmdline, MetadataClaims(req.MachineID, alloc.ID)),
+		Cmdline:   s.talosCmdline(tb.Cmdline, alloc.TalosVersion, MetadataClaims(req.MachineID, alloc.ID)),
 	}
 }

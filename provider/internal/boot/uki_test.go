@@ -159,7 +159,7 @@ func TestRenderTalosUKI(t *testing.T) {
 	assert.NotEqual(t, s.KexecCmdline(tb, "m1", alloc), got.Cmdline, "a UKI is fetched over plain HTTP: never the kexec kind of token")
 	assert.True(t, strings.HasPrefix(got.Cmdline, tb.Cmdline+" "), "the factory's cmdline, then the boot's own arguments: %s", got.Cmdline)
 	assert.Contains(t, got.Cmdline, "console=ttyAMA0")
-	assertBootArgs(t, strings.Fields(got.Cmdline), boot.MetadataClaims, "m1", "a1", true)
+	assertBootArgs(t, strings.Fields(got.Cmdline), boot.MetadataClaims, "m1", "a1", alloc.TalosVersion, true)
 
 	other := &resources.Allocation{ID: "a2", SchematicID: strings.Repeat("0", 64), TalosVersion: "v1.12.0"}
 	got = s.RenderUKI(t.Context(), arm64Req, lifecycle.BootDecision{Boot: lifecycle.BootTalos, Allocation: other}, token.Claims{})

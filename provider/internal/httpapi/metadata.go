@@ -49,17 +49,37 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+
+	// The allocation's Talos was given the provider's CA and an https:// URL: a request
+	// over plain HTTP is someone else's, who could read the configuration on the wire.
+	// Refused before the token is bound to its first user, so the machine's own fetch
+	// still gets it.
+	if r.TLS == nil && s.opts.Scripts.ConfigOverTLS(intent.TypedSpec().Allocation.TalosVersion) {
+		s.metrics.metadata.WithLabelValues("tls-required").Inc()
+
+		if err = s.opts.Tamper.Report(r.Context(), tamper.Event{
+			Machine: id, Kind: tamper.PlainConfigFetch, Remote: host,
+			Detail: fmt.Sprintf("the configuration token of allocation %s was presented over plain HTTP from %s, where the machine's Talos fetches it over HTTPS: someone read its boot script; refused",
+				claims.Binding, host),
+		}); err != nil {
+			s.opts.Logger.Warn("error raising a security event", zap.String("machine", id), zap.Error(err))
+		}
+
+		http.Error(w, "this machine's configuration is served over HTTPS only", http.StatusForbidden)
+
+		return
+	}
+
 	if why := intent.TypedSpec().Held; why != "" {
 		s.metrics.metadata.WithLabelValues("held").Inc()
 		s.opts.Logger.Warn("metadata request for a held machine", zap.String("machine", id), zap.String("remote", r.RemoteAddr))
 		http.Error(w, "machine is held after a security event", http.StatusForbidden)
 
 		return
-	}
-
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
 	}
 
 	kexec := claims.Kind == token.KindKexecMetadata

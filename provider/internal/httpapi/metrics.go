@@ -42,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 
 	// Children with known labels exist from the start, at 0, for dashboards to find.
-	for _, result := range []string{"served", "forbidden", "superseded", "empty", "replayed", "held", "kexec-only"} {
+	for _, result := range []string{"served", "forbidden", "superseded", "empty", "replayed", "held", "kexec-only", "tls-required"} {
 		m.metadata.WithLabelValues(result)
 	}
 

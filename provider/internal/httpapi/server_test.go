@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -515,6 +516,71 @@ func TestMetadataKexecHandoff(t *testing.T) {
 
 			assert.Equal(t, config, rec.Body.String())
 			assert.Equal(t, tc.path, f.rec.statuses[m1].ConfigFetch.Path, "the path the handoff took")
+		})
+	}
+}
+
+// TestMetadataOverTLS: a Talos that reads talos.config.early fetches its configuration
+// over HTTPS; the same token over plain HTTP is someone else's, refused (counted, nothing
+// bound, nothing held) before the machine's own fetch, which then gets it. An older Talos
+// fetches it over plain HTTP.
+func TestMetadataOverTLS(t *testing.T) {
+	t.Parallel()
+
+	const (
+		machineAddr  = "192.0.2.1"
+		strangerAddr = "192.0.2.66"
+		config       = "version: v1alpha1\n"
+	)
+
+	for name, tc := range map[string]struct {
+		version   string
+		plainCode int
+	}{
+		"Talos 1.13, over TLS only":        {"v1.13.9", http.StatusForbidden},
+		"Talos 1.10, without early config": {"v1.10.7", http.StatusOK},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+
+			f := newFixture(t)
+			f.scripts.TLSBaseURL, f.scripts.EarlyConfig = "https://10.77.0.1:50042", "KLUv/the-provider-CA"
+			f.machine(t, m1, machineAddr, lifecycle.BootTalos, &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted,
+				Allocation: &resources.Allocation{ID: "a1", TalosVersion: tc.version, Config: config}}, nil)
+
+			fetch := func(from string, overTLS bool) *httptest.ResponseRecorder {
+				rec := httptest.NewRecorder()
+				req := httptest.NewRequest(http.MethodGet, "/metadata/"+m1+"?token="+token.Sign(f.scripts.TokenKey, boot.MetadataClaims(m1, "a1")), nil)
+				req.RemoteAddr = from + ":40000"
+
+				if overTLS {
+					req.TLS = &tls.ConnectionState{HandshakeComplete: true}
+				}
+
+				f.server.Handler().ServeHTTP(rec, req)
+
+				return rec
+			}
+
+			rec := fetch(strangerAddr, false)
+			require.Equal(t, tc.plainCode, rec.Code, rec.Body.String())
+
+			if tc.plainCode == http.StatusOK {
+				assert.Equal(t, config, rec.Body.String())
+				assert.Zero(t, tampertest.Count(t, f.registry, tamper.PlainConfigFetch))
+
+				return
+			}
+
+			assert.NotContains(t, rec.Body.String(), "v1alpha1")
+			assert.Equal(t, 1.0, tampertest.Count(t, f.registry, tamper.PlainConfigFetch))
+			assert.Nil(t, f.rec.statuses[m1], "a refused token binds nothing")
+			assert.Empty(t, f.held(t, m1), "nothing leaked: the machine is not held")
+
+			rec = fetch(machineAddr, true)
+			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+			assert.Equal(t, config, rec.Body.String())
+			assert.Equal(t, machineAddr, f.rec.statuses[m1].ConfigFetch.By, "the token is bound to the machine's Talos")
 		})
 	}
 }

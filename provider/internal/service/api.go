@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strconv"
@@ -23,8 +24,9 @@ import (
 )
 
 // apiServices builds what machines reach on the API port: plaintext HTTP (iPXE scripts,
-// assets, metadata, Talos' event sink, health, metrics) and, over TLS on the same port,
-// the agent API.
+// assets, metadata, Talos' event sink, health, metrics), the same over HTTPS (where a
+// Talos that trusts the provider's CA fetches its configuration) and, over TLS on the same
+// port to a client that speaks HTTP/2 alone, the agent API.
 func (env *environment) apiServices() ([]runner, error) {
 	opts := env.opts
 	address := net.JoinHostPort(opts.APIListenAddress, strconv.Itoa(opts.APIPort))
@@ -61,6 +63,11 @@ func (env *environment) apiServices() ([]runner, error) {
 		return nil, fmt.Errorf("error issuing the API certificate: %w", err)
 	}
 
+	// HTTP/1.1 alone: the HTTPS side is for Talos' configuration fetch and an admin's
+	// curl, and gRPC's clients (HTTP/2 alone) never reach it.
+	httpsConfig := tlsConfig.Clone()
+	httpsConfig.NextProtos = []string{"http/1.1"}
+
 	agentOpts := agentapi.Options{
 		View:         env.view,
 		Tokens:       env.scripts.Tokens,
@@ -95,6 +102,7 @@ func (env *environment) apiServices() ([]runner, error) {
 
 		eg.Go(func() error { return mux.Run(ctx) })
 		eg.Go(func() error { return http.Serve(ctx, mux.Plain()) })
+		eg.Go(func() error { return http.Serve(ctx, tls.NewListener(mux.HTTPS(), httpsConfig)) })
 		eg.Go(func() error {
 			// Stopping closes the listener under Serve: that is no error.
 			if err := agentServer.Serve(agents.Listener(mux.TLS())); err != nil && ctx.Err() == nil {

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/anvil-metal/anvil/internal/earlyconfig"
 	"github.com/anvil-metal/anvil/internal/token"
 	"github.com/anvil-metal/anvil/provider/internal/boot"
 	"github.com/anvil-metal/anvil/provider/internal/boottrace"
@@ -126,6 +127,13 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 
 	apiEndpoint := net.JoinHostPort(advertise.String(), strconv.Itoa(opts.APIPort))
 
+	// Talos (1.11 and later) verifies the HTTPS it fetches its configuration over with
+	// the provider's CA, given on its kernel line.
+	earlyConfig, err := earlyconfig.TrustedRoots(ca.CertPEM())
+	if err != nil {
+		return fmt.Errorf("error encoding the CA for Talos' kernel line: %w", err)
+	}
+
 	env := &environment{
 		opts:        opts,
 		advertise:   advertise,
@@ -136,6 +144,8 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		bmcPassword: store.Keys().BMCPassword,
 		scripts: &boot.Scripts{
 			BaseURL:           "http://" + apiEndpoint,
+			TLSBaseURL:        "https://" + apiEndpoint,
+			EarlyConfig:       earlyConfig,
 			APIEndpoint:       apiEndpoint,
 			CAFingerprint:     ca.Fingerprint(),
 			FactoryPXEBaseURL: opts.ImageFactoryPXEBaseURL,

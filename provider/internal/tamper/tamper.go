@@ -38,10 +38,15 @@ const (
 	// handed over by kexec, whose Talos has the kexec kind: someone read the machine's
 	// boot script. Refused, so nothing leaked; the machine is not held.
 	BootScriptToken Kind = "boot-script-token" //nolint:gosec // a kind of event, not a credential
+	// PlainConfigFetch: a metadata token presented over plain HTTP for an allocation whose
+	// Talos fetches its configuration over HTTPS: not that Talos, so someone read the
+	// token (a boot script). Refused before the token is bound, so nothing leaked and the
+	// machine is not held.
+	PlainConfigFetch Kind = "config-over-http"
 )
 
 // Kinds lists every kind, so the metric's series exist from the start.
-var Kinds = []Kind{ConfigReplay, UnsolicitedReport, ForeignEvent, TokenReplay, IdentityMismatch, BootScriptToken}
+var Kinds = []Kind{ConfigReplay, UnsolicitedReport, ForeignEvent, TokenReplay, IdentityMismatch, BootScriptToken, PlainConfigFetch}
 
 // Event is one piece of evidence.
 type Event struct {
