@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -31,6 +32,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/anvil-metal/anvil/internal/bootparams"
+	"github.com/anvil-metal/anvil/internal/earlyconfig"
 	"github.com/anvil-metal/anvil/internal/initsys"
 	"github.com/anvil-metal/anvil/internal/labfactory"
 	"github.com/anvil-metal/anvil/internal/link"
@@ -207,9 +209,22 @@ func run(ctx context.Context, logger *zap.Logger, out io.Writer, cmdline string)
 
 	var errs []error
 
+	// As Talos (1.11 and later) does: the roots talos.config.early gives are trusted for
+	// the configuration's fetch over HTTPS. The stand-in trusts nothing else.
+	client := http.DefaultClient
+
+	if v, ok := args[earlyconfig.Param]; ok {
+		roots, err := earlyconfig.Roots(v)
+		if err != nil {
+			return fmt.Errorf("error reading %s: %w", earlyconfig.Param, err)
+		}
+
+		client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+	}
+
 	if u := args["talos.config"]; u == "" {
 		logger.Warn("no talos.config= on the cmdline")
-	} else if status, n, sum, err := fetchConfig(ctx, logger, u); err != nil {
+	} else if status, n, sum, err := fetchConfig(ctx, logger, client, u); err != nil {
 		errs = append(errs, err)
 		logger.Error("error fetching the config", zap.Error(err))
 	} else {
@@ -249,14 +264,14 @@ func parseCmdline(cmdline string) map[string]string {
 
 // fetchConfig GETs the machine config, retrying transport errors and server errors,
 // and returns its status, size and SHA-256.
-func fetchConfig(ctx context.Context, logger *zap.Logger, url string) (status int, n int64, sum string, err error) {
+func fetchConfig(ctx context.Context, logger *zap.Logger, client *http.Client, url string) (status int, n int64, sum string, err error) {
 	err = retry(ctx, logger, "config fetch", func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return permanent{fmt.Errorf("error making the config request: %w", err)}
 		}
 
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			return fmt.Errorf("error fetching the config: %w", err)
 		}

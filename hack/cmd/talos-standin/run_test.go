@@ -3,11 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/siderolabs/siderolink/api/events"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
@@ -15,6 +25,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+
+	"github.com/anvil-metal/anvil/internal/earlyconfig"
 )
 
 // sink records the events published to it.
@@ -102,4 +114,69 @@ func TestRun(t *testing.T) {
 	require.NoError(t, run(t.Context(), zap.NewNop(), &out, "talos.config="+cfg.URL+"/metadata/m?token=bad"))
 	assert.Contains(t, out.String(), "config status=403 ")
 	assert.NotContains(t, out.String(), "installed")
+}
+
+// TestRunOverTLS: as Talos 1.11 and later, the stand-in fetches its config over HTTPS,
+// trusting the roots talos.config.early gives it, and nothing else: a server whose
+// certificate another CA signed gets no request, however long the stand-in retries.
+func TestRunOverTLS(t *testing.T) {
+	t.Parallel()
+
+	var requests atomic.Int32
+
+	handler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		requests.Add(1)
+
+		_, _ = w.Write([]byte("hello"))
+	})
+
+	provider := httptest.NewTLSServer(handler)
+	t.Cleanup(provider.Close)
+
+	// httptest's servers share one certificate: the impostor has one of its own.
+	impostor := httptest.NewUnstartedServer(handler)
+	impostor.TLS = &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}, MinVersion: tls.VersionTLS12}
+	impostor.StartTLS()
+	t.Cleanup(impostor.Close)
+
+	early, err := earlyconfig.TrustedRoots(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: provider.Certificate().Raw}))
+	require.NoError(t, err)
+
+	var out bytes.Buffer
+
+	require.NoError(t, run(t.Context(), zap.NewNop(), &out, earlyconfig.Param+"="+early+" talos.config="+provider.URL+"/metadata/m?token=tok"))
+	assert.Contains(t, out.String(), "config status=200 bytes=5 ")
+	assert.Equal(t, int32(1), requests.Load())
+
+	out.Reset()
+
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+
+	err = run(ctx, zap.NewNop(), &out, earlyconfig.Param+"="+early+" talos.config="+impostor.URL+"/metadata/m?token=tok")
+	require.ErrorContains(t, err, "x509")
+	assert.NotContains(t, out.String(), "config status=")
+	assert.Equal(t, int32(1), requests.Load(), "the impostor got no request")
+
+	// An early config that is not one stops the stand-in at once.
+	require.ErrorContains(t, run(t.Context(), zap.NewNop(), &out, earlyconfig.Param+"=%%% talos.config="+provider.URL+"/m"), earlyconfig.Param)
+}
+
+// selfSigned is a certificate for 127.0.0.1 that signs itself.
+func selfSigned(t *testing.T) tls.Certificate {
+	t.Helper()
+
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "impostor"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }

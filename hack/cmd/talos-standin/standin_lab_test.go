@@ -36,6 +36,8 @@ const (
 	// deadline is generous: TCG is slow and the machine is shared.
 	deadline = 5 * time.Minute
 	config   = "version: v1alpha1\nmachine:\n  type: worker\n  token: not-a-secret-in-a-test\n"
+	// standinVersion reads talos.config.early (Talos 1.11 and later).
+	standinVersion = "v1.13.0"
 )
 
 // TestLabBootsInQEMU boots the stand-in as an allocated machine boots Talos: the provider's
@@ -91,7 +93,9 @@ func TestLabBootsInQEMU(t *testing.T) {
 
 	allocated := time.Now()
 
-	p.MustAnvilctl("machine", "allocate", vmUUID, "--talos-version", "v1.9.0", "--config", configFile)
+	// A Talos that reads talos.config.early: it fetches its config over HTTPS, trusting
+	// the provider's CA given there.
+	p.MustAnvilctl("machine", "allocate", vmUUID, "--talos-version", standinVersion, "--config", configFile)
 
 	allocation := regexp.MustCompile(`(?m)^\s*allocation:\s*\n\s*id: (\S+)|allocationId: (\S+)`)
 	machineYAML := p.MustAnvilctl("get", "machine", vmUUID, "-o", "yaml")
@@ -113,7 +117,7 @@ func TestLabBootsInQEMU(t *testing.T) {
 	// metadata URL names the machine and carries its token (nothing for iPXE to expand).
 	require.NotContains(t, script, "${", script)
 
-	metadata := regexp.MustCompile(`(?m)^kernel .* talos\.config=http://10\.0\.2\.2:[0-9]+/metadata/([^?\s]+)\?token=(\S+)`).FindStringSubmatch(script)
+	metadata := regexp.MustCompile(`(?m)^kernel .* talos\.config\.early=\S+ talos\.config=https://10\.0\.2\.2:[0-9]+/metadata/([^?\s]+)\?token=(\S+)`).FindStringSubmatch(script)
 	require.NotNil(t, metadata, "no talos.config= on the kernel line:\n%s", script)
 	require.Equal(t, vmUUID, metadata[1], script)
 	require.NotEmpty(t, metadata[2], script)
@@ -225,9 +229,9 @@ wait:
 	require.NoError(t, err)
 
 	sum := sha256.Sum256([]byte(config))
-	assert.Contains(t, string(log), Prefix+" schematic="+schematic[1]+" version=v1.9.0")
+	assert.Contains(t, string(log), Prefix+" schematic="+schematic[1]+" version="+standinVersion)
 	assert.Contains(t, string(log), Prefix+" cmdline=")
-	assert.Contains(t, string(log), "talos.config=http://10.0.2.2:")
+	assert.Contains(t, string(log), "talos.config=https://10.0.2.2:")
 	assert.Contains(t, string(log), Prefix+" config status=200 bytes="+itoa(len(config))+" sha256="+hex.EncodeToString(sum[:]))
 	assert.Contains(t, string(log), Prefix+" installed")
 	assert.NotContains(t, string(log), "not-a-secret-in-a-test", "the config is never printed")
