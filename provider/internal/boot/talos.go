@@ -26,6 +26,11 @@ type AssetCache interface {
 // scriptWait bounds how long a Talos boot script waits for its assets.
 const scriptWait = 20 * time.Second
 
+// maxKernelLine is Linux's COMMAND_LINE_SIZE on x86 and arm64, its terminating NUL
+// included: what lies past it is dropped without a word, and a Talos without its
+// talos.config= (the last of the boot's arguments) would wait in maintenance for ever.
+const maxKernelLine = 2048
+
 // maxCmdline bounds a cached cmdline read: Linux takes at most a few KiB.
 const maxCmdline = 64 << 10
 
@@ -134,18 +139,23 @@ func (s *Scripts) KexecTarget(ctx context.Context, machineID, arch string, alloc
 		return nil, err
 	}
 
+	cmdline, err := s.KexecCmdline(tb, machineID, alloc)
+	if err != nil {
+		return nil, err
+	}
+
 	return &agentv1.Kexec{
 		KernelUrl: tb.KernelURL, KernelSha256: tb.KernelSHA256,
 		InitramfsUrl: tb.InitramfsURL, InitramfsSha256: tb.InitramfsSHA256,
-		Cmdline: s.KexecCmdline(tb, machineID, alloc),
+		Cmdline: cmdline,
 	}, nil
 }
 
 // KexecCmdline is the cmdline a kexec into the machine's Talos gets: the one the iPXE
 // path boots with (the factory's cmdline then the boot's own arguments), but with the
 // kexec kind of metadata token, which no boot script carries.
-func (s *Scripts) KexecCmdline(b TalosBoot, machineID string, alloc *resources.Allocation) string {
-	return s.talosCmdline(b.Cmdline, alloc.TalosVersion, KexecMetadataClaims(machineID, alloc.ID))
+func (s *Scripts) KexecCmdline(b TalosBoot, machineID string, alloc *resources.Allocation) (string, error) {
+	return s.talosCmdline("", b.Cmdline, alloc.TalosVersion, KexecMetadataClaims(machineID, alloc.ID))
 }
 
 // bootArgs are the kernel arguments of one boot of the machine's Talos (at talosVersion)
@@ -183,9 +193,17 @@ func (s *Scripts) ConfigOverTLS(talosVersion string) bool {
 	return s.TLSBaseURL != "" && s.EarlyConfig != "" && earlyconfig.Supported(talosVersion)
 }
 
-// talosCmdline is the factory's cmdline followed by the boot's own arguments.
-func (s *Scripts) talosCmdline(factory, talosVersion string, claims token.Claims) string {
-	return factory + " " + strings.Join(s.bootArgs(talosVersion, claims), " ")
+// talosCmdline is the factory's cmdline followed by the boot's own arguments, after what
+// the boot path puts first (iPXE's initrd=); an error when the whole kernel line would
+// not fit Linux's.
+func (s *Scripts) talosCmdline(first, factory, talosVersion string, claims token.Claims) (string, error) {
+	cmdline := factory + " " + strings.Join(s.bootArgs(talosVersion, claims), " ")
+
+	if n := len(first) + len(cmdline); n >= maxKernelLine {
+		return "", fmt.Errorf("the kernel line would be %d bytes, past Linux's %d: shorten the schematic's kernel arguments", n, maxKernelLine-1)
+	}
+
+	return cmdline, nil
 }
 
 // talosKernel is how one Talos boots by iPXE: where its kernel and initramfs are, and
@@ -222,10 +240,17 @@ func (s *Scripts) talosScript(ctx context.Context, req Request, alloc *resources
 		return s.talosNotReady(err)
 	}
 
+	// Debian's 2019 iPXE needs initrd=<name> on the kernel line under EFI.
+	initrd := "initrd=" + k.initramfs + " "
+
+	cmdline, err := s.talosCmdline(initrd, k.cmdline, alloc.TalosVersion, MetadataClaims(req.MachineID, alloc.ID))
+	if err != nil {
+		return s.talosNotReady(err)
+	}
+
 	return Script{Status: http.StatusOK, Handoff: true, Body: "#!ipxe\n" +
 		"imgfree\n" +
-		// Debian's 2019 iPXE needs initrd=<name> on the kernel line under EFI.
-		"kernel " + k.kernelURL + " initrd=" + k.initramfs + " " + s.talosCmdline(k.cmdline, alloc.TalosVersion, MetadataClaims(req.MachineID, alloc.ID)) + "\n" +
+		"kernel " + k.kernelURL + " " + initrd + cmdline + "\n" +
 		"initrd " + k.initramfsURL + "\n" +
 		"boot\n"}
 }

@@ -184,3 +184,64 @@ func TestTalosBootRegistersTheSchematic(t *testing.T) {
 	assert.Equal(t, 1, registered)
 	assert.Equal(t, "http://10.77.0.1:50042/assets/talos/"+id+"/v1.12.0/kernel-amd64", k.GetKernelUrl())
 }
+
+// TestTalosKernelLineBounded: a schematic whose kernel arguments leave no room for the
+// boot's own (the metadata URL last) is not booted with a kernel line Linux would cut:
+// the iPXE script says why and asks again, the kexec target is an error.
+func TestTalosKernelLineBounded(t *testing.T) {
+	t.Parallel()
+
+	assets := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(assets, "kernel-amd64"), []byte("KERNEL"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(assets, "initramfs-amd64.xz"), []byte("INITRAMFS"), 0o644))
+
+	factory := labfactory.New(labfactory.WithAssets(assets))
+	srv := httptest.NewServer(factory)
+	t.Cleanup(srv.Close)
+
+	s := testScripts(t, true)
+
+	c, err := client.New(srv.URL)
+	require.NoError(t, err)
+
+	cache, err := imagecache.New(imagecache.Options{Dir: t.TempDir(), FactoryBaseURL: srv.URL, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, cache.Close()) })
+
+	s.Cache = cache
+
+	for name, tc := range map[string]struct {
+		pad  int
+		fits bool
+	}{
+		"a site's console":          {16, true},
+		"1900 bytes of kernel args": {1900, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+
+			sc, err := s.Schematic(nil, []string{"anvil.pad=" + strings.Repeat("x", tc.pad)})
+			require.NoError(t, err)
+
+			id, _, err := c.SchematicCreate(t.Context(), sc)
+			require.NoError(t, err)
+
+			alloc := &resources.Allocation{ID: "a1", SchematicID: id, TalosVersion: "v1.12.0"}
+
+			got := s.Render(t.Context(), boot.Request{MachineID: "m1", Arch: "amd64"}, lifecycle.BootDecision{Boot: lifecycle.BootTalos, Allocation: alloc}, token.Claims{})
+			_, kexecErr := s.KexecTarget(t.Context(), "m1", "amd64", alloc)
+
+			if tc.fits {
+				assert.True(t, got.Handoff, got.Body)
+				require.NoError(t, kexecErr)
+
+				return
+			}
+
+			assert.False(t, got.Handoff, "no Talos boot with a cut kernel line:\n%s", got.Body)
+			assert.Contains(t, got.Body, "past Linux's 2047")
+			assert.NotContains(t, got.Body, "token=")
+			require.ErrorContains(t, kexecErr, "past Linux's 2047")
+		})
+	}
+}

@@ -92,12 +92,17 @@ func (s *Scripts) talosUKI(ctx context.Context, req Request, alloc *resources.Al
 		return UKI{Status: http.StatusServiceUnavailable, Message: "the Talos boot assets are not ready: " + err.Error()}
 	}
 
+	cmdline, err := s.talosCmdline("", tb.Cmdline, alloc.TalosVersion, MetadataClaims(req.MachineID, alloc.ID))
+	if err != nil {
+		return UKI{Status: http.StatusServiceUnavailable, Message: err.Error()}
+	}
+
 	return UKI{
 		Status:    http.StatusOK,
 		Served:    lifecycle.BootTalos,
 		Stub:      set.UKIStub,
 		Kernel:    tb.KernelPath,
 		Initramfs: tb.InitramfsPath,
-		Cmdline:   s.talosCmdline(tb.Cmdline, alloc.TalosVersion, MetadataClaims(req.MachineID, alloc.ID)),
+		Cmdline:   cmdline,
 	}
 }
