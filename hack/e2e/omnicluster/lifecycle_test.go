@@ -27,6 +27,7 @@ import (
 	"github.com/anvil-metal/anvil/hack/internal/labtest"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
 	"github.com/anvil-metal/anvil/hack/internal/omnilab"
+	"github.com/anvil-metal/anvil/internal/earlyconfig"
 	"github.com/anvil-metal/anvil/internal/ipmisim"
 	"github.com/anvil-metal/anvil/internal/netns"
 )
@@ -49,6 +50,9 @@ const (
 	// talosReset is machined carrying out a reset of its system disk (Omni's, over
 	// Talos' API with the cluster's client certificate).
 	talosReset = "task resetSystemDiskSpec (1/1): starting"
+	// x509UnknownAuthority is what Talos prints retrying its configuration's download
+	// from a server whose certificate no CA it trusts signed.
+	x509UnknownAuthority = "x509: certificate signed by unknown authority"
 )
 
 // TestOmniLifecycleE2E is a cluster's whole life with Omni deciding and Anvil doing it,
@@ -65,7 +69,10 @@ const (
 //     prefers. The third is rejected.
 //  3. A cluster of a control plane and a worker (omnictl cluster template sync): Anvil
 //     powers them on into real Talos from its boot-asset cache (the factory's initramfs
-//     of make talos with the cluster's schematic appended), which joins SideroLink with
+//     of make talos with the cluster's schematic appended), which fetches Omni's join
+//     configuration from Anvil over HTTPS it verifies with the CA talos.config.early
+//     gives it (the worker's Talos first meets an impostor with another CA's certificate
+//     for the provider's address, refuses it and sends it nothing), joins SideroLink with
 //     Omni's join arguments; Omni sees the schematic, applies the cluster's config;
 //     Talos pulls the installer image from the factory's registry and installs itself;
 //     machined's boot sequence counts the install in Omni, and Anvil reports it. The
@@ -266,10 +273,43 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 			before[m.Name] = countIn(m.SerialLog(), installed)
 		}
 
+		// A host that took the provider's address answers the worker's Talos in its
+		// place, with a certificate for that address that another CA signed.
+		impostor := labtest.StartImpostor(t, state.ProviderNS, state.AdvertiseAddr())
+		talosBoots := countIn(worker.SerialLog(), earlyconfig.Param+"=")
+
 		synced := time.Now()
 
 		out, err := omni.Run(t.Context(), "cluster", "template", "sync", "-f", template)
 		require.NoError(t, err, out)
+
+		// The worker's Talos kernel started (its command line carries the provider's CA
+		// in talos.config.early): from now on its connections to the provider's port
+		// reach the impostor. Talos refuses its certificate and sends no request, so
+		// neither the configuration nor the token on its URL is read; then the provider
+		// answers again, and the same Talos gets its configuration on a retry.
+		if labtest.Eventually(t, labtest.TalosDeadline, worker.Name+"'s Talos kernel started", func() error {
+			return grew(worker.SerialLog(), earlyconfig.Param+"=", talosBoots)
+		}) {
+			undivert := impostor.Divert(t, state.ProviderNS, worker.MAC, cfg.APIPort)
+			unknownCA := countIn(worker.SerialLog(), x509UnknownAuthority)
+
+			if labtest.Eventually(t, stepDeadline, worker.Name+"'s Talos refused the impostor's certificate", func() error {
+				if refused, _ := impostor.Refused(); len(refused) == 0 {
+					return errors.New("no handshake with the impostor yet")
+				}
+
+				return grew(worker.SerialLog(), x509UnknownAuthority, unknownCA)
+			}) {
+				rep.Add("cluster created → Talos refused an impostor's certificate", worker, time.Since(synced))
+			}
+
+			undivert()
+
+			refused, completed := impostor.Refused()
+			assert.Zero(t, completed, "no handshake with the impostor went through: %q", refused)
+			t.Logf("%s's Talos refused the impostor %d time(s): %q", worker.Name, len(refused), refused)
+		}
 
 		// Real Talos in maintenance joined Omni over SideroLink and reported the
 		// cluster's schematic, which Anvil booted it with: the provider is killed there.

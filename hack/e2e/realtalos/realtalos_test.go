@@ -401,7 +401,7 @@ func (r *rig) assertCmdline(t testing.TB, n *node, line string) {
 	}
 
 	provider := r.state.AdvertiseAddr() + ":50042"
-	assert.Contains(t, got, "talos.config=http://"+provider+"/metadata/"+n.m.UUID+"?token=", "%s: the boot's metadata URL", n.m.Name)
+	assert.Contains(t, got, "talos.config=https://"+provider+"/metadata/"+n.m.UUID+"?token=", "%s: the boot's metadata URL", n.m.Name)
 	assert.Contains(t, args, "talos.events.sink="+provider, "%s: the boot's event sink", n.m.Name)
 }
 
