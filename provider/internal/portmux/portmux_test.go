@@ -68,8 +68,9 @@ func TestTLSAndPlainOnOnePort(t *testing.T) {
 	}
 
 	addr := root.Addr().String()
+	// The test servers' own certificates are not checked.
 	insecure := func(protos ...string) *tls.Config {
-		return &tls.Config{InsecureSkipVerify: true, NextProtos: protos} //nolint:gosec // a test server's own certificate
+		return &tls.Config{InsecureSkipVerify: true, NextProtos: protos}
 	}
 
 	for name, tc := range map[string]struct {
