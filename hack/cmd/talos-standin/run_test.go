@@ -3,14 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -26,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/anvil-metal/anvil/hack/internal/labpki"
 	"github.com/anvil-metal/anvil/internal/earlyconfig"
 )
 
@@ -162,21 +157,18 @@ func TestRunOverTLS(t *testing.T) {
 	require.ErrorContains(t, run(t.Context(), zap.NewNop(), &out, earlyconfig.Param+"=%%% talos.config="+provider.URL+"/m"), earlyconfig.Param)
 }
 
-// selfSigned is a certificate for 127.0.0.1 that signs itself.
+// selfSigned is a certificate for 127.0.0.1 from a CA of its own.
 func selfSigned(t *testing.T) tls.Certificate {
 	t.Helper()
 
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := labpki.NewCA("impostor")
 	require.NoError(t, err)
 
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "impostor"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	pair, err := ca.IssueServer("127.0.0.1")
 	require.NoError(t, err)
 
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	cert, err := tls.X509KeyPair(pair.CertPEM, pair.KeyPEM)
+	require.NoError(t, err)
+
+	return cert
 }

@@ -30,30 +30,15 @@ import (
 func TestTalosFromCache(t *testing.T) {
 	t.Parallel()
 
-	assets := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(assets, "kernel-amd64"), []byte("KERNEL"), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(assets, "initramfs-amd64.xz"), []byte("INITRAMFS"), 0o644))
-
-	factory := labfactory.New(labfactory.WithAssets(assets))
-	srv := httptest.NewServer(factory)
-	t.Cleanup(srv.Close)
-
-	s := testScripts(t, true)
+	f := newCachedFactory(t)
+	s, factory, srv, cache := f.scripts, f.factory, f.srv, f.scripts.Cache
 
 	sc, err := s.Schematic([]string{"siderolabs/intel-ucode"}, nil)
 	require.NoError(t, err)
 
-	c, err := client.New(srv.URL)
+	id, _, err := f.client.SchematicCreate(t.Context(), sc)
 	require.NoError(t, err)
 
-	id, _, err := c.SchematicCreate(t.Context(), sc)
-	require.NoError(t, err)
-
-	cache, err := imagecache.New(imagecache.Options{Dir: t.TempDir(), FactoryBaseURL: srv.URL, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, cache.Close()) })
-
-	s.Cache = cache
 	alloc := &resources.Allocation{ID: "a1", SchematicID: id, TalosVersion: "v1.12.0"}
 
 	var (
@@ -139,22 +124,8 @@ func TestTalosFromCache(t *testing.T) {
 func TestTalosBootRegistersTheSchematic(t *testing.T) {
 	t.Parallel()
 
-	assets := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(assets, "kernel-amd64"), []byte("KERNEL"), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(assets, "initramfs-amd64.xz"), []byte("INITRAMFS"), 0o644))
-
-	srv := httptest.NewServer(labfactory.New(labfactory.WithAssets(assets)))
-	t.Cleanup(srv.Close)
-
-	c, err := client.New(srv.URL)
-	require.NoError(t, err)
-
-	cache, err := imagecache.New(imagecache.Options{Dir: t.TempDir(), FactoryBaseURL: srv.URL, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, cache.Close()) })
-
-	s := testScripts(t, true)
-	s.Cache = cache
+	f := newCachedFactory(t)
+	s, c := f.scripts, f.client
 
 	sc, err := s.Schematic(nil, nil)
 	require.NoError(t, err)
@@ -191,24 +162,8 @@ func TestTalosBootRegistersTheSchematic(t *testing.T) {
 func TestTalosKernelLineBounded(t *testing.T) {
 	t.Parallel()
 
-	assets := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(assets, "kernel-amd64"), []byte("KERNEL"), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(assets, "initramfs-amd64.xz"), []byte("INITRAMFS"), 0o644))
-
-	factory := labfactory.New(labfactory.WithAssets(assets))
-	srv := httptest.NewServer(factory)
-	t.Cleanup(srv.Close)
-
-	s := testScripts(t, true)
-
-	c, err := client.New(srv.URL)
-	require.NoError(t, err)
-
-	cache, err := imagecache.New(imagecache.Options{Dir: t.TempDir(), FactoryBaseURL: srv.URL, Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, cache.Close()) })
-
-	s.Cache = cache
+	f := newCachedFactory(t)
+	s, c := f.scripts, f.client
 
 	for name, tc := range map[string]struct {
 		pad  int
@@ -244,4 +199,38 @@ func TestTalosKernelLineBounded(t *testing.T) {
 			require.ErrorContains(t, kexecErr, "past Linux's 2047")
 		})
 	}
+}
+
+// cachedFactory is a lab factory that serves an amd64 kernel and initramfs, its client,
+// and the tests' Scripts booting Talos from a cache of it.
+type cachedFactory struct {
+	factory *labfactory.Factory
+	srv     *httptest.Server
+	client  *client.Client
+	scripts *boot.Scripts
+}
+
+func newCachedFactory(t *testing.T) cachedFactory {
+	t.Helper()
+
+	assets := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(assets, "kernel-amd64"), []byte("KERNEL"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(assets, "initramfs-amd64.xz"), []byte("INITRAMFS"), 0o644))
+
+	f := cachedFactory{factory: labfactory.New(labfactory.WithAssets(assets)), scripts: testScripts(t, true)}
+	f.srv = httptest.NewServer(f.factory)
+	t.Cleanup(f.srv.Close)
+
+	c, err := client.New(f.srv.URL)
+	require.NoError(t, err)
+
+	f.client = c
+
+	cache, err := imagecache.New(imagecache.Options{Dir: t.TempDir(), FactoryBaseURL: f.srv.URL, Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, cache.Close()) })
+
+	f.scripts.Cache = cache
+
+	return f
 }
