@@ -14,7 +14,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/anvil-metal/anvil/hack/internal/labtest"
 	"github.com/anvil-metal/anvil/internal/netns"
@@ -102,12 +101,7 @@ func (a attacker) agentConn() (*grpc.ClientConn, error) {
 
 // plainGRPC is a plaintext gRPC connection to the API port (Talos' event sink).
 func (a attacker) plainGRPC() (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient("passthrough:///"+a.api, grpc.WithContextDialer(a.dial), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, fmt.Errorf("error making the event sink client: %w", err)
-	}
-
-	return conn, nil
+	return labtest.SegmentHost{NS: a.ns}.PlainGRPC(a.api) //nolint:wrapcheck // says what it was making
 }
 
 // closedWithin waits until the peer closes conn (a read returns an error other than a

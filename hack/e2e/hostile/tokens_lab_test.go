@@ -14,15 +14,13 @@ import (
 	"time"
 
 	"github.com/siderolabs/siderolink/api/events"
-	"github.com/siderolabs/talos/pkg/machinery/api/common"
-	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/stretchr/testify/assert"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
+	"github.com/anvil-metal/anvil/hack/internal/labtest"
 	"github.com/anvil-metal/anvil/internal/token"
 )
 
@@ -197,11 +195,7 @@ func attackTokens(ctx context.Context, t *testing.T, a attacker, machineID strin
 
 	sink := events.NewEventSinkServiceClient(sinkConn)
 
-	// The install sequence's end in the reboot into the installed system, as Talos says it.
-	data, err := anypb.New(&machine.SequenceEvent{
-		Sequence: "install", Action: machine.SequenceEvent_NOOP,
-		Error: &common.Error{Code: common.Code_FATAL, Message: "sequence failed: error running phase 8 in install sequence: task 1/1: failed, unix.Reboot(45584543)"},
-	})
+	install, err := labtest.InstallRebooted()
 	if !assert.NoError(t, err) {
 		return
 	}
@@ -212,7 +206,7 @@ func attackTokens(ctx context.Context, t *testing.T, a attacker, machineID strin
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 
-		_, err := sink.Publish(cctx, &events.EventRequest{Id: "x", Data: data})
+		_, err := sink.Publish(cctx, install)
 		published.add(status.Code(err).String())
 	})
 

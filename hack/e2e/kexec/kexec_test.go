@@ -25,8 +25,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siderolabs/siderolink/api/events"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/anvil-metal/anvil/hack/internal/lab"
 	"github.com/anvil-metal/anvil/hack/internal/labnet"
@@ -252,6 +255,8 @@ type strangerTry struct {
 	fetched     bool
 	code        int
 	body, token string
+	// install is how the provider's event sink answered the stranger's install event.
+	install codes.Code
 }
 
 // strangerAsks waits for the machine's agent to have loaded the kexec of its current
@@ -294,6 +299,22 @@ func (k *kexecLab) strangerAsks() strangerTry {
 		return strangerTry{}
 	}
 
+	// Having fetched the boot script (the machine's last address is now the stranger's),
+	// it says the machine installed, as Talos' event sink hears it.
+	install, err := labtest.InstallRebooted()
+	require.NoError(t, err)
+
+	conn, err := host.PlainGRPC(k.api)
+	require.NoError(t, err)
+
+	defer conn.Close()
+
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+
+	_, err = events.NewEventSinkServiceClient(conn).Publish(ctx, install)
+	try.install = status.Code(err)
+
 	return try
 }
 
@@ -308,6 +329,10 @@ func (k *kexecLab) strangerRefused(try strangerTry) {
 	t.Logf("%s (%s): a host on the segment asked for its configuration with its boot script's token: %d %s", m.Name, m.Firmware, try.code, strings.TrimSpace(try.body))
 	assert.Equal(t, http.StatusForbidden, try.code, "%s: a boot script's token while the machine is handed over by kexec: %s", m.Name, try.body)
 	assert.NotContains(t, try.body, "kexec-"+m.Name, "%s: no configuration for the stranger", m.Name)
+	assert.Equal(t, codes.PermissionDenied, try.install, "%s: the stranger's install event is refused: it fetched the boot script, not the configuration", m.Name)
+	k.eventually("the machine's own Talos recorded installed", func(y string) bool {
+		return strings.Contains(y, "installedAllocation: "+k.allocation)
+	}, "machinestatus")
 
 	status := k.get("machinestatus")
 	assert.Contains(t, status, "path: kexec", "%s: the configuration went by the kexec path:\n%s", m.Name, status)

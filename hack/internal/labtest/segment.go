@@ -7,6 +7,13 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/siderolabs/siderolink/api/events"
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
+	talosmachine "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/anypb"
+
 	"github.com/anvil-metal/anvil/internal/netns"
 )
 
@@ -49,4 +56,29 @@ func (h SegmentHost) HTTPClient() *http.Client {
 		},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
+}
+
+// PlainGRPC is a plaintext gRPC client of the host to addr (host:port): Talos' event
+// sink speaks it.
+func (h SegmentHost) PlainGRPC(addr string) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithContextDialer(h.Dial), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("error making a gRPC client of %s: %w", addr, err)
+	}
+
+	return conn, nil
+}
+
+// InstallRebooted is the event real Talos publishes to its event sink as its install
+// sequence ends in the reboot into the installed system: what marks a machine installed.
+func InstallRebooted() (*events.EventRequest, error) {
+	data, err := anypb.New(&talosmachine.SequenceEvent{
+		Sequence: "install", Action: talosmachine.SequenceEvent_NOOP,
+		Error: &common.Error{Code: common.Code_FATAL, Message: "sequence failed: error running phase 8 in install sequence: task 1/1: failed, unix.Reboot(45584543)"},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error encoding the install event: %w", err)
+	}
+
+	return &events.EventRequest{Id: "x", Data: data}, nil
 }
