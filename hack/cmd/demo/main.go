@@ -266,7 +266,9 @@ func run(ctx context.Context, dir, prefix string, n int) error {
 
 	allocated := time.Now()
 
-	out, err := d.ctl("machine", "allocate", target.UUID, "--talos-version", "v1.9.0", "--extensions", "siderolabs/intel-ucode", "--config", config)
+	// A Talos that reads talos.config.early (1.11 and later): it fetches its configuration
+	// over HTTPS it verifies with the provider's CA.
+	out, err := d.ctl("machine", "allocate", target.UUID, "--talos-version", "v1.13.0", "--extensions", "siderolabs/intel-ucode", "--config", config)
 	if err != nil {
 		return err
 	}
@@ -294,6 +296,10 @@ func run(ctx context.Context, dir, prefix string, n int) error {
 
 	d.say("%s installed (reported by the stand-in's events), %s after the allocation; it now boots from its disk",
 		target.Name, time.Since(allocated).Round(time.Second))
+
+	if console, err := os.ReadFile(target.SerialLog()); err == nil && strings.Contains(string(console), " talos.config=https://") {
+		d.say("%s fetched its configuration over HTTPS, verified with the provider's CA given in talos.config.early", target.Name)
+	}
 
 	if ms, err := d.machines(); err == nil {
 		switch h := ms[target.UUID].Status.Handoff; {
