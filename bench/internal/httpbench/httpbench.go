@@ -352,6 +352,9 @@ func startProvider(ctx context.Context, cfg Config, port int, factoryURL, pprofA
 		// The seeded machines have no BMC: nothing for an agent to provision, so an
 		// allocated machine boots Talos (the mix's talos scripts), not the agent first.
 		"--provision-bmc-credentials=false",
+		// The seed records its machines from boot scripts alone (they have no agent):
+		// room for all of them past the bound on made-up machines.
+		"--max-pending-machines", strconv.Itoa(max(cfg.Machines, 1024)),
 		"--agent-assets-dir", assets,
 		"--image-factory-base-url", factoryURL,
 		// The provider fetches the schematic's cmdline from it once, then keeps it; the
