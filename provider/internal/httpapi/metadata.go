@@ -59,17 +59,11 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 	// Refused before the token is bound to its first user, so the machine's own fetch
 	// still gets it.
 	if r.TLS == nil && s.opts.Scripts.ConfigOverTLS(intent.TypedSpec().Allocation.TalosVersion) {
-		s.metrics.metadata.WithLabelValues("tls-required").Inc()
-
-		if err = s.opts.Tamper.Report(r.Context(), tamper.Event{
+		s.refuseMetadata(w, r, "tls-required", "this machine's configuration is served over HTTPS only", tamper.Event{
 			Machine: id, Kind: tamper.PlainConfigFetch, Remote: host,
 			Detail: fmt.Sprintf("the configuration token of allocation %s was presented over plain HTTP from %s, where the machine's Talos fetches it over HTTPS: someone read its boot script; refused",
 				claims.Binding, host),
-		}); err != nil {
-			s.opts.Logger.Warn("error raising a security event", zap.String("machine", id), zap.Error(err))
-		}
-
-		http.Error(w, "this machine's configuration is served over HTTPS only", http.StatusForbidden)
+		})
 
 		return
 	}
@@ -93,17 +87,11 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 	// A machine handed over by kexec got the kexec kind of token over its agent's pinned
 	// channel; a boot script's token for it comes from whoever fetched the script.
 	if !kexec && s.kexecOnly(entry, claims.Binding, host) {
-		s.metrics.metadata.WithLabelValues("kexec-only").Inc()
-
-		if err = s.opts.Tamper.Report(r.Context(), tamper.Event{
+		s.refuseMetadata(w, r, "kexec-only", "the machine is handed over by kexec: a boot script's token is refused", tamper.Event{
 			Machine: id, Kind: tamper.BootScriptToken, Remote: host,
 			Detail: fmt.Sprintf("a boot script's configuration token for allocation %s was presented from %s while the machine is handed over by kexec: someone read its boot script; refused",
 				claims.Binding, host),
-		}); err != nil {
-			s.opts.Logger.Warn("error raising a security event", zap.String("machine", id), zap.Error(err))
-		}
-
-		http.Error(w, "the machine is handed over by kexec: a boot script's token is refused", http.StatusForbidden)
+		})
 
 		return
 	}
@@ -119,17 +107,11 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 	}
 
 	if !allowed {
-		s.metrics.metadata.WithLabelValues("replayed").Inc()
-
-		if err = s.opts.Tamper.Report(r.Context(), tamper.Event{
+		s.refuseMetadata(w, r, "replayed", "token already used", tamper.Event{
 			Machine: id, Kind: tamper.ConfigReplay, Remote: host, Hold: true,
 			Detail: fmt.Sprintf("the configuration token of allocation %s was used from %s after %s fetched the configuration with it at %s: the configuration may have leaked",
 				claims.Binding, host, record.By, record.At.UTC().Format("2006-01-02T15:04:05Z")),
-		}); err != nil {
-			s.opts.Logger.Warn("error raising a security event", zap.String("machine", id), zap.Error(err))
-		}
-
-		http.Error(w, "token already used", http.StatusForbidden)
+		})
 
 		return
 	}
@@ -165,6 +147,18 @@ func (s *Server) handleMetadata(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/yaml")
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write([]byte(config)) // the client went away: nothing to do
+}
+
+// refuseMetadata answers a metadata request that is evidence of tampering: counted
+// under result, raised as the security event ev, refused with 403 and msg.
+func (s *Server) refuseMetadata(w http.ResponseWriter, r *http.Request, result, msg string, ev tamper.Event) {
+	s.metrics.metadata.WithLabelValues(result).Inc()
+
+	if err := s.opts.Tamper.Report(r.Context(), ev); err != nil {
+		s.opts.Logger.Warn("error raising a security event", zap.String("machine", ev.Machine), zap.Error(err))
+	}
+
+	http.Error(w, msg, http.StatusForbidden)
 }
 
 // kexecOnly says whether the machine's configuration for the allocation goes to the kexec
