@@ -224,10 +224,10 @@ func grpcOnly(protos []string) bool {
 // helloConn is a connection that reads a recorded hello and writes nowhere, for
 // crypto/tls to read the hello with.
 type helloConn struct {
-	net.Conn // nil: only what a server's handshake calls is implemented
-
 	r io.Reader
 }
+
+var _ net.Conn = helloConn{}
 
 func (c helloConn) Read(b []byte) (int, error)     { return c.r.Read(b) }
 func (helloConn) Write(b []byte) (int, error)      { return len(b), nil }
