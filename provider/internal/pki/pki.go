@@ -27,7 +27,7 @@ import (
 // Files in the state directory.
 const (
 	CACertFile     = "ca.crt"
-	caKeyFile      = "ca.key"
+	CAKeyFile      = "ca.key"
 	AdminCertFile  = "admin.crt"
 	AdminKeyFile   = "admin.key"
 	caValidity     = 10 * 365 * 24 * time.Hour
@@ -55,7 +55,7 @@ func Load(dir string) (*Authority, error) {
 		return nil, fmt.Errorf("error reading the CA certificate: %w", err)
 	}
 
-	keyPEM, err := os.ReadFile(filepath.Join(dir, caKeyFile))
+	keyPEM, err := os.ReadFile(filepath.Join(dir, CAKeyFile))
 	if err != nil {
 		return nil, fmt.Errorf("error reading the CA key: %w", err)
 	}
@@ -111,7 +111,7 @@ func create(dir string) (*Authority, error) {
 	for name, data := range map[string][]byte{
 		AdminKeyFile:  adminKey,
 		AdminCertFile: adminCert,
-		caKeyFile:     encodeKey(key),
+		CAKeyFile:     encodeKey(key),
 		CACertFile:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 	} {
 		if err = os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {

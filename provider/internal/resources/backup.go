@@ -243,6 +243,10 @@ func refusal(dir string, keys *Keys, cause error) error {
 // removes the oldest beyond the kept number. It returns the backup's path. The copy is
 // taken in one read transaction while the provider goes on writing.
 func (s *Store) Backup(ctx context.Context) (string, error) {
+	if s.OnEtcd() {
+		return "", ErrBackupsOnEtcd
+	}
+
 	s.backupMu.Lock()
 	defer s.backupMu.Unlock()
 
@@ -340,6 +344,10 @@ func (s *Store) pruneBackups() error {
 func (s *Store) RunBackups(ctx context.Context, interval time.Duration, logger *zap.Logger) error {
 	if logger == nil {
 		logger = zap.NewNop()
+	}
+
+	if s.OnEtcd() {
+		return nil // etcd's snapshots are the backups
 	}
 
 	ticker := time.NewTicker(interval)

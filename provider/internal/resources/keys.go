@@ -10,6 +10,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/cosi-project/runtime/pkg/state/impl/store/encryption"
 )
 
 const (
@@ -115,4 +117,15 @@ func writeFileSync(path string, data []byte, perm os.FileMode) error {
 	}
 
 	return f.Close()
+}
+
+// Seal encrypts b with the storage key (AES-GCM, as the state's resources are): for the
+// secrets replicas share through etcd beside the state.
+func (k *Keys) Seal(b []byte) ([]byte, error) { return k.cipher().Encrypt(b) }
+
+// Unseal decrypts what Seal encrypted; it fails for anything else, or another key's.
+func (k *Keys) Unseal(b []byte) ([]byte, error) { return k.cipher().Decrypt(b) }
+
+func (k *Keys) cipher() *encryption.Cipher {
+	return encryption.NewCipher(encryption.KeyProviderFunc(func() ([]byte, error) { return k.storage, nil }))
 }

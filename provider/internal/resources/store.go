@@ -58,6 +58,11 @@ type Store struct {
 	backupKeep int
 	backupMu   sync.Mutex
 	now        func() time.Time
+
+	// etcdPrefix is the site's prefix of a state on etcd ("" for the embedded store);
+	// history bounds its in-memory namespaces' watch histories.
+	etcdPrefix string
+	history    int
 }
 
 // Open opens (creating if needed) the store in dir. The key that encrypts it at rest is
@@ -136,8 +141,12 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 // Keys returns the provider's secret keys.
 func (s *Store) Keys() *Keys { return s.keys }
 
-// Close closes the database.
+// Close closes the database (a state on etcd has none: its client is the caller's).
 func (s *Store) Close() error {
+	if s.backing == nil {
+		return nil
+	}
+
 	return s.backing.Close()
 }
 
