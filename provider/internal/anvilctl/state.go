@@ -24,16 +24,17 @@ const DefaultStateDir = "/var/lib/anvil"
 func newStateCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "state",
-		Short: "Back up the provider's state while it runs, restore it while it is stopped",
+		Short: "Back up the provider's state while it runs, restore it or move it to etcd while it is stopped",
 		Long: `'backup' asks the running provider for a consistent, verified copy of its state
 database. 'restore' puts such a copy back into a stopped provider's state directory.
+'migrate' copies a stopped provider's embedded state into etcd, for replicas.
 
 A backup holds every machine's state, BMC passwords included, encrypted with the
 provider.key of the state directory, which it does not contain: keep provider.key (and
 ca.crt, ca.key) backed up with it, and store both where only administrators can read.`,
 	}
 
-	cmd.AddCommand(newStateBackupCommand(a), newStateRestoreCommand())
+	cmd.AddCommand(newStateBackupCommand(a), newStateRestoreCommand(), newStateMigrateCommand())
 
 	return cmd
 }
@@ -191,6 +192,48 @@ is forgotten (see docs/state.md, "Restoring", before starting it).`,
 	}
 
 	cmd.Flags().StringVar(&stateDir, "state-dir", DefaultStateDir, "the stopped provider's state directory")
+
+	return cmd
+}
+
+func newStateMigrateCommand() *cobra.Command {
+	m := migration{writers: 16}
+
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Copy a stopped provider's embedded state into etcd, for replicas",
+		Long: `Copies the embedded state of a stopped provider (--from, its state directory) into
+an empty prefix of an etcd cluster (--to etcd://host:2379,host:2379, spoken to over
+mutual TLS only), where replicas started with --state etcd find it.
+
+Refused while a provider runs on the state directory (it holds the state's lock) or on
+the etcd prefix (a leader is elected under it), and refused on a prefix that holds
+anything at all: a migration never merges into another state.
+
+Every resource keeps its ID, owner, labels, annotations, finalizers, phase and spec;
+etcd gives each a new version and creation time. The CA, admin certificate and console
+token hash of the state directory are shared through etcd as the replicas share them,
+encrypted with the provider key. The copy is then read back from etcd and compared,
+resource by resource, with the source; any difference fails the command.
+
+The state directory is not changed, and provider.key is not put into etcd: copy it to
+every replica's state directory yourself, as the command says at the end.
+
+Every flag may be given in the environment instead: --etcd-ca as ANVIL_ETCD_CA.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return m.run(cmd.Context(), cmd.OutOrStdout())
+		},
+	}
+
+	f := cmd.Flags()
+	f.StringVar(&m.from, "from", DefaultStateDir, "the stopped provider's state directory")
+	f.StringVar(&m.to, "to", "", "the etcd cluster: etcd://host:2379,host:2379 (its members' client endpoints, TLS)")
+	f.StringVar(&m.ca, "etcd-ca", "", "CA certificate file of the etcd members")
+	f.StringVar(&m.cert, "etcd-cert", "", "etcd client certificate file")
+	f.StringVar(&m.key, "etcd-key", "", "etcd client key file")
+	f.StringVar(&m.prefix, "etcd-prefix", DefaultEtcdPrefix, "the site's key prefix in etcd (the replicas' --etcd-prefix)")
+	f.DurationVar(&m.reachTimeout, "etcd-timeout", 15*time.Second, "how long to wait for etcd to connect and answer")
 
 	return cmd
 }
