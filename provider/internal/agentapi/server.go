@@ -234,6 +234,12 @@ func (s *Server) Session(stream agentv1.AgentService_SessionServer) error {
 	for {
 		changed := sub.changed()
 
+		// Orders come from the view: one that may be stale gives none, and the agent
+		// goes to a replica whose view is current.
+		if err = s.opts.View.Serving(); err != nil {
+			return status.Errorf(codes.Unavailable, "this provider replica does not serve: %v", err)
+		}
+
 		m := lifecycle.Machine{ID: id}
 		if e := s.opts.View.Get(id); e != nil {
 			m = *e

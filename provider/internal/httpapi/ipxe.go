@@ -54,11 +54,10 @@ func (s *Server) bootRequest(w http.ResponseWriter, r *http.Request, rawQuery st
 		return req, lifecycle.Machine{}, false
 	}
 
-	select {
-	case <-s.opts.View.Ready():
-	default:
-		// Until the view holds the state every machine would look unknown; iPXE retries.
-		http.Error(w, "the provider is starting", http.StatusServiceUnavailable)
+	// Until the view holds the state every machine would look unknown, and a view that
+	// may be stale could send a machine that owes a wipe to its disk; iPXE retries.
+	if err := s.opts.View.Serving(); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 
 		return req, lifecycle.Machine{}, false
 	}

@@ -128,6 +128,7 @@ func New(opts Options) *Server {
 	mux.HandleFunc("GET /assets/talos/{schematic}/{version}/{file}", s.asset(s.handleTalosAsset))
 	mux.HandleFunc("GET /metadata/{machine}", s.handleMetadata)
 	mux.HandleFunc("GET /healthz", s.handleHealth)
+	mux.HandleFunc("GET /readyz", s.handleReady)
 	mux.HandleFunc("GET /ui/", s.handleConsoleRedirect)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{}))
 
@@ -148,15 +149,29 @@ func New(opts Options) *Server {
 	return s
 }
 
-// handleHealth answers ready only once the boot services can answer machines: until the
-// view holds the state, boot requests get 503.
+// handleHealth answers ok once the provider has started (its view holds the state):
+// liveness, which a replica cut off from etcd keeps — restarting it would not bring etcd
+// back.
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	select {
 	case <-s.opts.View.Ready():
 		_, _ = w.Write([]byte("ok\n"))
 	default:
-		http.Error(w, "starting", http.StatusServiceUnavailable)
+		http.Error(w, machineview.ErrStarting.Error(), http.StatusServiceUnavailable)
 	}
+}
+
+// handleReady answers ok only while the boot services answer machines: not until the
+// view holds the state, nor while it may be stale (a replica cut off from etcd), when
+// boot requests get 503 too — for keepalived or a load balancer to move away.
+func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
+	if err := s.opts.View.Serving(); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+
+		return
+	}
+
+	_, _ = w.Write([]byte("ok\n"))
 }
 
 // Handler returns the server's HTTP handler (for tests).

@@ -9,6 +9,7 @@ package machineview
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -63,6 +64,9 @@ type View struct {
 
 	// OnRestart, when set before Run, hears why the view had to start again (to log it).
 	OnRestart func(error)
+	// Current, when set before Run, errs while the view may be stale: a replica that has
+	// not reached the shared state for a while must not decide a machine's boot from it.
+	Current func() error
 }
 
 // New returns an empty view; Run fills it.
@@ -80,6 +84,27 @@ func New() *View {
 
 // Ready is closed once the view holds everything the state held when Run started.
 func (v *View) Ready() <-chan struct{} { return v.ready }
+
+// ErrStarting is Serving's error until the view holds the state.
+var ErrStarting = errors.New("the provider is starting")
+
+// Serving errs while boots must not be decided from the view: until it holds the state,
+// and while it may be stale (Current).
+func (v *View) Serving() error {
+	select {
+	case <-v.ready:
+	default:
+		return ErrStarting
+	}
+
+	if v.Current != nil {
+		if err := v.Current(); err != nil {
+			return fmt.Errorf("the provider's view of the state may be stale: %w", err)
+		}
+	}
+
+	return nil
+}
 
 // Changed returns a channel closed at the next change of any machine.
 func (v *View) Changed() <-chan struct{} {

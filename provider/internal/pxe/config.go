@@ -66,6 +66,10 @@ type Config struct {
 	Pool *Pool
 	// Trace, when set, marks the offers made to PXE clients on their boot timelines.
 	Trace *boottrace.Recorder
+	// Serving, when set, errs while this provider must not answer machines (a replica
+	// cut off from the shared state): nothing is answered then, and a replica that is
+	// answers instead.
+	Serving func() error
 
 	serverIP   net.IP
 	serverName string

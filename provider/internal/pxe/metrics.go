@@ -95,7 +95,7 @@ func (m *Metrics) dhcp(server string) *dhcpCounters {
 		m.ignored.WithLabelValues(server, e.reason)
 	}
 
-	for _, reason := range []string{"other", "error"} {
+	for _, reason := range []string{"other", "error", "unready"} {
 		m.ignored.WithLabelValues(server, reason)
 	}
 

@@ -114,6 +114,12 @@ func (p *ProxyDHCP) handle(pkt []byte, src netip.AddrPort, bootPort bool) ([]byt
 
 // handleInto is handle with the reply written over out (when it has room).
 func (p *ProxyDHCP) handleInto(pkt, out []byte, src netip.AddrPort, bootPort bool) ([]byte, netip.AddrPort) {
+	if p.cfg.Serving != nil && p.cfg.Serving() != nil {
+		p.unready(bootPort)
+
+		return nil, netip.AddrPort{}
+	}
+
 	var req rawRequest
 	if !req.parse(pkt) {
 		return p.handleDecoded(pkt, src, bootPort)
@@ -149,6 +155,17 @@ func (p *ProxyDHCP) handleInto(pkt, out []byte, src netip.AddrPort, bootPort boo
 	}
 
 	return reply, replyToRaw(&p.cfg, &req, src, bootPort)
+}
+
+// unready counts a request left unanswered because this provider must not serve.
+func (p *ProxyDHCP) unready(bootPort bool) {
+	c := p.dhcp
+	if bootPort {
+		c = p.boot
+	}
+
+	c.received.Inc()
+	c.ignored("unready")
 }
 
 // bootFileOf is the boot file option of a reply, for a debug log.
