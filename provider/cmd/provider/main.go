@@ -79,6 +79,15 @@ func newRootCmd() *cobra.Command {
 	f.DurationVar(&opts.StateBackupInterval, "state-backup-interval", opts.StateBackupInterval,
 		"how often the state is backed up into <state-dir>/backups (also once at each start)")
 	f.IntVar(&opts.StateBackupKeep, "state-backup-keep", opts.StateBackupKeep, "how many backups of the state <state-dir>/backups keeps")
+	f.StringVar(&opts.State, "state", opts.State,
+		"where the resources live: bbolt (embedded, in --state-dir) or etcd (replicas of a site on a shared etcd cluster, one elected leader)")
+	f.StringSliceVar(&opts.EtcdEndpoints, "etcd-endpoints", opts.EtcdEndpoints, "etcd members' client URLs, https://host:2379 (--state etcd)")
+	f.StringVar(&opts.EtcdCA, "etcd-ca", opts.EtcdCA, "CA certificate file of the etcd members (--state etcd)")
+	f.StringVar(&opts.EtcdCert, "etcd-cert", opts.EtcdCert, "this replica's etcd client certificate file (--state etcd)")
+	f.StringVar(&opts.EtcdKey, "etcd-key", opts.EtcdKey, "this replica's etcd client key file (--state etcd)")
+	f.StringVar(&opts.EtcdPrefix, "etcd-prefix", opts.EtcdPrefix, "the site's key prefix in etcd: one per site (--state etcd)")
+	f.StringVar(&opts.ReplicaName, "replica-name", opts.ReplicaName, "this replica's name among the site's (the host name when empty)")
+	f.DurationVar(&opts.LeaderTTL, "leader-ttl", opts.LeaderTTL, "the leader lease's time to live: a dead leader is replaced after about this long (--state etcd)")
 	f.StringVar(&opts.MemoryLimit, "memory-limit", opts.MemoryLimit,
 		"soft limit of the provider's memory, a size like 1GiB: Go collects harder as its heap nears it (90% of the cgroup's memory limit when empty; $GOMEMLIMIT wins)")
 	f.StringVar(&opts.APIListenAddress, "api-listen-address", opts.APIListenAddress, "IP address the HTTP/gRPC API listens on (all when empty)")

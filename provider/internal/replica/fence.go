@@ -37,15 +37,17 @@ func Fence(cli etcd.Client, key string, rev int64, refused func()) etcd.Client {
 
 // Txn implements clientv3.KV.
 func (f *fencedKV) Txn(ctx context.Context) clientv3.Txn {
-	return &fencedTxn{kv: f, ctx: ctx, txn: f.Client.Txn(ctx)}
+	return &fencedTxn{kv: f, ctx: ctx}
 }
 
-// fencedTxn adds the fence to a transaction's conditions.
+// fencedTxn collects a transaction, to commit it with the fence among its conditions
+// (etcd's Txn takes its conditions before its operations).
 type fencedTxn struct {
 	kv  *fencedKV
 	ctx context.Context //nolint:containedctx // clientv3.Txn carries its context from Txn to Commit
-	txn clientv3.Txn
-	ifs []clientv3.Cmp
+
+	ifs        []clientv3.Cmp
+	thens, els []clientv3.Op
 }
 
 func (t *fencedTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
@@ -55,13 +57,13 @@ func (t *fencedTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
 }
 
 func (t *fencedTxn) Then(ops ...clientv3.Op) clientv3.Txn {
-	t.txn = t.txn.Then(ops...)
+	t.thens = append(t.thens, ops...)
 
 	return t
 }
 
 func (t *fencedTxn) Else(ops ...clientv3.Op) clientv3.Txn {
-	t.txn = t.txn.Else(ops...)
+	t.els = append(t.els, ops...)
 
 	return t
 }
@@ -72,7 +74,7 @@ func (t *fencedTxn) Else(ops ...clientv3.Op) clientv3.Txn {
 func (t *fencedTxn) Commit() (*clientv3.TxnResponse, error) {
 	fence := clientv3.Compare(clientv3.CreateRevision(t.kv.key), "=", t.kv.rev)
 
-	resp, err := t.txn.If(append(t.ifs, fence)...).Commit()
+	resp, err := t.kv.Client.Txn(t.ctx).If(append(t.ifs, fence)...).Then(t.thens...).Else(t.els...).Commit()
 	if err != nil || resp.Succeeded {
 		return resp, err
 	}

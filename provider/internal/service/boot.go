@@ -94,6 +94,11 @@ func (env *environment) dhcp(metrics *pxe.Metrics) (*runner, error) {
 		Trace:        env.trace,
 	}
 
+	if env.site != nil {
+		// A replica cut off from etcd leaves the machines to the replicas that are not.
+		cfg.Serving = env.site.health.Ready
+	}
+
 	if opts.IPXEARM64File != "" {
 		cfg.ARM64BootFile = arm64TFTPName
 	} else if set, ok := env.scripts.Assets.For(pxe.ArchARM64); ok && set.UKIStub != nil {
@@ -114,7 +119,9 @@ func (env *environment) dhcp(metrics *pxe.Metrics) (*runner, error) {
 			return nil, fmt.Errorf("error configuring the DHCP server: %w", err)
 		}
 
-		return &runner{name: "dhcp", run: srv.Run}, nil
+		// Two servers on one pool would hand one address out twice: on a site of
+		// replicas, the leader's alone serves.
+		return &runner{name: "dhcp", run: srv.Run, leaderOnly: true}, nil
 	}
 
 	if opts.DisableDHCPProxy {

@@ -32,7 +32,18 @@ func (env *environment) consoleService() ([]runner, error) {
 		return nil, err
 	}
 
-	hash, created, err := console.LoadToken(opts.StateDir)
+	var (
+		hash    [32]byte
+		created bool
+	)
+
+	if env.site != nil {
+		// Every replica's console opens with the one token.
+		hash, created, err = env.site.shareConsoleToken(context.Background(), opts, env.store.Keys())
+	} else {
+		hash, created, err = console.LoadToken(opts.StateDir)
+	}
+
 	if err != nil {
 		return nil, err
 	}

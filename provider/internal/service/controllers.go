@@ -26,33 +26,39 @@ const (
 	overrunRestart        = 100 * time.Millisecond
 )
 
-// controllers builds the provider's controllers: controller.Controller or
-// controller.QController values.
-func (env *environment) controllers(factory *factoryclient.Client, labels map[string]string, autoAccept bool, selector resource.LabelQuery) ([]any, error) {
+// controllers builds the provider's controllers (controller.Controller or
+// controller.QController values): local ones, which every replica of a site runs to
+// record what it sees, and those that act on the world, which the leader alone runs.
+func (env *environment) controllers(factory *factoryclient.Client, labels map[string]string, autoAccept bool, selector resource.LabelQuery) (local, leading []any, err error) {
 	if env.opts.MaxPendingMachines < 1 {
-		return nil, fmt.Errorf("--max-pending-machines must be at least 1, not %d", env.opts.MaxPendingMachines)
+		return nil, nil, fmt.Errorf("--max-pending-machines must be at least 1, not %d", env.opts.MaxPendingMachines)
 	}
 
 	powerCtrl, err := newPowerController(env.opts, env.policy, power.NewMetrics(env.registry))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+
+	if env.site != nil {
+		// A BMC cannot check who leads: the leader stops calling them before its lease
+		// can have expired.
+		powerCtrl.MayAct = env.site.mayAct
 	}
 
 	env.machines = &controllers.MachineController{
 		Observations: env.observations, Labels: labels, AgentBoots: env.view.AgentBootIssued, MaxPending: env.opts.MaxPendingMachines,
 	}
 
-	ctrls := []any{
-		env.machines,
+	local = []any{env.machines, env.status, env.inventory}
+
+	leading = []any{
 		powerCtrl,
-		env.status,
-		env.inventory,
 		&controllers.SchematicController{Factory: factory, SchematicFor: env.scripts.Schematic},
 		&controllers.MachineLabelsController{Static: labels},
 	}
 
 	if autoAccept {
-		ctrls = append(ctrls, &controllers.AutoAcceptController{
+		leading = append(leading, &controllers.AutoAcceptController{
 			Acceptor: env.transitions, Selector: selector, Description: strings.TrimSpace(env.opts.AutoAccept),
 		})
 	}
@@ -60,13 +66,13 @@ func (env *environment) controllers(factory *factoryclient.Client, labels map[st
 	if env.omni != nil {
 		// Omni mode: Omni's decisions, as the adapter reports them, become the machines'
 		// intents through the owner's view of the transitions (the local view refuses them).
-		ctrls = append(ctrls,
+		leading = append(leading,
 			&controllers.OmniIntentController{Applier: env.transitions.Owner(), Recorder: env.status, Sync: env.omniLag},
 			&controllers.OmniMachineStatusController{Policy: env.policy, Sync: env.omniLag},
 		)
 	}
 
-	return ctrls, nil
+	return local, leading, nil
 }
 
 // runControllers runs the controllers until ctx is done. The controller runtime stops

@@ -36,7 +36,7 @@ func TestMaxPendingMachinesChecked(t *testing.T) {
 	for _, n := range []int{0, -1} {
 		env := &environment{opts: Options{MaxPendingMachines: n}}
 
-		_, err := env.controllers(nil, nil, false, resource.LabelQuery{})
+		_, _, err := env.controllers(nil, nil, false, resource.LabelQuery{})
 		assert.ErrorContains(t, err, "--max-pending-machines must be at least 1")
 	}
 

@@ -28,6 +28,12 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
+// The state engines.
+const (
+	StateBolt = "bbolt"
+	StateEtcd = "etcd"
+)
+
 // Options configure the provider. Flag names follow the established provider where the
 // meaning is the same.
 type Options struct {
@@ -40,6 +46,21 @@ type Options struct {
 	// are kept there.
 	StateBackupInterval time.Duration
 	StateBackupKeep     int
+	// State is where the resources live: "bbolt" (the embedded store in StateDir) or
+	// "etcd" (a site's replicas on a shared etcd cluster; StateDir then keeps the
+	// provider key, the control socket and caches only).
+	State string
+	// Etcd reaches the cluster in etcd mode: the members' https:// endpoints and this
+	// replica's mutual-TLS files.
+	EtcdEndpoints             []string
+	EtcdCA, EtcdCert, EtcdKey string
+	// EtcdPrefix is the site's prefix in etcd: the replicas of one site share it, and
+	// another site on the same cluster has its own.
+	EtcdPrefix string
+	// ReplicaName names this replica to the others (the host name when empty).
+	ReplicaName string
+	// LeaderTTL is the leader lease's time to live: a dead leader is replaced after it.
+	LeaderTTL time.Duration
 	// MemoryLimit is Go's soft memory limit for the provider, a size like 1GiB; when
 	// empty, 90% of its cgroup's memory limit, if any (GOMEMLIMIT, when set, wins).
 	MemoryLimit string
@@ -188,6 +209,9 @@ type Options struct {
 // DefaultOptions are the defaults of the provider's flags.
 var DefaultOptions = Options{
 	StateDir:                "/var/lib/anvil",
+	State:                   StateBolt,
+	EtcdPrefix:              "/anvil/default",
+	LeaderTTL:               10 * time.Second,
 	StateHistory:            resources.DefaultHistory,
 	StateBackupInterval:     resources.DefaultBackupInterval,
 	StateBackupKeep:         resources.DefaultBackupKeep,

@@ -9,12 +9,12 @@ import (
 	"strconv"
 
 	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	factoryclient "github.com/siderolabs/image-factory/pkg/client"
 	"github.com/siderolabs/image-factory/pkg/schematic"
 	"go.uber.org/zap"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/anvil-metal/anvil/internal/earlyconfig"
 	"github.com/anvil-metal/anvil/internal/token"
@@ -113,16 +113,17 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		return err
 	}
 
-	store, err := resources.Open(ctx, opts.StateDir, resources.WithHistory(opts.StateHistory), resources.WithBackupKeep(opts.StateBackupKeep))
+	registry := prometheus.NewRegistry()
+
+	store, site, ca, err := openState(ctx, opts, registry, logger)
 	if err != nil {
 		return err
 	}
 
 	defer store.Close()
 
-	ca, err := loadAuthority(opts.StateDir)
-	if err != nil {
-		return err
+	if site != nil {
+		defer site.client.Close()
 	}
 
 	apiEndpoint := net.JoinHostPort(advertise.String(), strconv.Itoa(opts.APIPort))
@@ -160,7 +161,8 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		observations: make(chan controllers.PXEObservation, observationBuffer),
 		status:       controllers.NewMachineStatusController(),
 		inventory:    controllers.NewMachineInventoryController(),
-		registry:     prometheus.NewRegistry(),
+		registry:     registry,
+		site:         site,
 		logger:       logger,
 	}
 
@@ -249,27 +251,43 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		env.scripts.JoinArgs = env.omni.JoinArgs
 	}
 
+	if site != nil {
+		// A replica that has not reached etcd for seconds serves no machine from its view.
+		env.view.Current = site.health.Ready
+	}
+
 	env.view.OnRestart = func(err error) {
 		logger.Warn("machine view fell behind the state: following it again from a fresh listing", zap.Error(err))
 	}
 
-	ctrls, err := env.controllers(factory, labels, autoAccept, autoAcceptQuery)
+	localCtrls, leaderCtrls, err := env.controllers(factory, labels, autoAccept, autoAcceptQuery)
 	if err != nil {
 		return err
 	}
 
 	runners := []runner{
-		{name: "controllers", run: func(ctx context.Context) error { return runControllers(ctx, store, ctrls, logger.Named("controllers")) }},
+		// Every replica records what it sees (boots, agents' reports) ...
+		{name: "controllers", run: func(ctx context.Context) error {
+			return runControllers(ctx, store, localCtrls, logger.Named("controllers"))
+		}},
 		{name: "machine view", run: func(ctx context.Context) error { return env.view.Run(ctx, store) }},
 		{name: "state backups", run: func(ctx context.Context) error {
 			return store.RunBackups(ctx, opts.StateBackupInterval, logger.Named("state"))
 		}},
 	}
 
+	if site != nil {
+		runners = append(runners, runner{name: "etcd health", run: site.health.Run})
+	}
+
 	runners = append(runners, env.agentTalosServices(factory)...)
 
+	// ... the leader alone acts on the world: BMCs, the factory, labels, acceptance, Omni,
+	// a full DHCP server's leases.
+	var leading []runner
+
 	if env.omni != nil {
-		runners = append(runners,
+		leading = append(leading,
 			runner{name: "omni adapter API", run: env.omni.Serve},
 			runner{name: "omni adapter", run: func(ctx context.Context) error { return env.adapter.Run(ctx, env.omni) }})
 	}
@@ -281,12 +299,26 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 			return err
 		}
 
-		runners = append(runners, built...)
+		for _, r := range built {
+			if r.leaderOnly && site != nil {
+				leading = append(leading, r)
+			} else {
+				runners = append(runners, r)
+			}
+		}
 	}
+
+	runners = append(runners, runner{name: "leader", run: func(ctx context.Context) error {
+		return env.lead(ctx, func(ctx context.Context, st state.State) error {
+			return runAll(ctx, append([]runner{{name: "leader controllers", run: func(ctx context.Context) error {
+				return runControllers(ctx, st, leaderCtrls, logger.Named("controllers"))
+			}}}, leading...))
+		})
+	}})
 
 	logger.Info("provider starting",
 		zap.String("advertise", apiEndpoint),
-		zap.String("state", opts.StateDir),
+		zap.String("state", opts.State), zap.String("state_dir", opts.StateDir),
 		zap.String("agent_assets", opts.AgentAssetsDir), zap.String("agent_talos", opts.AgentTalosVersion),
 		zap.String("ca_fingerprint", ca.Fingerprint()),
 		zap.Int("machine_labels", len(labels)),
@@ -294,25 +326,16 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		zap.String("memory_limit", memoryLimit),
 		zap.String("omni", opts.OmniAPIEndpoint), zap.String("provider_id", opts.ProviderID))
 
-	eg, ctx := errgroup.WithContext(ctx)
-
-	for _, r := range runners {
-		eg.Go(func() error {
-			if err := r.run(ctx); err != nil {
-				return fmt.Errorf("%s: %w", r.name, err)
-			}
-
-			return nil
-		})
-	}
-
-	return eg.Wait()
+	return runAll(ctx, runners)
 }
 
 // runner is one of the provider's services.
 type runner struct {
 	name string
 	run  func(context.Context) error
+	// leaderOnly runs it on the site's leader alone (on etcd): what two replicas must
+	// not do at once.
+	leaderOnly bool
 }
 
 // environment is what the services are built from.
@@ -343,6 +366,8 @@ type environment struct {
 	omniLag *omnilink.SyncLag
 	// consoleURL is where the web console is served, "" when it is off.
 	consoleURL string
+	// site is this replica's place among the site's on etcd, nil on the embedded store.
+	site *site
 	// imageCache holds the Talos boot assets served in the factory's stead.
 	imageCache *imagecache.Cache
 	logger     *zap.Logger
