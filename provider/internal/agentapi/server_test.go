@@ -136,13 +136,6 @@ func newFixtureWith(t *testing.T, tweak func(*agentapi.Options)) *fixture {
 	require.NoError(t, err)
 
 	view := machineview.New()
-	ctx, cancel := context.WithCancel(context.Background())
-	viewDone := make(chan error, 1)
-
-	go func() { viewDone <- view.Run(ctx, store) }()
-
-	<-view.Ready()
-
 	f := &fixture{store: store, view: view, key: store.Keys().TokenKey(), rec: &recorder{store: store}, obs: make(chan controllers.PXEObservation, 16)}
 
 	srvTLS, err := ca.ServerTLS([]string{"127.0.0.1"})
@@ -158,6 +151,14 @@ func newFixtureWith(t *testing.T, tweak func(*agentapi.Options)) *fixture {
 	if tweak != nil {
 		tweak(&opts)
 	}
+
+	// After the tweak, which may set the view's fields that are set before Run (Current).
+	ctx, cancel := context.WithCancel(context.Background())
+	viewDone := make(chan error, 1)
+
+	go func() { viewDone <- view.Run(ctx, store) }()
+
+	<-view.Ready()
 
 	srv := agentapi.New(opts).GRPCServer(grpc.Creds(credentials.NewTLS(srvTLS)))
 

@@ -120,7 +120,9 @@ func (f *fixture) held(t *testing.T, id string) string {
 	return in.TypedSpec().Held
 }
 
-func newFixture(t testing.TB) *fixture {
+// newFixture builds a server on a view that is ready; tweaks set the view's fields before
+// it runs (Current).
+func newFixture(t testing.TB, tweaks ...func(*machineview.View)) *fixture {
 	t.Helper()
 
 	store, err := resources.Open(t.Context(), t.TempDir())
@@ -160,6 +162,9 @@ func newFixture(t testing.TB) *fixture {
 	}
 
 	f.view = machineview.New()
+	for _, tweak := range tweaks {
+		tweak(f.view)
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	viewDone := make(chan error, 1)
@@ -906,7 +911,8 @@ func TestEventSinkFromConfigAddress(t *testing.T) {
 	assert.Equal(t, codes.PermissionDenied, grpcstatus.Code(err), "under the next allocation")
 }
 
-// TestHealthWaitsForTheView: /healthz says ready only once boot requests can be answered.
+// TestHealthWaitsForTheView: /healthz and /readyz say ok only once boot requests can be
+// answered.
 func TestHealthWaitsForTheView(t *testing.T) {
 	t.Parallel()
 
@@ -928,6 +934,7 @@ func TestHealthWaitsForTheView(t *testing.T) {
 	}
 
 	assert.Equal(t, http.StatusServiceUnavailable, get("/healthz"))
+	assert.Equal(t, http.StatusServiceUnavailable, get("/readyz"))
 	assert.Equal(t, http.StatusServiceUnavailable, get(bootURL(m1)))
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -942,6 +949,7 @@ func TestHealthWaitsForTheView(t *testing.T) {
 
 	<-view.Ready()
 	assert.Equal(t, http.StatusOK, get("/healthz"))
+	assert.Equal(t, http.StatusOK, get("/readyz"))
 }
 
 // closingListener is a listener whose owner closes it as ctx ends, as portmux's

@@ -28,7 +28,14 @@ func openState(t *testing.T) *resources.Store {
 func startView(t *testing.T, st *resources.Store) *machineview.View {
 	t.Helper()
 
-	v := machineview.New()
+	return runView(t, machineview.New(), st)
+}
+
+// runView runs v over st until the test ends and waits until it is ready: for a view
+// whose fields (Current, OnRestart) are set before Run.
+func runView(t *testing.T, v *machineview.View, st *resources.Store) *machineview.View {
+	t.Helper()
+
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 
