@@ -56,6 +56,16 @@ const (
 // It is a queue controller: one machine per reconcile, at most Concurrency at once (the
 // one bounded pool of BMC calls), each requeued for its next poll, retry or held-back
 // action; an event on any of a machine's resources brings it forward.
+//
+// It may be stopped at any moment, and another (a restart, a new leader) take over from
+// the state alone, so:
+//   - PowerStatus is written when what it records changes, not on every poll: the poll
+//     times are kept in memory, and ObservedAt is stored with a change or, while nothing
+//     changes, once every observedRefresh.
+//   - Each machine is polled at its own phase of the poll interval, so a controller that
+//     starts spreads its first reads over the interval that follows; a machine with an
+//     action to decide (a reboot wanted, its power not known to be as wanted) is read at
+//     once.
 type PowerController struct {
 	Dialers power.Dialers
 	// Policy is the operator's choice of idle power and in-band BMC provisioning.
@@ -72,6 +82,8 @@ type PowerController struct {
 	Timeout time.Duration
 	// Clock tells the time; the real one when nil.
 	Clock Clock
+
+	polls pollSchedule
 }
 
 // Clock is the time as the controller sees it: now, and how long until a moment (the
@@ -105,7 +117,7 @@ func (ctrl *PowerController) Settings() controller.QSettings {
 		},
 		Outputs:     []controller.Output{{Type: resources.PowerStatusType, Kind: controller.OutputExclusive}},
 		Concurrency: optional.Some(uint(concurrency)), // positive
-		RunHook:     ctrl.dropOrphans,
+		RunHook:     ctrl.start,
 	}
 }
 
@@ -114,9 +126,17 @@ func (ctrl *PowerController) MapInput(_ context.Context, _ *zap.Logger, _ contro
 	return []resource.Pointer{resources.NewBMCConfig(ptr.ID()).Metadata()}, nil
 }
 
-// dropOrphans removes, once at start, the statuses of machines whose BMC config went
-// while the provider was not running to see it.
-func (ctrl *PowerController) dropOrphans(ctx context.Context, _ *zap.Logger, r controller.QRuntime) error {
+// start runs as the controller starts, before any reconcile: poll times from before are
+// forgotten, and the statuses of machines whose BMC config went while the controller
+// was not running to see it are removed.
+func (ctrl *PowerController) start(ctx context.Context, _ *zap.Logger, r controller.QRuntime) error {
+	ctrl.polls.reset(ctrl.clock().Now())
+
+	return ctrl.dropOrphans(ctx, r)
+}
+
+// dropOrphans removes the statuses of machines whose BMC config is gone.
+func (ctrl *PowerController) dropOrphans(ctx context.Context, r controller.QRuntime) error {
 	statuses, err := safe.ReaderListAll[*resources.PowerStatus](ctx, r)
 	if err != nil {
 		return fmt.Errorf("error listing power statuses: %w", err)
@@ -152,6 +172,8 @@ func (ctrl *PowerController) Reconcile(ctx context.Context, logger *zap.Logger, 
 			return fmt.Errorf("error removing the power status of machine %s: %w", id, err)
 		}
 
+		ctrl.polls.forget(id)
+
 		return nil
 	}
 
@@ -167,15 +189,18 @@ func (ctrl *PowerController) Reconcile(ctx context.Context, logger *zap.Logger, 
 		return err
 	}
 
-	status := resources.PowerStatusSpec{State: resources.PowerUnknown}
-
 	cur, err := safe.ReaderGetByID[*resources.PowerStatus](ctx, r, id)
 	if err != nil && !state.IsNotFoundError(err) {
 		return fmt.Errorf("error reading the power status of machine %s: %w", id, err)
 	}
 
+	status := resources.PowerStatusSpec{State: resources.PowerUnknown}
+
+	var stored *resources.PowerStatusSpec // nil: none yet
+
 	if cur != nil {
 		status = cur.TypedSpec().DeepCopy()
+		stored = new(cur.TypedSpec().DeepCopy())
 	}
 
 	ep := endpoint(id, cfg.TypedSpec())
@@ -190,19 +215,15 @@ func (ctrl *PowerController) Reconcile(ctx context.Context, logger *zap.Logger, 
 
 	wake := ctrl.drive(ctx, logger, m, ep, &status)
 
-	if err = safe.WriterModify(ctx, r, resources.NewPowerStatus(id), func(ps *resources.PowerStatus) error {
-		*ps.TypedSpec() = status
-
-		return nil
-	}); err != nil {
-		return fmt.Errorf("error writing the power status of machine %s: %w", id, err)
+	if err = recorder(ctx, r, id, stored)(status); err != nil {
+		return err
 	}
 
 	if wake.IsZero() {
 		return nil
 	}
 
-	return controller.NewRequeueInterval(max(ctrl.clock().Until(wake), time.Millisecond))
+	return ctrl.requeue(wake)
 }
 
 // drive reads the machine's BMC and acts on it as its state wants, recording both on
@@ -233,9 +254,11 @@ func (ctrl *PowerController) drive(ctx context.Context, logger *zap.Logger, m li
 		return retry
 	}
 
-	if readDue(*status, reboot, now, ctrl.pollInterval()) {
+	poll := ctrl.polls.due(m.ID, now, ctrl.pollInterval())
+
+	if readDue(*status, reboot, now, poll) {
 		state, err := ctrl.read(ctx, ep)
-		status.ObservedAt = now
+		status.ObservedAt, poll = now, ctrl.polls.read(m.ID, now, ctrl.pollInterval())
 
 		if err != nil {
 			failed(status, err)
@@ -250,7 +273,7 @@ func (ctrl *PowerController) drive(ctx context.Context, logger *zap.Logger, m li
 
 	action := nextAction(status.Desired, status.State, reboot, status.LastActionAt, now, ctrl.MinActionInterval)
 	if action == actionNone {
-		wake := ctrl.nextWake(*status, reboot, now)
+		wake := ctrl.nextWake(*status, reboot, now, poll)
 
 		// Look again when a pending handoff is given up, or the keep-warm window ends.
 		for _, at := range []time.Time{m.HandoffDeadline(ctrl.Policy), m.WarmUntil(ctrl.Policy)} {
@@ -285,9 +308,14 @@ func (ctrl *PowerController) drive(ctx context.Context, logger *zap.Logger, m li
 	logger.Info("power action", zap.String("action", action), zap.Stringer("bmc", ep))
 
 	// Read again shortly rather than guess.
-	status.State, status.ObservedAt = resources.PowerUnknown, time.Time{}
+	status.State = resources.PowerUnknown
 
 	return now.Add(min(settleAfter, ctrl.pollInterval()))
+}
+
+// requeue looks at the machine again at a moment.
+func (ctrl *PowerController) requeue(at time.Time) error {
+	return controller.NewRequeueInterval(max(ctrl.clock().Until(at), time.Millisecond))
 }
 
 func (ctrl *PowerController) clock() Clock {

@@ -10,10 +10,11 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
-// readDue says whether the BMC should be read now: never read, read too long ago, or
-// not (yet) where the machine's state wants it.
-func readDue(s resources.PowerStatusSpec, reboot bool, now time.Time, poll time.Duration) bool {
-	return s.ObservedAt.IsZero() || now.Sub(s.ObservedAt) >= poll || s.State != s.Desired || reboot
+// readDue says whether the BMC should be read now: its poll is due, or an action is to
+// be decided (a reboot wanted, or the power not known to be where the machine's state
+// wants it).
+func readDue(s resources.PowerStatusSpec, reboot bool, now, poll time.Time) bool {
+	return !now.Before(poll) || s.State != s.Desired || reboot
 }
 
 // nextAction is what to do to a machine now, given what is wanted and seen; a reboot
@@ -37,8 +38,8 @@ func nextAction(desired, observed resources.PowerState, rebootWanted bool, last,
 
 // nextWake is when a machine with nothing to do now wants looking at again: its next
 // poll, or sooner the end of the rate limit that holds back an action it wants.
-func (ctrl *PowerController) nextWake(s resources.PowerStatusSpec, reboot bool, now time.Time) time.Time {
-	wake := s.ObservedAt.Add(ctrl.pollInterval())
+func (ctrl *PowerController) nextWake(s resources.PowerStatusSpec, reboot bool, now, poll time.Time) time.Time {
+	wake := poll
 
 	held := !s.LastActionAt.IsZero() && now.Sub(s.LastActionAt) < ctrl.MinActionInterval
 	wants := reboot || (s.State != s.Desired && s.State != resources.PowerUnknown)

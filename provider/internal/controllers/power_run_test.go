@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/controller/runtime"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
@@ -27,6 +29,10 @@ type fakeBMCs struct {
 	on    map[string]bool
 	down  map[string]bool
 	calls []string
+
+	// hook, set before the controller runs, is called at each call before it is logged
+	// and carried out, outside the lock: a test looks at the state there, or holds the call.
+	hook func(id, call string)
 }
 
 type fakeBMC struct {
@@ -62,6 +68,10 @@ func (f *fakeBMCs) log() []string {
 }
 
 func (b *fakeBMC) call(name string, apply func()) error {
+	if b.f.hook != nil {
+		b.f.hook(b.id, name)
+	}
+
 	b.f.mu.Lock()
 	defer b.f.mu.Unlock()
 
@@ -167,6 +177,55 @@ func (c *fakeClock) rounds(t *testing.T, n int64) {
 
 	target := c.waits.Load() + n
 	require.Eventually(t, func() bool { return c.waits.Load() >= target }, 10*time.Second, time.Millisecond)
+}
+
+// openStore is a state of the test's own, which several controllers may run over in turn.
+func openStore(t *testing.T) *resources.Store {
+	t.Helper()
+
+	st, err := resources.Open(t.Context(), t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, st.Close()) })
+
+	return st
+}
+
+// runPower runs a power controller over st, as one provider process would, until stop
+// (or the test's end).
+func runPower(t *testing.T, st state.State, ctrl *controllers.PowerController) (stop func()) {
+	t.Helper()
+
+	rt, err := runtime.NewRuntime(st, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	require.NoError(t, rt.RegisterQController(ctrl))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+
+	go func() { done <- rt.Run(ctx) }()
+
+	var once sync.Once
+
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(t, <-done)
+		})
+	}
+	t.Cleanup(stop)
+
+	return stop
+}
+
+// powerController is a power controller on fake BMCs and the test's clock: a poll every
+// 30 s, a minute between two actions, a kexec handoff given up after two minutes.
+func powerController(bmcs *fakeBMCs, clock *fakeClock) *controllers.PowerController {
+	return &controllers.PowerController{
+		Dialers:      power.Dialers{"fake": bmcs.dial},
+		Policy:       lifecycle.Policy{IdlePower: resources.PowerOff, KexecTimeout: 2 * time.Minute},
+		PollInterval: 30 * time.Second, MinActionInterval: time.Minute,
+		Timeout: time.Second, Clock: clock,
+	}
 }
 
 // The controller reads and drives accepted machines only, holds actions to the rate

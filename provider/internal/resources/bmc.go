@@ -113,8 +113,12 @@ type PowerStatusSpec struct {
 	Backend  string `yaml:"backend" protobuf:"1"`
 	Endpoint string `yaml:"endpoint,omitempty" protobuf:"2"`
 	// State is the last observed power state: on, off or unknown.
-	State      PowerState `yaml:"state" protobuf:"3"`
-	ObservedAt time.Time  `yaml:"observedAt,omitempty" protobuf:"4"`
+	State PowerState `yaml:"state" protobuf:"3"`
+	// ObservedAt is when the BMC was read, as last stored: with a read that changed
+	// anything else here, else at most every ten minutes (a steady machine costs one
+	// write per ten minutes, not one per poll). It may lag the last poll by that much;
+	// the poll times themselves are the power controller's, in memory.
+	ObservedAt time.Time `yaml:"observedAt,omitempty" protobuf:"4"`
 	// Desired is what the provider's policy wants now: on, off, or "" (hands off).
 	Desired PowerState `yaml:"desired,omitempty" protobuf:"5"`
 	// LastAction is the last power action taken (on, off, pxe+cycle, pxe+on) and when.
