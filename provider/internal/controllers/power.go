@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -43,6 +44,10 @@ const (
 	backoffMax  = 5 * time.Minute
 	settleAfter = 2 * time.Second
 
+	// heldBackRetry is how soon a machine whose BMC call MayAct held back is looked at
+	// again.
+	heldBackRetry = time.Second
+
 	// backoffJitter spreads a retry by up to ±1/backoffJitter of its wait (±20%).
 	backoffJitter = 5
 )
@@ -59,6 +64,12 @@ const (
 //
 // It may be stopped at any moment, and another (a restart, a new leader) take over from
 // the state alone, so:
+//   - An action is stored in PowerStatus (LastAction, LastActionAt, and the RebootID or
+//     HandoffRebootID it serves) before the BMC is asked for it, its result after. A
+//     controller that finds an action stored holds back for MinActionInterval, and never
+//     carries out a reboot request it finds served: a reboot is done at most once, while
+//     power on and off (the same again at the BMC) are done again after
+//     MinActionInterval if the power still reads otherwise.
 //   - PowerStatus is written when what it records changes, not on every poll: the poll
 //     times are kept in memory, and ObservedAt is stored with a change or, while nothing
 //     changes, once every observedRefresh.
@@ -66,6 +77,7 @@ const (
 //     starts spreads its first reads over the interval that follows; a machine with an
 //     action to decide (a reboot wanted, its power not known to be as wanted) is read at
 //     once.
+//   - MayAct is asked before every BMC call, and before an action is recorded.
 type PowerController struct {
 	Dialers power.Dialers
 	// Policy is the operator's choice of idle power and in-band BMC provisioning.
@@ -82,6 +94,12 @@ type PowerController struct {
 	Timeout time.Duration
 	// Clock tells the time; the real one when nil.
 	Clock Clock
+	// MayAct is asked before every BMC call, read or action, and before an action is
+	// recorded: an error holds the call back and looks at the machine again shortly,
+	// writing nothing more (nil: always allowed). Under high availability it says that
+	// this replica leads, and that its lease was renewed recently enough not to have
+	// expired by the time the call is made.
+	MayAct func() error
 
 	polls pollSchedule
 }
@@ -213,9 +231,20 @@ func (ctrl *PowerController) Reconcile(ctx context.Context, logger *zap.Logger, 
 		}
 	}
 
-	wake := ctrl.drive(ctx, logger, m, ep, &status)
+	record := recorder(ctx, r, id, stored)
 
-	if err = recorder(ctx, r, id, stored)(status); err != nil {
+	wake, err := ctrl.drive(ctx, logger, m, ep, &status, record)
+
+	switch {
+	case errors.Is(err, errHeldBack):
+		logger.Debug("BMC call held back", zap.Error(err))
+
+		return ctrl.requeue(ctrl.clock().Now().Add(heldBackRetry))
+	case err != nil:
+		return err
+	}
+
+	if err = record(status); err != nil {
 		return err
 	}
 
@@ -227,18 +256,22 @@ func (ctrl *PowerController) Reconcile(ctx context.Context, logger *zap.Logger, 
 }
 
 // drive reads the machine's BMC and acts on it as its state wants, recording both on
-// status; it returns when the machine wants looking at again (zero: only on an event).
-func (ctrl *PowerController) drive(ctx context.Context, logger *zap.Logger, m lifecycle.Machine, ep power.Endpoint, status *resources.PowerStatusSpec) time.Time {
+// status; an action is stored with record before the BMC is asked for it. It returns
+// when the machine wants looking at again (zero: only on an event), or errHeldBack when
+// MayAct held back a BMC call.
+func (ctrl *PowerController) drive(
+	ctx context.Context, logger *zap.Logger, m lifecycle.Machine, ep power.Endpoint, status *resources.PowerStatusSpec, record func(resources.PowerStatusSpec) error,
+) (time.Time, error) {
 	switch {
 	case ep.Backend == power.BackendNone:
 		status.Condition, status.Error = conditionManual, ""
 
-		return time.Time{}
+		return time.Time{}, nil
 	case status.Desired == "":
 		// Pending or rejected: hands off, and say so.
 		status.Condition, status.Error = conditionHandsOff, ""
 
-		return time.Time{}
+		return time.Time{}, nil
 	}
 
 	now := ctrl.clock().Now()
@@ -251,20 +284,24 @@ func (ctrl *PowerController) drive(ctx context.Context, logger *zap.Logger, m li
 	reboot = reboot || fallbackDue
 
 	if retry := retryAt(m.ID, *status); now.Before(retry) {
-		return retry
+		return retry, nil
 	}
 
 	poll := ctrl.polls.due(m.ID, now, ctrl.pollInterval())
 
 	if readDue(*status, reboot, now, poll) {
 		state, err := ctrl.read(ctx, ep)
+		if errors.Is(err, errHeldBack) {
+			return time.Time{}, err
+		}
+
 		status.ObservedAt, poll = now, ctrl.polls.read(m.ID, now, ctrl.pollInterval())
 
 		if err != nil {
 			failed(status, err)
 			logger.Warn("error reading the power state", zap.Stringer("bmc", ep), zap.Error(err))
 
-			return retryAt(m.ID, *status)
+			return retryAt(m.ID, *status), nil
 		}
 
 		succeeded(status)
@@ -282,10 +319,16 @@ func (ctrl *PowerController) drive(ctx context.Context, logger *zap.Logger, m li
 			}
 		}
 
-		return wake
+		return wake, nil
 	}
 
-	err := ctrl.act(ctx, ep, action)
+	// Nothing is recorded of an action the BMC may not be asked for.
+	if err := ctrl.mayAct(); err != nil {
+		return time.Time{}, err
+	}
+
+	// The action, and the reboot requests it serves: served once recorded, whatever
+	// becomes of it.
 	status.LastAction, status.LastActionAt, status.LastActionReason = action, now, ""
 
 	if action == actionReboot {
@@ -297,20 +340,7 @@ func (ctrl *PowerController) drive(ctx context.Context, logger *zap.Logger, m li
 		}
 	}
 
-	if err != nil {
-		failed(status, err)
-		logger.Warn("power action failed", zap.String("action", action), zap.Stringer("bmc", ep), zap.Error(err))
-
-		return retryAt(m.ID, *status)
-	}
-
-	succeeded(status)
-	logger.Info("power action", zap.String("action", action), zap.Stringer("bmc", ep))
-
-	// Read again shortly rather than guess.
-	status.State = resources.PowerUnknown
-
-	return now.Add(min(settleAfter, ctrl.pollInterval()))
+	return ctrl.take(ctx, logger, m.ID, ep, status, record)
 }
 
 // requeue looks at the machine again at a moment.

@@ -14,8 +14,29 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
-// read reads the BMC's power state within the per-call timeout.
+// errHeldBack is MayAct's refusal of a BMC call: the machine is looked at again
+// shortly, its status as it was.
+var errHeldBack = errors.New("BMC calls held back")
+
+// mayAct asks MayAct whether a BMC may be called now.
+func (ctrl *PowerController) mayAct() error {
+	if ctrl.MayAct == nil {
+		return nil
+	}
+
+	if err := ctrl.MayAct(); err != nil {
+		return fmt.Errorf("%w: %w", errHeldBack, err)
+	}
+
+	return nil
+}
+
+// read reads the BMC's power state within the per-call timeout, if MayAct allows.
 func (ctrl *PowerController) read(ctx context.Context, ep power.Endpoint) (resources.PowerState, error) {
+	if err := ctrl.mayAct(); err != nil {
+		return resources.PowerUnknown, err
+	}
+
 	ctx, cancel := context.WithTimeout(ctx, ctrl.timeout())
 	defer cancel()
 
@@ -37,9 +58,13 @@ func (ctrl *PowerController) read(ctx context.Context, ep power.Endpoint) (resou
 	return resources.PowerOff, nil
 }
 
-// act carries out the action; each BMC call gets the per-call timeout (a PXE override and
-// a power-on are two calls).
+// act carries out the action, if MayAct allows; each BMC call gets the per-call timeout
+// (a PXE override and a power-on are two calls).
 func (ctrl *PowerController) act(ctx context.Context, ep power.Endpoint, action string) error {
+	if err := ctrl.mayAct(); err != nil {
+		return err
+	}
+
 	ctx, cancel := context.WithTimeout(ctx, 2*ctrl.timeout())
 	defer cancel()
 

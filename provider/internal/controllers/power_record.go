@@ -2,16 +2,19 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/controller"
 	"github.com/cosi-project/runtime/pkg/safe"
+	"go.uber.org/zap"
 
+	"github.com/anvil-metal/anvil/provider/internal/power"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
-// How PowerStatus is stored: when it changed.
+// How PowerStatus is stored: when it changed, and an action before it is taken.
 
 // observedRefresh is how old the stored ObservedAt may grow while the BMC reads as
 // stored: the one write a steady machine costs, so that its status still shows that its
@@ -54,4 +57,43 @@ func recorder(ctx context.Context, r controller.QRuntime, id string, stored *res
 
 		return nil
 	}
+}
+
+// take stores the action recorded on status, and only then asks the BMC for it: a
+// controller that takes over after a crash mid-action, or a retry after a failed write,
+// finds it, so that it holds back and does not reboot the machine again. It records
+// the result on status and returns when the machine wants looking at again.
+func (ctrl *PowerController) take(
+	ctx context.Context, logger *zap.Logger, id string, ep power.Endpoint, status *resources.PowerStatusSpec, record func(resources.PowerStatusSpec) error,
+) (time.Time, error) {
+	action := status.LastAction
+
+	// Not known until read again after the action.
+	status.State = resources.PowerUnknown
+
+	if err := record(*status); err != nil {
+		return time.Time{}, err
+	}
+
+	err := ctrl.act(ctx, ep, action)
+
+	switch {
+	case errors.Is(err, errHeldBack):
+		// MayAct turned while the action was stored: it stays recorded, and a reboot
+		// stays served, as it would if this controller had died here.
+		logger.Warn("power action recorded but not taken", zap.String("action", action), zap.Error(err))
+
+		return time.Time{}, err
+	case err != nil:
+		failed(status, err)
+		logger.Warn("power action failed", zap.String("action", action), zap.Stringer("bmc", ep), zap.Error(err))
+
+		return retryAt(id, *status), nil
+	}
+
+	succeeded(status)
+	logger.Info("power action", zap.String("action", action), zap.Stringer("bmc", ep))
+
+	// Read again shortly rather than guess.
+	return status.LastActionAt.Add(min(settleAfter, ctrl.pollInterval())), nil
 }

@@ -112,7 +112,8 @@ type PowerStatusSpec struct {
 	// Backend and Endpoint say how the machine is reached (no password).
 	Backend  string `yaml:"backend" protobuf:"1"`
 	Endpoint string `yaml:"endpoint,omitempty" protobuf:"2"`
-	// State is the last observed power state: on, off or unknown.
+	// State is the last observed power state: on, off or unknown (unknown too from the
+	// moment an action is recorded until the BMC is read again).
 	State PowerState `yaml:"state" protobuf:"3"`
 	// ObservedAt is when the BMC was read, as last stored: with a read that changed
 	// anything else here, else at most every ten minutes (a steady machine costs one
@@ -122,9 +123,12 @@ type PowerStatusSpec struct {
 	// Desired is what the provider's policy wants now: on, off, or "" (hands off).
 	Desired PowerState `yaml:"desired,omitempty" protobuf:"5"`
 	// LastAction is the last power action taken (on, off, pxe+cycle, pxe+on) and when.
+	// It is stored before the BMC is asked for it: an action recorded here may not have
+	// reached the BMC (the provider stopped in between), and is not taken again within
+	// the minimum action interval.
 	LastAction   string    `yaml:"lastAction,omitempty" protobuf:"6"`
 	LastActionAt time.Time `yaml:"lastActionAt,omitempty" protobuf:"7"`
-	// RebootID is the reboot request carried out last.
+	// RebootID is the reboot request carried out last: served once recorded, never again.
 	RebootID string `yaml:"rebootID,omitempty" protobuf:"8"`
 	// Error is why the BMC could not be read or driven, "" when it could.
 	Error     string `yaml:"error,omitempty" protobuf:"9"`
