@@ -11,6 +11,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -19,6 +20,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/anvil-metal/anvil/internal/freeport"
 	"github.com/anvil-metal/anvil/internal/proc"
@@ -50,11 +52,20 @@ type Config struct {
 	// Binary is the etcd binary; by default $ANVIL_ETCD_BIN, else the repository's
 	// _out/tools/envtest/etcd.
 	Binary string
+	// Dialer, when set, opens this process's connections to the members: the lab's sit
+	// in namespaces this process is not in, reached by a dialer that opens its sockets
+	// there.
+	Dialer func(ctx context.Context, addr string) (net.Conn, error)
+	// Daemon starts the members as daemons that outlive this process (the lab's, which
+	// lab down stops by their data dirs under Dir).
+	Daemon bool
 }
 
 // Cluster is a running etcd cluster. Its methods are safe to call from several goroutines.
 type Cluster struct {
 	binary  string
+	daemon  bool
+	dialer  func(ctx context.Context, addr string) (net.Conn, error)
 	quota   int64
 	cluster string // --initial-cluster
 	pki     *pki
@@ -115,7 +126,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		m.tls = p.members[i]
 	}
 
-	c := &Cluster{binary: Binary(cfg.Binary), quota: cfg.Quota, cluster: initialCluster(members), pki: p, members: members}
+	c := &Cluster{binary: Binary(cfg.Binary), daemon: cfg.Daemon, dialer: cfg.Dialer, quota: cfg.Quota, cluster: initialCluster(members), pki: p, members: members}
 
 	if err := c.start(ctx); err != nil {
 		return nil, errors.Join(err, c.Stop())
@@ -190,6 +201,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	c.admin, err = clientv3.New(clientv3.Config{
 		Endpoints:   c.Endpoints(),
 		DialTimeout: dialTimeout,
+		DialOptions: c.dialOptions(),
 		TLS:         tlsConfig,
 		Logger:      zap.NewNop(),
 	})
@@ -238,7 +250,7 @@ func (c *Cluster) start(ctx context.Context) error {
 
 // startMember starts m; c.mu is held.
 func (c *Cluster) startMember(m *member, state string) error {
-	if err := m.start(c.binary, m.args(c.cluster, state, c.quota)); err != nil {
+	if err := m.start(c.binary, m.args(c.cluster, state, c.quota), c.daemon); err != nil {
 		return err
 	}
 
@@ -343,6 +355,7 @@ func (c *Cluster) Client(ctx context.Context) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   c.Endpoints(),
 		DialTimeout: dialTimeout,
+		DialOptions: c.dialOptions(),
 		TLS:         tlsConfig,
 		Context:     ctx,
 		Logger:      zap.NewNop(),
@@ -405,4 +418,13 @@ func (c *Cluster) Stop() error {
 	}
 
 	return nil
+}
+
+// dialOptions are the clients' gRPC dial options: the Dialer, when one was given.
+func (c *Cluster) dialOptions() []grpc.DialOption {
+	if c.dialer == nil {
+		return nil
+	}
+
+	return []grpc.DialOption{grpc.WithContextDialer(c.dialer)}
 }

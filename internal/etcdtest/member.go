@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -32,8 +33,8 @@ type member struct {
 	log        string
 	tls        TLSFiles // its server and peer certificate
 
-	id     uint64      // its raft member ID, learned once the cluster is up
-	child  *proc.Child // nil while it does not run
+	id     uint64  // its raft member ID, learned once the cluster is up
+	child  process // nil while it does not run
 	frozen bool
 	runs   int // how many times it was started
 }
@@ -95,12 +96,18 @@ func (m *member) args(cluster, state string, quota int64) []string {
 	return args
 }
 
+// process is a running member: a child of this process, or a daemon.
+type process interface {
+	Pid() int
+	Exited() (bool, error)
+	Done() <-chan struct{}
+	Stop(grace time.Duration)
+}
+
 // start runs m's etcd as a child of this process (its own process group, killed should
-// this process die). A restart keeps the earlier runs' logs as <log>.1, <log>.2…
-//
-// This is where daemons that outlive the caller (the lab's) would start instead, with
-// proc.StartDaemon and their pids recorded; everything else signals m by pid.
-func (m *member) start(binary string, args []string) error {
+// this process die), or as a daemon that outlives it (the lab's). A restart keeps the
+// earlier runs' logs as <log>.1, <log>.2…
+func (m *member) start(binary string, args []string, daemon bool) error {
 	if m.runs > 0 {
 		err := os.Rename(m.log, m.log+"."+strconv.Itoa(m.runs))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -110,7 +117,17 @@ func (m *member) start(binary string, args []string) error {
 
 	argv := netns.Argv(m.ns, append([]string{binary}, args...)...)
 
-	child, err := proc.Start("etcd "+m.name, exec.Command(argv[0], argv[1:]...), m.log)
+	var (
+		child process
+		err   error
+	)
+
+	if daemon {
+		child, err = startDaemon(exec.Command(argv[0], argv[1:]...), m.log)
+	} else {
+		child, err = proc.Start("etcd "+m.name, exec.Command(argv[0], argv[1:]...), m.log)
+	}
+
 	if err != nil {
 		return err
 	}
@@ -149,4 +166,58 @@ func (m *member) stop(grace time.Duration) {
 
 	m.child.Stop(grace)
 	m.child, m.frozen = nil, false
+}
+
+// daemonProcess is a member started as a daemon: in a session of its own, not killed
+// with this process, watched by pid.
+type daemonProcess struct {
+	pid      int
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+func startDaemon(cmd *exec.Cmd, log string) (*daemonProcess, error) {
+	pid, err := proc.StartDaemon(cmd, log)
+	if err != nil {
+		return nil, err
+	}
+
+	d := &daemonProcess{pid: pid, done: make(chan struct{})}
+
+	go func() {
+		defer close(d.done)
+
+		for proc.Alive(pid) {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+
+	return d, nil
+}
+
+func (d *daemonProcess) Pid() int              { return d.pid }
+func (d *daemonProcess) Done() <-chan struct{} { return d.done }
+
+func (d *daemonProcess) Exited() (bool, error) {
+	select {
+	case <-d.done:
+		return true, nil
+	default:
+		return false, nil
+	}
+}
+
+// Stop sends SIGTERM to the daemon's session, SIGKILL after grace, and waits until it
+// is gone.
+func (d *daemonProcess) Stop(grace time.Duration) {
+	d.stopOnce.Do(func() {
+		syscall.Kill(-d.pid, syscall.SIGTERM) //nolint:errcheck // ESRCH: gone already
+
+		select {
+		case <-d.done:
+		case <-time.After(grace):
+			syscall.Kill(-d.pid, syscall.SIGKILL) //nolint:errcheck // ESRCH: gone meanwhile
+			<-d.done
+		}
+	})
 }
