@@ -27,7 +27,7 @@ PKGS_BUILD := protobuf-compiler
 PKGS_AGENT := linux-image-amd64
 PKGS_TEST  := iproute2 ipxe dnsmasq-base util-linux qemu-system-x86 qemu-utils ipxe-qemu ovmf \
 	syslinux syslinux-common mtools dosfstools systemd-boot-efi fdisk openipmi ipmitool nftables chromium fonts-liberation \
-	atftp qemu-system-arm qemu-efi-aarch64 squashfs-tools swtpm swtpm-tools
+	atftp qemu-system-arm qemu-efi-aarch64 squashfs-tools swtpm swtpm-tools keepalived curl
 PKGS_BENCH := kea-admin dnsmasq-base nginx-light wrk iproute2 util-linux atftpd
 PKGS_IMAGE := ipxe ca-certificates
 

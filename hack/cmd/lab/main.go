@@ -18,6 +18,7 @@ import (
 	"github.com/anvil-metal/anvil/hack/internal/lab"
 	"github.com/anvil-metal/anvil/hack/internal/labnet"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
+	"github.com/anvil-metal/anvil/internal/etcdtest"
 	"github.com/anvil-metal/anvil/internal/flagenv"
 )
 
@@ -81,6 +82,7 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 		elsewhere []string
 		factory   bool
 		omni      bool
+		ha        bool
 	)
 
 	cmd := &cobra.Command{
@@ -135,6 +137,14 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 				cfg.OmniBin = ""
 			}
 
+			if ha {
+				cfg.Replicas = labnet.MaxReplicas
+
+				if _, err := os.Stat(etcdtest.Binary("")); err != nil {
+					return fmt.Errorf("--ha runs etcd, which make envtest-assets builds: %w", err)
+				}
+			}
+
 			s, err := lab.Up(cmd.Context(), cfg)
 			if err != nil {
 				return fmt.Errorf("%w (lab down removes what was started)", err)
@@ -153,6 +163,7 @@ func newUpCmd(dir, prefix *string) *cobra.Command {
 	f.StringSliceVar(&firmware, "firmware", []string{"bios", "uefi", "uefi-pxe"}, "firmware of the machines, in turn: bios, uefi (OVMF + iPXE ROM), uefi-pxe (OVMF's own PXE), uefi-http (OVMF's UEFI HTTP boot), arm64 (AAVMF's UEFI HTTP boot of the UKI Anvil builds; make agent-arm64)")
 	f.IntSliceVar(&cfg.NICs, "nics", nil, "network ports of the machines, in turn (default 1 each); a machine with more boots from its last")
 	f.BoolSliceVar(&cfg.TPM, "tpm", nil, "which machines have a TPM 2.0, in turn (swtpm; its state, hence its EK, kept in the machine's directory): --tpm true, or --tpm true,false")
+	f.BoolVar(&ha, "ha", false, "a site of 3 provider replicas on a 3-member etcd cluster, each in a namespace of its own, behind the site's address "+labnet.VIP+" that keepalived moves to a ready one")
 	f.BoolVar(&cfg.FullDHCP, "full-dhcp", false, "a site without a DHCP server: the provider hands out the addresses (full DHCP mode)")
 	f.BoolVar(&cfg.IPv6Only, "ipv6-only", false, "an IPv6-only provisioning network: the provider serves DHCPv6 and advertises fd77::1")
 	f.BoolVar(&cfg.KVM, "kvm", false, "use KVM instead of TCG (only where KVM really works; not under kvm-pvm)")

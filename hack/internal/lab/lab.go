@@ -19,6 +19,7 @@ import (
 	"github.com/anvil-metal/anvil/hack/internal/labnet"
 	"github.com/anvil-metal/anvil/hack/internal/machine"
 	"github.com/anvil-metal/anvil/hack/internal/omnilab"
+	"github.com/anvil-metal/anvil/internal/etcdtest"
 	"github.com/anvil-metal/anvil/internal/netns"
 	"github.com/anvil-metal/anvil/internal/proc"
 )
@@ -91,6 +92,12 @@ type Config struct {
 	// BMCs. Needed when a machine's owner is api or ipmi; empty: no power API.
 	PowerBin string
 
+	// Replicas, when 2 or more, runs a site of provider replicas instead of one provider
+	// (lab up --ha: 3): each with an etcd member, in a namespace of its own on the
+	// bridge, behind the site's address (labnet.VIP) that keepalived moves to a ready
+	// one. Not with Omni (yet).
+	Replicas int
+
 	// OmniBin is a real Omni (make omni: _out/bin/omni), run in namespace <prefix>-omni on
 	// 10.77.0.3 (hack/internal/omnilab) with the factory stand-in's Talos and Kubernetes
 	// versions; empty: no Omni.
@@ -136,13 +143,24 @@ type State struct {
 	// OmniNS is Omni's namespace, Omni what runs there; both empty without Omni.
 	OmniNS string        `json:"omniNamespace,omitempty"`
 	Omni   *omnilab.Omni `json:"omni,omitempty"`
+
+	// Replicas are the site's provider replicas (Config.Replicas), none for one provider.
+	Replicas []Replica `json:"replicas,omitempty"`
+	// etcd is the site's etcd as this process started it.
+	etcd *etcdtest.Cluster
 }
 
 // StateFile is the state file of the lab in dir.
 func StateFile(dir string) string { return filepath.Join(dir, "state.json") }
 
 // ProviderStateDir is the provider's --state-dir; its control socket is control.sock.
-func (s *State) ProviderStateDir() string { return filepath.Join(s.Dir, "provider") }
+func (s *State) ProviderStateDir() string {
+	if s.HA() {
+		return s.ReplicaStateDir(0)
+	}
+
+	return filepath.Join(s.Dir, "provider")
+}
 
 // ControlSocket is the provider's control API socket (reachable from the host).
 func (s *State) ControlSocket() string { return filepath.Join(s.ProviderStateDir(), "control.sock") }
@@ -168,7 +186,7 @@ func (s *State) FactoryLog() string { return filepath.Join(s.Dir, "factory.log")
 
 // Net is the lab's network.
 func (s *State) Net() *labnet.Net {
-	return &labnet.Net{ProviderNS: s.ProviderNS, SiteNS: s.SiteNS, OmniNS: s.OmniNS}
+	return &labnet.Net{ProviderNS: s.ProviderNS, SiteNS: s.SiteNS, OmniNS: s.OmniNS, ReplicaNS: labnet.New(s.Prefix).ReplicaNS}
 }
 
 // MachineList is the lab's machines.
@@ -316,7 +334,14 @@ func Up(ctx context.Context, cfg Config) (*State, error) {
 		}
 	}
 
-	if !proc.Alive(s.ProviderPID) {
+	switch {
+	case cfg.Replicas > 0:
+		if !s.HA() {
+			if err := s.startSite(ctx, cfg); err != nil {
+				return s, err
+			}
+		}
+	case !proc.Alive(s.ProviderPID):
 		if err := s.startProvider(ctx, cfg); err != nil {
 			return s, err
 		}
@@ -370,6 +395,7 @@ func Down(ctx context.Context, dir, prefix string) error {
 		errs = append(errs, m.Stop(ctx))
 	}
 
+	errs = append(errs, s.stopSite(ctx)...)
 	errs = append(errs, proc.Stop(ctx, s.ProviderPID, 10*time.Second), s.Omni.Halt(ctx),
 		proc.Stop(ctx, s.DHCPPID, 5*time.Second), proc.Stop(ctx, s.FactoryPID, 5*time.Second))
 
@@ -424,7 +450,7 @@ func Down(ctx context.Context, dir, prefix string) error {
 
 // daemons are the programs the lab runs: each names the lab's directory in its
 // arguments ("ip" is a daemon between ip netns exec and its exec of the program).
-var daemons = []string{"qemu-system-*", "swtpm", "dnsmasq", "provider", "ip", "lab-factory", "lab-power", "ipmi_sim", "omni", "unshare"}
+var daemons = []string{"qemu-system-*", "swtpm", "dnsmasq", "provider", "ip", "lab-factory", "lab-power", "ipmi_sim", "omni", "unshare", "etcd", "keepalived"}
 
 // Processes lists the lab daemons that name the lab directory dir, whether or not its
 // state file knows them.

@@ -23,36 +23,10 @@ const providerStartTimeout = 60 * time.Second
 // command line (ProviderCommand), so that it can be started again the same way without
 // cfg (RelaunchProvider).
 func (s *State) startProvider(ctx context.Context, cfg Config) error {
-	bin, err := filepath.Abs(cfg.ProviderBin)
+	args, err := s.providerArgs(cfg, s.ProviderStateDir(), s.AdvertiseAddr(), labnet.Bridge)
 	if err != nil {
-		return fmt.Errorf("error resolving %s: %w", cfg.ProviderBin, err)
-	}
-
-	assets, err := filepath.Abs(cfg.AgentAssetsDir)
-	if err != nil {
-		return fmt.Errorf("error resolving %s: %w", cfg.AgentAssetsDir, err)
-	}
-
-	tftpRoot := filepath.Join(s.Dir, "tftp")
-	if err := fillTFTPRoot(tftpRoot); err != nil {
 		return err
 	}
-
-	args := append([]string{
-		// Power in the lab is quick to read and act on; a real BMC wants the defaults.
-		"--power-poll-interval", "5s", "--min-reboot-interval", "5s",
-		// The lab's machines are emulated (TCG): on a loaded host the timer interrupt can
-		// miss the kernel's IO-APIC timer check, which then panics; skip the check.
-		"--agent-kernel-args", "no_timer_check",
-		"--state-dir", s.ProviderStateDir(),
-		"--api-advertise-address", s.AdvertiseAddr(),
-		"--api-port", strconv.Itoa(cfg.APIPort),
-		"--dhcp-proxy-iface-or-ip", labnet.Bridge,
-		"--tftp-root", tftpRoot,
-		"--agent-assets-dir", assets,
-		"--image-factory-base-url", cfg.FactoryURL,
-		"--image-factory-pxe-base-url", cfg.FactoryPXEURL,
-	}, cfg.ProviderArgs...)
 
 	switch {
 	case s.IPv6Only:
@@ -70,9 +44,45 @@ func (s *State) startProvider(ctx context.Context, cfg Config) error {
 		args = append(args, omniArgs...)
 	}
 
-	s.ProviderCommand = append([]string{bin}, args...)
+	s.ProviderCommand = args
 
 	return s.runProvider(ctx)
+}
+
+// providerArgs is a provider's command line (the binary first) with the lab's flags and
+// cfg.ProviderArgs: on stateDir, advertising advertise, its ProxyDHCP on dhcpIface.
+func (s *State) providerArgs(cfg Config, stateDir, advertise, dhcpIface string) ([]string, error) {
+	bin, err := filepath.Abs(cfg.ProviderBin)
+	if err != nil {
+		return nil, fmt.Errorf("error resolving %s: %w", cfg.ProviderBin, err)
+	}
+
+	assets, err := filepath.Abs(cfg.AgentAssetsDir)
+	if err != nil {
+		return nil, fmt.Errorf("error resolving %s: %w", cfg.AgentAssetsDir, err)
+	}
+
+	tftpRoot := filepath.Join(s.Dir, "tftp")
+	if err := fillTFTPRoot(tftpRoot); err != nil {
+		return nil, err
+	}
+
+	return append([]string{
+		bin,
+		// Power in the lab is quick to read and act on; a real BMC wants the defaults.
+		"--power-poll-interval", "5s", "--min-reboot-interval", "5s",
+		// The lab's machines are emulated (TCG): on a loaded host the timer interrupt can
+		// miss the kernel's IO-APIC timer check, which then panics; skip the check.
+		"--agent-kernel-args", "no_timer_check",
+		"--state-dir", stateDir,
+		"--api-advertise-address", advertise,
+		"--api-port", strconv.Itoa(cfg.APIPort),
+		"--dhcp-proxy-iface-or-ip", dhcpIface,
+		"--tftp-root", tftpRoot,
+		"--agent-assets-dir", assets,
+		"--image-factory-base-url", cfg.FactoryURL,
+		"--image-factory-pxe-base-url", cfg.FactoryPXEURL,
+	}, cfg.ProviderArgs...), nil
 }
 
 // runProvider starts ProviderCommand in the provider's namespace, records its pid and
@@ -92,19 +102,25 @@ func (s *State) runProvider(ctx context.Context) error {
 		return err
 	}
 
+	return waitSocket(ctx, s.ProviderPID, s.ControlSocket(), s.ProviderLog(), "the provider")
+}
+
+// waitSocket waits until the provider pid serves its control socket (its API is in a
+// namespace, unreachable from here; the socket is on the file system).
+func waitSocket(ctx context.Context, pid int, socket, log, what string) error {
 	deadline := time.Now().Add(providerStartTimeout)
 
 	for {
-		if _, err := os.Stat(s.ControlSocket()); err == nil {
+		if _, err := os.Stat(socket); err == nil {
 			return nil
 		}
 
-		if !proc.Alive(s.ProviderPID) {
-			return fmt.Errorf("the provider exited; see %s", s.ProviderLog())
+		if !proc.Alive(pid) {
+			return fmt.Errorf("%s exited; see %s", what, log)
 		}
 
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the provider did not come up in %s; see %s", providerStartTimeout, s.ProviderLog())
+			return fmt.Errorf("%s did not come up in %s; see %s", what, providerStartTimeout, log)
 		}
 
 		select {

@@ -51,11 +51,18 @@ type Net struct {
 	ProviderNS, SiteNS string
 	// OmniNS holds the lab's Omni (UpOmni); empty: the lab has none.
 	OmniNS string
+	// ReplicaNS hold the provider replicas of a lab up --ha (UpReplica).
+	ReplicaNS []string
 }
 
 // New names a lab network after prefix: <prefix>-lab, <prefix>-site and <prefix>-omni.
 func New(prefix string) *Net {
-	return &Net{ProviderNS: prefix + "-lab", SiteNS: prefix + "-site", OmniNS: OmniNamespace(prefix)}
+	n := &Net{ProviderNS: prefix + "-lab", SiteNS: prefix + "-site", OmniNS: OmniNamespace(prefix)}
+	for i := range MaxReplicas {
+		n.ReplicaNS = append(n.ReplicaNS, ReplicaNamespace(prefix, i))
+	}
+
+	return n
 }
 
 // OmniNamespace is the name of the Omni namespace of the lab named prefix.
@@ -63,17 +70,19 @@ func OmniNamespace(prefix string) string { return prefix + "-omni" }
 
 // Namespaces lists the lab's namespaces.
 func (n *Net) Namespaces() []string {
-	if n.OmniNS == "" {
-		return []string{n.ProviderNS, n.SiteNS}
+	namespaces := []string{n.ProviderNS, n.SiteNS}
+	if n.OmniNS != "" {
+		namespaces = append(namespaces, n.OmniNS)
 	}
 
-	return []string{n.ProviderNS, n.SiteNS, n.OmniNS}
+	// Replicas' namespaces after the others: Up creates the first ones only.
+	return append(namespaces, n.ReplicaNS...)
 }
 
 // Up creates whatever of the network is missing; it is safe to run again. Its steps are
 // netlink requests and syscalls, which do not wait on anything: no context.
 func (n *Net) Up() error {
-	for _, ns := range n.Namespaces() {
+	for _, ns := range n.Namespaces()[:len(n.Namespaces())-len(n.ReplicaNS)] {
 		if err := netns.Create(ns); err != nil {
 			return err
 		}

@@ -14,10 +14,11 @@ func TestNew(t *testing.T) {
 	t.Parallel()
 
 	n := New("anvil")
-	assert.Equal(t, &Net{ProviderNS: "anvil-lab", SiteNS: "anvil-site", OmniNS: "anvil-omni"}, n)
-	assert.Equal(t, []string{"anvil-lab", "anvil-site", "anvil-omni"}, n.Namespaces())
+	replicas := []string{"anvil-r0", "anvil-r1", "anvil-r2"}
+	assert.Equal(t, &Net{ProviderNS: "anvil-lab", SiteNS: "anvil-site", OmniNS: "anvil-omni", ReplicaNS: replicas}, n)
+	assert.Equal(t, append([]string{"anvil-lab", "anvil-site", "anvil-omni"}, replicas...), n.Namespaces())
 
-	// A lab without Omni, as its state names it.
+	// A lab without Omni or replicas, as its state names it.
 	assert.Equal(t, []string{"anvil-lab", "anvil-site"}, (&Net{ProviderNS: "anvil-lab", SiteNS: "anvil-site"}).Namespaces())
 }
 

@@ -242,6 +242,12 @@ func DumpLogs(t testing.TB, dir string) {
 	optional, _ := filepath.Glob(filepath.Join(dir, "machines", "*", "bmc", "ipmi_sim.log"))
 	optional = append(optional, filepath.Join(dir, "power.log"), filepath.Join(dir, "omni.log"))
 
+	// A site of replicas (lab.Config.Replicas): each replica's log, keepalived's, etcd's.
+	for _, pattern := range []string{"replica-*/provider.log", "replica-*/keepalived.log", "etcd/etcd-*.log"} {
+		site, _ := filepath.Glob(filepath.Join(dir, pattern))
+		optional = append(optional, site...)
+	}
+
 	for _, l := range append(logs, optional...) {
 		b, err := os.ReadFile(l)
 		if err != nil {
