@@ -58,13 +58,11 @@ func (ctrl *PowerController) read(ctx context.Context, ep power.Endpoint) (resou
 	return resources.PowerOff, nil
 }
 
-// act carries out the action, if MayAct allows; each BMC call gets the per-call timeout
-// (a PXE override and a power-on are two calls).
+// act carries out the action; each BMC call gets the per-call timeout (a PXE override
+// and a power-on are two calls). MayAct was asked before the action was recorded: once
+// recorded (by a write the fence let through, so while this replica led), it is taken,
+// for a takeover finds it recorded and does not take it again.
 func (ctrl *PowerController) act(ctx context.Context, ep power.Endpoint, action string) error {
-	if err := ctrl.mayAct(); err != nil {
-		return err
-	}
-
 	ctx, cancel := context.WithTimeout(ctx, 2*ctrl.timeout())
 	defer cancel()
 

@@ -230,8 +230,9 @@ func TestPowerControllerTakeoverDoesNotRepeatReboot(t *testing.T) {
 
 // MayAct gates every BMC call: refused, the BMC is not called and nothing is written;
 // allowed again, the machine is driven. A gate that turns between the read and the
-// action lets nothing be recorded; one that turns once the action is recorded leaves it
-// recorded and not taken (at most once).
+// action lets nothing be recorded; one that turns once the action is recorded does not
+// stop it: recorded through the fence, it is taken (never lost), and a takeover would find
+// it recorded (never repeated).
 func TestPowerControllerMayAct(t *testing.T) {
 	t.Parallel()
 
@@ -249,7 +250,7 @@ func TestPowerControllerMayAct(t *testing.T) {
 		{"no gate", -1, []string{"1:state", "1:off", "1:state"}, "off"},
 		{"refused", 0, nil, ""},
 		{"turned after the read", 1, []string{"1:state"}, ""},
-		{"turned after the action was recorded", 2, []string{"1:state"}, "off"},
+		{"turned after the action was recorded", 2, []string{"1:state", "1:off"}, "off"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -75,16 +74,10 @@ func (ctrl *PowerController) take(
 		return time.Time{}, err
 	}
 
-	err := ctrl.act(ctx, ep, action)
-
-	switch {
-	case errors.Is(err, errHeldBack):
-		// MayAct turned while the action was stored: it stays recorded, and a reboot
-		// stays served, as it would if this controller had died here.
-		logger.Warn("power action recorded but not taken", zap.String("action", action), zap.Error(err))
-
-		return time.Time{}, err
-	case err != nil:
+	// Recorded, it is taken even should MayAct turn now: the write went through the
+	// fence, so this replica led when it stored it, and whoever leads next finds it and
+	// holds back. Not taking it would lose it: served as recorded, never done.
+	if err := ctrl.act(ctx, ep, action); err != nil {
 		failed(status, err)
 		logger.Warn("power action failed", zap.String("action", action), zap.Stringer("bmc", ep), zap.Error(err))
 
