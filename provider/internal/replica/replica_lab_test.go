@@ -343,3 +343,70 @@ func eventually(t *testing.T, what string, f func() error) {
 
 	t.Fatalf("%s: not within 30 s: %v", what, err)
 }
+
+// The site's mutex excludes: a second replica's Lock waits for the first's unlock; and it
+// fences: a holder whose session ended (a pause past its lease) has its late writes refused
+// once another replica holds the lock.
+func TestMutex(t *testing.T) {
+	c := cluster(t)
+	ctx := t.Context()
+	k := keys(t)
+
+	cliA, cliB := dial(t, c), dial(t, c)
+
+	store, err := resources.OpenEtcd(ctx, cliA, k, prefix)
+	require.NoError(t, err)
+
+	lockOf := func(cli *clientv3.Client) *replica.Mutex {
+		m := &replica.Mutex{Client: cli, Key: prefix + "/locks/test", TTL: 3 * time.Second, Fenced: store.Fenced}
+		t.Cleanup(func() { m.Close() })
+
+		return m
+	}
+
+	a, b := lockOf(cliA), lockOf(cliB)
+
+	stA, unlockA, err := a.Lock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, stA.Create(ctx, resources.NewMachineLabels("m1")))
+
+	// B waits while A holds.
+	got := make(chan func(), 1)
+
+	go func() {
+		_, unlock, err := b.Lock(ctx)
+		assert.NoError(t, err)
+		got <- unlock
+	}()
+
+	select {
+	case <-got:
+		t.Fatal("B took the lock A holds")
+	case <-time.After(time.Second):
+	}
+
+	unlockA()
+
+	var unlockB func()
+	select {
+	case unlockB = <-got:
+	case <-time.After(30 * time.Second):
+		t.Fatal("B did not get the lock after A unlocked")
+	}
+
+	unlockB()
+
+	// A takes it again, then its session's lease is gone (as after a pause past its TTL):
+	// B takes the lock, and A's late write is refused by etcd.
+	stA, _, err = a.Lock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, a.Close()) // revokes A's lease: its hold is gone
+
+	stB, unlockB, err := b.Lock(ctx)
+	require.NoError(t, err)
+
+	defer unlockB()
+
+	assert.ErrorIs(t, stA.Create(ctx, resources.NewMachineLabels("late")), replica.ErrFenced)
+	require.NoError(t, stB.Create(ctx, resources.NewMachineLabels("m2")))
+}

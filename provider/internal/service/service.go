@@ -27,6 +27,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/machineview"
 	"github.com/anvil-metal/anvil/provider/internal/omnilink"
 	"github.com/anvil-metal/anvil/provider/internal/pki"
+	"github.com/anvil-metal/anvil/provider/internal/replica"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 	"github.com/anvil-metal/anvil/provider/internal/tamper"
 	"github.com/anvil-metal/anvil/provider/internal/transitions"
@@ -225,7 +226,19 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		managedBy = "Omni at " + opts.OmniAPIEndpoint
 	}
 
+	var locker transitions.Locker
+
+	if site != nil {
+		// Transitions read other machines (an owner holds one): the site's replicas take
+		// them one at a time.
+		lock := &replica.Mutex{Client: site.client, Key: opts.EtcdPrefix + "/locks/transitions", TTL: opts.LeaderTTL, Fenced: store.Fenced}
+		defer lock.Close()
+
+		locker = lock
+	}
+
 	env.transitions = transitions.New(store, transitions.Options{
+		Locker:             locker,
 		ManagedBy:          managedBy,
 		Recorder:           env.status,
 		DetectedExtensions: opts.DetectedExtensions,

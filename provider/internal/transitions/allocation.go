@@ -246,8 +246,12 @@ func (s *Service) MarkInstalled(ctx context.Context, id string) (string, error) 
 		return "", &Error{Code: CodeUnavailable, Msg: "this provider does not record installs by hand"}
 	}
 
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	_, unlock, err := s.lock(ctx)
+	if err != nil {
+		return "", err
+	}
+
+	defer unlock()
 
 	// Held across the recorder call so a deallocation cannot slip in between the check
 	// and the record.

@@ -49,8 +49,12 @@ func (s *Service) SetBMC(ctx context.Context, id string, bmc BMC) (power.Endpoin
 		return power.Endpoint{}, invalid(err)
 	}
 
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	st, unlock, err := s.lock(ctx)
+	if err != nil {
+		return power.Endpoint{}, err
+	}
+
+	defer unlock()
 
 	if bmc.Owner != "" {
 		if err = s.holds(ctx, id, bmc.Owner); err != nil {
@@ -58,7 +62,7 @@ func (s *Service) SetBMC(ctx context.Context, id string, bmc BMC) (power.Endpoin
 		}
 	}
 
-	if _, err := safe.StateModifyWithResult(ctx, s.st, resources.NewBMCSecret(id), func(sec *resources.BMCSecret) error {
+	if _, err := safe.StateModifyWithResult(ctx, st, resources.NewBMCSecret(id), func(sec *resources.BMCSecret) error {
 		sec.TypedSpec().Password = bmc.Password
 
 		return nil
@@ -66,7 +70,7 @@ func (s *Service) SetBMC(ctx context.Context, id string, bmc BMC) (power.Endpoin
 		return power.Endpoint{}, fmt.Errorf("error storing the BMC secret of machine %q: %w", id, err)
 	}
 
-	if _, err := safe.StateModifyWithResult(ctx, s.st, resources.NewBMCConfig(id), func(c *resources.BMCConfig) error {
+	if _, err := safe.StateModifyWithResult(ctx, st, resources.NewBMCConfig(id), func(c *resources.BMCConfig) error {
 		*c.TypedSpec() = resources.BMCConfigSpec{
 			Kind: string(ep.Backend), Address: ep.Address, Port: bmc.Port, Username: ep.Username,
 			Insecure: ep.Insecure, SystemID: ep.SystemID, Source: resources.BMCSourceUser, UpdatedAt: s.now(),
@@ -106,11 +110,15 @@ func (s *Service) RemoveBMC(ctx context.Context, id string) error {
 		return invalid(err)
 	}
 
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	st, unlock, err := s.lock(ctx)
+	if err != nil {
+		return err
+	}
+
+	defer unlock()
 
 	for _, ptr := range []resource.Pointer{resources.NewBMCConfig(id).Metadata(), resources.NewBMCSecret(id).Metadata()} {
-		if err := s.st.Destroy(ctx, ptr); err != nil && !state.IsNotFoundError(err) {
+		if err := st.Destroy(ctx, ptr); err != nil && !state.IsNotFoundError(err) {
 			return fmt.Errorf("error removing the BMC config of machine %q: %w", id, err)
 		}
 	}
@@ -187,10 +195,14 @@ func (s *Service) StoreAgentBMC(ctx context.Context, id string, bmc AgentBMC) (b
 
 	// Under the transitions' lock: a user's credentials must never be half replaced by
 	// an agent's.
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	st, unlock, err := s.lock(ctx)
+	if err != nil {
+		return false, err
+	}
 
-	cur, err := safe.StateGetByID[*resources.BMCConfig](ctx, s.st, id)
+	defer unlock()
+
+	cur, err := safe.StateGetByID[*resources.BMCConfig](ctx, st, id)
 	if err != nil && !state.IsNotFoundError(err) {
 		return false, fmt.Errorf("error reading the BMC config of machine %q: %w", id, err)
 	}
@@ -200,7 +212,7 @@ func (s *Service) StoreAgentBMC(ctx context.Context, id string, bmc AgentBMC) (b
 	}
 
 	// The secret first: a config that says it has a password must find it.
-	if _, err = safe.StateModifyWithResult(ctx, s.st, resources.NewBMCSecret(id), func(sec *resources.BMCSecret) error {
+	if _, err = safe.StateModifyWithResult(ctx, st, resources.NewBMCSecret(id), func(sec *resources.BMCSecret) error {
 		sec.TypedSpec().Password = bmc.Password
 
 		return nil
@@ -208,7 +220,7 @@ func (s *Service) StoreAgentBMC(ctx context.Context, id string, bmc AgentBMC) (b
 		return false, fmt.Errorf("error storing the BMC secret of machine %q: %w", id, err)
 	}
 
-	if _, err = safe.StateModifyWithResult(ctx, s.st, resources.NewBMCConfig(id), func(c *resources.BMCConfig) error {
+	if _, err = safe.StateModifyWithResult(ctx, st, resources.NewBMCConfig(id), func(c *resources.BMCConfig) error {
 		spec := c.TypedSpec()
 		spec.Kind = string(power.BackendIPMI)
 		if spec.Address == "" {

@@ -74,6 +74,17 @@ type Options struct {
 	Logger               *zap.Logger
 	// Now stamps allocations; time.Now when nil.
 	Now func() time.Time
+	// Locker serializes transitions among every writer of the state — the replicas of a
+	// site on etcd — beside this process's own lock (nil: this process is the only
+	// writer).
+	Locker Locker
+}
+
+// Locker serializes transitions across processes. Lock returns the state its holder
+// writes through, fenced by the lock where it can be (a holder that lost the lock has its
+// writes refused), and the unlock.
+type Locker interface {
+	Lock(ctx context.Context) (st state.State, unlock func(), err error)
 }
 
 // Service applies transitions to the provider's state.
@@ -99,6 +110,27 @@ type core struct {
 	// mu serializes transitions: each reads the machine's state, decides, then writes,
 	// and two concurrent transitions on one machine must not both pass the check.
 	mu sync.Mutex
+	// locker serializes them with other processes' too (nil: none).
+	locker Locker
+}
+
+// lock takes the transitions' lock (this process's, then the other writers') and returns
+// the state to write through while it is held.
+func (c *core) lock(ctx context.Context) (state.State, func(), error) {
+	c.mu.Lock()
+
+	if c.locker == nil {
+		return c.st, c.mu.Unlock, nil
+	}
+
+	st, unlock, err := c.locker.Lock(ctx)
+	if err != nil {
+		c.mu.Unlock()
+
+		return nil, nil, &Error{Code: CodeUnavailable, Msg: fmt.Sprintf("error taking the site's transitions lock: %v", err)}
+	}
+
+	return st, func() { unlock(); c.mu.Unlock() }, nil
 }
 
 // New returns the transitions over st.
@@ -106,7 +138,7 @@ func New(st state.State, opts Options) *Service {
 	c := &core{
 		st: st, recorder: opts.Recorder, schematicFor: opts.SchematicFor, detectedExtensions: opts.DetectedExtensions,
 		requireTPM: opts.RequireTPM, autoAcceptWithoutTPM: opts.AutoAcceptWithoutTPM,
-		logger: opts.Logger, now: opts.Now,
+		logger: opts.Logger, now: opts.Now, locker: opts.Locker,
 	}
 
 	if c.schematicFor == nil {
@@ -141,8 +173,12 @@ func (s *Service) owned(name string) error {
 // transition checks that the machine is known, applies change to its intent (a pending
 // intent when it has none) and writes the result.
 func (s *Service) transition(ctx context.Context, name, id string, change func(*resources.MachineIntentSpec) error, logFields ...zap.Field) (*resources.MachineIntentSpec, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	st, unlock, err := s.lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	defer unlock()
 
 	before, err := s.current(ctx, id)
 	if err != nil {
@@ -151,7 +187,7 @@ func (s *Service) transition(ctx context.Context, name, id string, change func(*
 
 	var refusal error
 
-	intent, err := safe.StateModifyWithResult(ctx, s.st, resources.NewMachineIntent(id), func(in *resources.MachineIntent) error {
+	intent, err := safe.StateModifyWithResult(ctx, st, resources.NewMachineIntent(id), func(in *resources.MachineIntent) error {
 		refusal = change(in.TypedSpec())
 
 		return refusal
