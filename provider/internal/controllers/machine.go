@@ -201,7 +201,7 @@ func (ctrl *MachineController) record(ctx context.Context, r controller.Runtime,
 		return nil
 	}
 
-	if err = safe.WriterModify(ctx, r, resources.NewMachine(obs.MachineID), func(m *resources.Machine) error {
+	if err = modifyShared(ctx, r, resources.NewMachine(obs.MachineID), func(m *resources.Machine) error {
 		apply(m.TypedSpec(), obs)
 
 		for k, v := range ctrl.Labels {
@@ -233,7 +233,7 @@ func (ctrl *MachineController) recordEK(ctx context.Context, r controller.Runtim
 		}
 	}
 
-	if err = safe.WriterModify(ctx, r, resources.NewMachine(rep.machineID), func(m *resources.Machine) error {
+	if err = modifyShared(ctx, r, resources.NewMachine(rep.machineID), func(m *resources.Machine) error {
 		spec := m.TypedSpec()
 		spec.EK, spec.EKRecordedAt = rep.ek, rep.at
 

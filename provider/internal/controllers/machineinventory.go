@@ -71,7 +71,7 @@ func (ctrl *MachineInventoryController) Run(ctx context.Context, r controller.Ru
 			return nil
 		}
 
-		err := safe.WriterModify(ctx, r, resources.NewMachineInventory(report.machineID), func(inv *resources.MachineInventory) error {
+		err := modifyShared(ctx, r, resources.NewMachineInventory(report.machineID), func(inv *resources.MachineInventory) error {
 			*inv.TypedSpec() = report.spec
 
 			return nil

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/controller"
-	"github.com/cosi-project/runtime/pkg/safe"
 	"go.uber.org/zap"
 
 	"github.com/anvil-metal/anvil/provider/internal/boottrace"
@@ -214,7 +213,7 @@ func (ctrl *MachineStatusController) Outputs() []controller.Output {
 // Run implements controller.Controller.
 func (ctrl *MachineStatusController) Run(ctx context.Context, r controller.Runtime, logger *zap.Logger) error {
 	ctrl.reports.serve(ctx, r.EventCh(), func(report statusReport) error {
-		if err := safe.WriterModify(ctx, r, resources.NewMachineStatus(report.machineID), func(s *resources.MachineStatus) error {
+		if err := modifyShared(ctx, r, resources.NewMachineStatus(report.machineID), func(s *resources.MachineStatus) error {
 			report.apply(s.TypedSpec())
 
 			return nil
