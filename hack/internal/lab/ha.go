@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/anvil-metal/anvil/hack/internal/labnet"
+	"github.com/anvil-metal/anvil/hack/internal/omnilab"
 	"github.com/anvil-metal/anvil/internal/etcdtest"
 	"github.com/anvil-metal/anvil/internal/netns"
 	"github.com/anvil-metal/anvil/internal/proc"
@@ -133,18 +134,7 @@ func (s *State) startSite(ctx context.Context, cfg Config) error {
 
 // dialInLab opens a TCP connection from the lab's provider namespace (on the bridge).
 func (s *State) dialInLab(ctx context.Context, addr string) (net.Conn, error) {
-	var conn net.Conn
-
-	err := netns.Do(s.ProviderNS, func() error {
-		var err error
-
-		d := net.Dialer{Timeout: 5 * time.Second}
-		conn, err = d.DialContext(ctx, "tcp", addr)
-
-		return err
-	})
-
-	return conn, err
+	return omnilab.Dialer(s.ProviderNS)(ctx, "tcp", addr)
 }
 
 // shareProviderKey gives every replica the one provider key, as an operator copies it
@@ -329,6 +319,79 @@ func (s *State) VIPHolder() (int, error) {
 	}
 
 	return -1, nil
+}
+
+// VIPHolders are the replicas whose veths hold the site's address: one while the site
+// is whole, none while no replica is ready, two should keepalived fail.
+func (s *State) VIPHolders() ([]int, error) {
+	var holders []int
+
+	for i, r := range s.Replicas {
+		l, err := netns.OpenLinks(r.NS)
+		if err != nil {
+			return nil, err
+		}
+
+		addrs, err := l.Addrs(labnet.ReplicaVeth)
+		l.Close()
+
+		if err != nil {
+			return nil, err
+		}
+
+		for _, a := range addrs {
+			if a.Addr().String() == labnet.VIP {
+				holders = append(holders, i)
+			}
+		}
+	}
+
+	return holders, nil
+}
+
+// KillKeepalived kills replica i's keepalived outright (SIGKILL, its VRRP process as
+// well), as its host dying would, and takes the site's address off the replica's veth,
+// where a killed keepalived leaves it and where a dead host would hold it no more.
+func (s *State) KillKeepalived(ctx context.Context, i int) error {
+	pids := []int{s.Replicas[i].KeepalivedPID}
+	if b, err := os.ReadFile(filepath.Join(s.ReplicaDir(i), "vrrp.pid")); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+			pids = append(pids, pid)
+		}
+	}
+
+	for _, pid := range pids {
+		if pid <= 0 {
+			continue
+		}
+
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("error killing replica %d's keepalived: %w", i, err)
+		}
+	}
+
+	for _, pid := range pids {
+		if pid > 0 && !proc.WaitGone(ctx, pid, 10*time.Second) {
+			return fmt.Errorf("replica %d's keepalived (pid %d) survived SIGKILL", i, pid)
+		}
+	}
+
+	out, err := netns.Command(ctx, s.Replicas[i].NS, "ip", "addr", "del", labnet.VIP+"/24", "dev", labnet.ReplicaVeth).CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "Cannot assign requested address") {
+		return fmt.Errorf("error taking the site's address off replica %d: %w: %s", i, err, out)
+	}
+
+	return nil
+}
+
+// StartKeepalived starts replica i's keepalived again (after KillKeepalived), checking
+// the replica's /readyz on apiPort.
+func (s *State) StartKeepalived(i, apiPort int) error {
+	if err := s.startKeepalived(Config{APIPort: apiPort}, i); err != nil {
+		return err
+	}
+
+	return s.save()
 }
 
 // stopSite stops the replicas, keepalived and etcd (by pid; the sweep finds the rest).

@@ -33,9 +33,9 @@ import (
 // --etcd-prefix default).
 const DefaultEtcdPrefix = "/anvil/default"
 
-// sharedFiles are the state directory's files a site's replicas hold alike through etcd
-// (the provider's own list, in service/replica.go, with the console token's hash).
-var sharedFiles = []string{pki.CACertFile, pki.CAKeyFile, pki.AdminCertFile, pki.AdminKeyFile, console.TokenHashFile}
+// sharedFiles are the state directory's files a site's replicas hold alike through etcd:
+// the provider CA's, and the console token's hash.
+var sharedFiles = append(pki.Files(), console.TokenHashFile)
 
 // migration copies a stopped provider's embedded state into a site's empty etcd prefix.
 type migration struct {

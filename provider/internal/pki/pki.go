@@ -36,6 +36,10 @@ const (
 	clockSkewGrace = time.Hour
 )
 
+// Files are the authority's files in the state directory, all of them: what the replicas
+// of a site share.
+func Files() []string { return []string{CACertFile, CAKeyFile, AdminCertFile, AdminKeyFile} }
+
 // Authority is the provider's CA.
 type Authority struct {
 	cert *x509.Certificate

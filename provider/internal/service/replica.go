@@ -31,9 +31,6 @@ type site struct {
 	term atomic.Pointer[replica.Term]
 }
 
-// sharedFiles are the state directory's files every replica holds alike.
-var sharedFiles = []string{pki.CACertFile, pki.CAKeyFile, pki.AdminCertFile, pki.AdminKeyFile}
-
 // openState opens the state: the embedded store in the state directory, or the site's
 // on etcd with the provider CA shared through it.
 func openState(ctx context.Context, opts Options, reg prometheus.Registerer, logger *zap.Logger) (*resources.Store, *site, *pki.Authority, error) {
@@ -93,7 +90,7 @@ func openState(ctx context.Context, opts Options, reg prometheus.Registerer, log
 
 	var ca *pki.Authority
 
-	shared := replica.SharedFiles{KV: cli, Prefix: opts.EtcdPrefix, Dir: opts.StateDir, Names: sharedFiles, Keys: keys}
+	shared := replica.SharedFiles{KV: cli, Prefix: opts.EtcdPrefix, Dir: opts.StateDir, Names: pki.Files(), Keys: keys}
 	if err = shared.Share(ctx, func() (err error) {
 		ca, err = loadAuthority(opts.StateDir)
 
