@@ -73,10 +73,6 @@ func (s *State) startSite(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("a lab site has 2 to %d replicas, not %d", labnet.MaxReplicas, n)
 	}
 
-	if cfg.OmniBin != "" {
-		return errors.New("a lab site of replicas does not run with Omni yet")
-	}
-
 	hosts := make([]string, n)
 	namespaces := make([]string, n)
 
@@ -111,7 +107,7 @@ func (s *State) startSite(ctx context.Context, cfg Config) error {
 	s.Replicas = make([]Replica, n)
 
 	for i := range n {
-		args, err := s.replicaArgs(cfg, i, n)
+		args, err := s.replicaArgs(ctx, cfg, i, n)
 		if err != nil {
 			return err
 		}
@@ -167,7 +163,7 @@ func (s *State) shareProviderKey(n int) error {
 
 // replicaArgs is replica i's command line: the lab's provider flags on the site's state,
 // advertising the site's address.
-func (s *State) replicaArgs(cfg Config, i, n int) ([]string, error) {
+func (s *State) replicaArgs(ctx context.Context, cfg Config, i, n int) ([]string, error) {
 	files := s.etcd.TLS()
 
 	endpoints := make([]string, n)
@@ -180,11 +176,23 @@ func (s *State) replicaArgs(cfg Config, i, n int) ([]string, error) {
 		return nil, err
 	}
 
-	return append(args,
+	args = append(args,
 		"--state", "etcd", "--etcd-endpoints", strings.Join(endpoints, ","),
 		"--etcd-ca", files.CA, "--etcd-cert", files.Cert, "--etcd-key", files.Key,
 		"--etcd-prefix", EtcdPrefix, "--replica-name", "r"+strconv.Itoa(i),
-	), nil
+	)
+
+	if s.Omni != nil {
+		// One infra provider in Omni for the site: the leader speaks for it.
+		omniArgs, err := s.omniProviderArgs(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+
+		args = append(args, omniArgs...)
+	}
+
+	return args, nil
 }
 
 // StartReplica starts replica i (again) with its recorded command line and waits until

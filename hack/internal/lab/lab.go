@@ -95,7 +95,7 @@ type Config struct {
 	// Replicas, when 2 or more, runs a site of provider replicas instead of one provider
 	// (lab up --ha: 3): each with an etcd member, in a namespace of its own on the
 	// bridge, behind the site's address (labnet.VIP) that keepalived moves to a ready
-	// one. Not with Omni (yet).
+	// one, with Omni too (the leader runs the adapter).
 	Replicas int
 
 	// OmniBin is a real Omni (make omni: _out/bin/omni), run in namespace <prefix>-omni on

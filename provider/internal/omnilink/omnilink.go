@@ -18,8 +18,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 	"unicode"
 
+	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -29,6 +31,7 @@ import (
 	omniadapterv1 "github.com/anvil-metal/anvil/api/omniadapter/v1"
 	"github.com/anvil-metal/anvil/internal/bootparams"
 	"github.com/anvil-metal/anvil/provider/internal/power"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 	"github.com/anvil-metal/anvil/provider/internal/transitions"
 )
 
@@ -50,6 +53,8 @@ type Link struct {
 	bmcs   BMCSetter
 	lag    *SyncLag
 	logger *zap.Logger
+	// shared: the join config goes through the state (OmniJoin) to every replica.
+	shared bool
 
 	mu         sync.RWMutex
 	joinArgs   []string
@@ -74,6 +79,10 @@ type Options struct {
 	// how long it takes to be carried out.
 	Lag    *SyncLag
 	Logger *zap.Logger
+	// Shared stores the join config the adapter says in the state (OmniJoin) for the
+	// site's other replicas, whose links keep it from there (Follow): only the leader
+	// runs the adapter, every replica boots machines into Omni. Needs State.
+	Shared bool
 }
 
 // New returns the link.
@@ -83,7 +92,7 @@ func New(opts Options) *Link {
 		logger = zap.NewNop()
 	}
 
-	return &Link{socket: opts.Socket, st: opts.State, bmcs: opts.BMCs, lag: opts.Lag, logger: logger}
+	return &Link{socket: opts.Socket, st: opts.State, bmcs: opts.BMCs, lag: opts.Lag, logger: logger, shared: opts.Shared && opts.State != nil}
 }
 
 // Socket is where the adapter API is served.
@@ -108,7 +117,7 @@ func (l *Link) JoinConfig() (string, bool) {
 }
 
 // SetJoinConfig implements omniadapterv1.OmniAdapterServiceServer.
-func (l *Link) SetJoinConfig(_ context.Context, req *omniadapterv1.SetJoinConfigRequest) (*omniadapterv1.SetJoinConfigResponse, error) {
+func (l *Link) SetJoinConfig(ctx context.Context, req *omniadapterv1.SetJoinConfigRequest) (*omniadapterv1.SetJoinConfigResponse, error) {
 	args := req.GetKernelArgs()
 
 	if err := validateJoinArgs(args); err != nil {
@@ -123,17 +132,98 @@ func (l *Link) SetJoinConfig(_ context.Context, req *omniadapterv1.SetJoinConfig
 		args = []string{}
 	}
 
+	if l.shared {
+		// Stored first: the adapter says it again should the site not have it.
+		if err := safe.StateModify(ctx, l.st, resources.NewOmniJoin(), func(j *resources.OmniJoin) error {
+			j.TypedSpec().KernelArgs, j.TypedSpec().Config = slices.Clone(args), req.GetConfig()
+
+			return nil
+		}); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "error storing the join config for the site: %v", err)
+		}
+	}
+
+	l.setJoin(args, req.GetConfig())
+
+	return &omniadapterv1.SetJoinConfigResponse{}, nil
+}
+
+// setJoin keeps the join config in memory, logging a change.
+func (l *Link) setJoin(args []string, config string) {
 	l.mu.Lock()
 	changed := !slices.Equal(l.joinArgs, args)
 	l.joinArgs = slices.Clone(args)
-	l.joinConfig = req.GetConfig()
+	l.joinConfig = config
 	l.mu.Unlock()
 
 	if changed {
 		l.logger.Info("Omni's join config", zap.Strings("kernel_args", Redact(args)))
 	}
+}
 
-	return &omniadapterv1.SetJoinConfigResponse{}, nil
+// followRetry is the wait before following the stored join config again after a
+// failed watch (a replica cut off from etcd).
+const followRetry = 2 * time.Second
+
+// Follow keeps the join config the site's leader stored (OmniJoin) until ctx is done;
+// a link that is not shared has nothing to follow.
+func (l *Link) Follow(ctx context.Context) error {
+	if !l.shared {
+		return nil
+	}
+
+	for {
+		err := l.follow(ctx)
+		if ctx.Err() != nil {
+			return nil //nolint:nilerr // stopping is not a failure
+		}
+
+		l.logger.Warn("following the site's Omni join config failed: following it again", zap.Error(err))
+
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(followRetry):
+		}
+	}
+}
+
+func (l *Link) follow(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	events := make(chan safe.WrappedStateEvent[*resources.OmniJoin])
+
+	if err := safe.StateWatch(ctx, l.st, resources.NewOmniJoin().Metadata(), events); err != nil {
+		return fmt.Errorf("error watching the join config: %w", err)
+	}
+
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-events:
+			switch ev.Type() {
+			case state.Created, state.Updated:
+				j, err := ev.Resource()
+				if err != nil {
+					return err
+				}
+
+				// What another replica stored is checked as what an adapter says.
+				if err = validateJoinArgs(j.TypedSpec().KernelArgs); err != nil || len(j.TypedSpec().Config) > maxJoinConfigSize {
+					l.logger.Warn("the site's stored join config is not valid: ignored", zap.Error(err))
+
+					continue
+				}
+
+				l.setJoin(j.TypedSpec().KernelArgs, j.TypedSpec().Config)
+			case state.Errored:
+				return ev.Error()
+			case state.Destroyed, state.Bootstrapped, state.Noop:
+			}
+		}
+	}
 }
 
 // validateJoinArgs checks that each arg is one word an iPXE kernel line can carry.

@@ -7,7 +7,7 @@
 package resources
 
 // The specs' deep copies (typed.DeepCopyable) are generated, as Talos generates its own.
-//go:generate deep-copy -type BMCConfigSpec -type BMCSecretSpec -type DHCPLeaseSpec -type MachineIntentSpec -type MachineInventorySpec -type MachineLabelsSpec -type MachineSpec -type MachineStatusSpec -type OmniMachineSpec -type OmniMachineStatusSpec -type PowerStatusSpec -type SchematicSpec -o deep_copy.generated.go .
+//go:generate deep-copy -type BMCConfigSpec -type BMCSecretSpec -type DHCPLeaseSpec -type MachineIntentSpec -type MachineInventorySpec -type MachineLabelsSpec -type MachineSpec -type MachineStatusSpec -type OmniMachineSpec -type OmniMachineStatusSpec -type OmniJoinSpec -type PowerStatusSpec -type SchematicSpec -o deep_copy.generated.go .
 
 import "github.com/cosi-project/runtime/pkg/resource"
 

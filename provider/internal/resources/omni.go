@@ -136,3 +136,48 @@ func (OmniMachineStatusExtension) ResourceDefinition() meta.ResourceDefinitionSp
 func init() {
 	mustRegister(protobuf.RegisterDynamic[OmniMachineStatusSpec](OmniMachineStatusType, &OmniMachineStatus{}))
 }
+
+// OmniJoinType is the type of the OmniJoin resource.
+const OmniJoinType = resource.Type("OmniJoins.anvil.dev")
+
+// OmniJoinID is the one OmniJoin's ID.
+const OmniJoinID = "omni"
+
+// OmniJoin is Omni's join config as the leader's Omni adapter last said it, for every
+// replica of a site: the kernel args that make agents and Talos join Omni over
+// SideroLink, and the join config documents Talos is served. On one provider (the
+// embedded store) the link keeps it in memory and this resource is not written.
+type OmniJoin = typed.Resource[OmniJoinSpec, OmniJoinExtension]
+
+// OmniJoinSpec is Omni's join config.
+type OmniJoinSpec struct {
+	KernelArgs []string `yaml:"kernelArgs,omitempty" protobuf:"1"`
+	// Config is the join config documents (Talos machine configuration).
+	Config string `yaml:"config,omitempty" protobuf:"2"`
+}
+
+// NewOmniJoin returns the empty OmniJoin.
+func NewOmniJoin() *OmniJoin {
+	return typed.NewResource[OmniJoinSpec, OmniJoinExtension](
+		resource.NewMetadata(NamespaceName, OmniJoinType, OmniJoinID, resource.VersionUndefined),
+		OmniJoinSpec{},
+	)
+}
+
+// OmniJoinExtension provides the resource definition of OmniJoin.
+type OmniJoinExtension struct{}
+
+// ResourceDefinition implements typed.Extension.
+func (OmniJoinExtension) ResourceDefinition() meta.ResourceDefinitionSpec {
+	return meta.ResourceDefinitionSpec{
+		Type:             OmniJoinType,
+		Aliases:          []resource.Type{"omnijoin", "omnijoins"},
+		DefaultNamespace: NamespaceName,
+		// The join token lets a machine join Omni.
+		Sensitivity: meta.Sensitive,
+	}
+}
+
+func init() {
+	mustRegister(protobuf.RegisterDynamic[OmniJoinSpec](OmniJoinType, &OmniJoin{}))
+}

@@ -154,7 +154,7 @@ func (s *Store) Close() error {
 func Definitions() []meta.ResourceWithRD {
 	return []meta.ResourceWithRD{
 		&Machine{}, &MachineIntent{}, &MachineStatus{}, &MachineInventory{}, &DHCPLease{}, &Schematic{},
-		&BMCConfig{}, &BMCSecret{}, &PowerStatus{}, &MachineLabels{}, &OmniMachine{}, &OmniMachineStatus{},
+		&BMCConfig{}, &BMCSecret{}, &PowerStatus{}, &MachineLabels{}, &OmniMachine{}, &OmniMachineStatus{}, &OmniJoin{},
 	}
 }
 

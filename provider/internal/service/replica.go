@@ -60,12 +60,6 @@ func openState(ctx context.Context, opts Options, reg prometheus.Registerer, log
 		return nil, nil, nil, fmt.Errorf("--state %q: want %s or %s", opts.State, StateBolt, StateEtcd)
 	}
 
-	if opts.OmniAPIEndpoint != "" {
-		// The Omni link runs on the leader, and its join config must reach every replica's
-		// boot scripts first.
-		return nil, nil, nil, errors.New("--state etcd does not run in Omni mode yet: in Omni mode, run one provider on the embedded store")
-	}
-
 	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
 		return nil, nil, nil, fmt.Errorf("error creating the state directory: %w", err)
 	}

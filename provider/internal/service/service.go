@@ -257,6 +257,8 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		adapter.Logger = logger.Named("omni")
 		env.omni = omnilink.New(omnilink.Options{
 			Socket: filepath.Join(opts.StateDir, "omni-adapter.sock"), State: store, BMCs: env.transitions, Lag: env.omniLag, Logger: logger.Named("omni"),
+			// The leader's adapter says the join config; every replica boots with it.
+			Shared: site != nil,
 		})
 		env.adapter = &adapter
 
@@ -291,6 +293,10 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 
 	if site != nil {
 		runners = append(runners, runner{name: "etcd health", run: site.health.Run})
+
+		if env.omni != nil {
+			runners = append(runners, runner{name: "omni join config", run: env.omni.Follow})
+		}
 	}
 
 	runners = append(runners, env.agentTalosServices(factory)...)
