@@ -195,6 +195,12 @@ func (s *DHCPv6) handle(pkt []byte, src netip.AddrPort, bootPort bool) ([]byte, 
 
 	c.received.Inc()
 
+	if s.cfg.Serving != nil && s.cfg.Serving() != nil {
+		c.ignored("unready")
+
+		return nil, netip.AddrPort{}
+	}
+
 	msg, err := dhcpv6.FromBytes(pkt)
 	if err != nil {
 		c.malformed.Inc()

@@ -36,6 +36,9 @@ type DHCPv6Config struct {
 	// Pool turns on full mode: addresses for every client. Nil is information mode, beside
 	// a site's router and DHCPv6 server: boot URLs only, no addresses.
 	Pool *DHCPv6Pool
+	// Serving, when set, errs while this provider must not answer machines (a replica
+	// cut off from the shared state): nothing is answered then (Config.Serving's twin).
+	Serving func() error
 	// Port is the port listened on; 0 means 547. Replies go to port 546 (clients) and
 	// 547 (relays) whatever it is.
 	Port int

@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv6"
 	"github.com/stretchr/testify/assert"
+	"go.uber.org/zap"
 )
 
 // TestProxyAnswersOnlyWhileServing: while Serving errs (a replica cut off from the shared
@@ -67,6 +69,45 @@ func TestProxyAnswersOnlyWhileServing(t *testing.T) {
 			assert.True(t, to.IsValid())
 			assert.InDelta(t, 0, unready, 0)
 			assert.InDelta(t, 1, testutilValue(t, c.offer)+testutilValue(t, c.ack), 0)
+		})
+	}
+}
+
+// TestDHCPv6AnswersOnlyWhileServing: the DHCPv6 boot server, like the ProxyDHCP, leaves
+// clients unanswered while Serving errs, counted as ignored for "unready".
+func TestDHCPv6AnswersOnlyWhileServing(t *testing.T) {
+	t.Parallel()
+
+	src := netip.MustParseAddrPort("[fe80::5054:ff:fe12:3456%vs0]:546")
+
+	for _, tc := range []struct {
+		name    string
+		serving error
+	}{
+		{name: "serving"},
+		{name: "cut off", serving: errors.New("etcd not reached for 7s")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			cfg := testConfig6(t, false, false)
+			cfg.Serving = func() error { return tc.serving }
+
+			s := testDHCPv6(cfg, zap.NewNop())
+
+			out, _ := s.handle(request6(t, dhcpv6.MessageTypeSolicit, kindHTTP).ToBytes(), src, false)
+
+			unready := testutilValue(t, s.dhcp.m.ignored.WithLabelValues("dhcpv6", "unready"))
+
+			if tc.serving != nil {
+				assert.Nil(t, out, "nothing answered")
+				assert.InDelta(t, 1, unready, 0)
+
+				return
+			}
+
+			assert.NotNil(t, out, "answered")
+			assert.InDelta(t, 0, unready, 0)
 		})
 	}
 }

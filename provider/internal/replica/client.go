@@ -55,8 +55,10 @@ func Dial(cfg ClientConfig, logger *zap.Logger) (*clientv3.Client, error) {
 		// keepalive time is 10 s), and the balancer moves on.
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 3 * time.Second,
-		// Every watch fails over when its member loses the raft leader, rather than
-		// hanging on a member cut off from the others.
+		// Refuse members of an etcd older than this client's (3.6): a mixed cluster in
+		// the middle of a downgrade is not one to keep a site's state on. (Watches
+		// leave a member cut off from its raft leader: state-etcd asks them with
+		// WithRequireLeader.)
 		RejectOldCluster: true,
 		Logger:           logger,
 	})

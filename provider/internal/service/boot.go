@@ -1,9 +1,12 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"path/filepath"
+
+	"github.com/cosi-project/runtime/pkg/state"
 
 	"github.com/anvil-metal/anvil/provider/internal/pxe"
 )
@@ -114,14 +117,20 @@ func (env *environment) dhcp(metrics *pxe.Metrics) (*runner, error) {
 
 		cfg.Pool = pool
 
-		srv, err := pxe.NewDHCPServer(cfg, pxe.NewStateLeases(env.store), env.logger.Named("dhcp"), metrics)
-		if err != nil {
+		// Checked at start; each term of leadership serves with leases written through
+		// its fenced state: two servers on one pool would hand an address out twice.
+		if _, err := pxe.NewDHCPServer(cfg, pxe.NewStateLeases(env.store), env.logger.Named("dhcp"), metrics); err != nil {
 			return nil, fmt.Errorf("error configuring the DHCP server: %w", err)
 		}
 
-		// Two servers on one pool would hand one address out twice: on a site of
-		// replicas, the leader's alone serves.
-		return &runner{name: "dhcp", run: srv.Run, leaderOnly: true}, nil
+		return &runner{name: "dhcp", lead: func(ctx context.Context, st state.State) error {
+			srv, err := pxe.NewDHCPServer(cfg, pxe.NewStateLeases(st), env.logger.Named("dhcp"), metrics)
+			if err != nil {
+				return fmt.Errorf("error configuring the DHCP server: %w", err)
+			}
+
+			return srv.Run(ctx)
+		}}, nil
 	}
 
 	if opts.DisableDHCPProxy {

@@ -1,10 +1,13 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
+
+	"github.com/cosi-project/runtime/pkg/state"
 
 	"github.com/anvil-metal/anvil/provider/internal/pxe"
 )
@@ -76,9 +79,19 @@ func (env *environment) dhcpv6(metrics *pxe.Metrics) (*runner, error) {
 		cfg.ARM64BootFile = arm64TFTPName
 	}
 
+	if env.site != nil {
+		// A replica cut off from etcd leaves the machines to the replicas that are not.
+		cfg.Serving = env.site.health.Ready
+	}
+
 	srv, err := pxe.NewDHCPv6(cfg, env.logger.Named("dhcpv6"), metrics)
 	if err != nil {
 		return nil, fmt.Errorf("error configuring DHCPv6: %w", err)
+	}
+
+	if pool != nil {
+		// Full mode hands addresses out of memory: on a site, the leader's alone.
+		return &runner{name: "dhcpv6", lead: func(ctx context.Context, _ state.State) error { return srv.Run(ctx) }}, nil
 	}
 
 	return &runner{name: "dhcpv6", run: srv.Run}, nil

@@ -307,8 +307,8 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 
 	if env.omni != nil {
 		leading = append(leading,
-			runner{name: "omni adapter API", run: env.omni.Serve},
-			runner{name: "omni adapter", run: func(ctx context.Context) error { return env.adapter.Run(ctx, env.omni) }})
+			runner{name: "omni adapter API", lead: func(ctx context.Context, _ state.State) error { return env.omni.Serve(ctx) }},
+			runner{name: "omni adapter", lead: func(ctx context.Context, _ state.State) error { return env.adapter.Run(ctx, env.omni) }})
 	}
 
 	// The console first: the API port sends /ui/ to it.
@@ -319,7 +319,7 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		}
 
 		for _, r := range built {
-			if r.leaderOnly && site != nil {
+			if r.lead != nil {
 				leading = append(leading, r)
 			} else {
 				runners = append(runners, r)
@@ -329,9 +329,15 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 
 	runners = append(runners, runner{name: "leader", run: func(ctx context.Context) error {
 		return env.lead(ctx, func(ctx context.Context, st state.State) error {
-			return runAll(ctx, append([]runner{{name: "leader controllers", run: func(ctx context.Context) error {
+			term := []runner{{name: "leader controllers", run: func(ctx context.Context) error {
 				return runControllers(ctx, st, leaderCtrls, logger.Named("controllers"))
-			}}}, leading...))
+			}}}
+
+			for _, r := range leading {
+				term = append(term, runner{name: r.name, run: func(ctx context.Context) error { return r.lead(ctx, st) }})
+			}
+
+			return runAll(ctx, term)
 		})
 	}})
 
@@ -352,9 +358,10 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 type runner struct {
 	name string
 	run  func(context.Context) error
-	// leaderOnly runs it on the site's leader alone (on etcd): what two replicas must
-	// not do at once.
-	leaderOnly bool
+	// lead, instead of run, runs it while this provider leads its site (always, on the
+	// embedded store), writing through the state the term is fenced by: what two
+	// replicas must not do at once.
+	lead func(context.Context, state.State) error
 }
 
 // environment is what the services are built from.
