@@ -40,7 +40,7 @@ func (l *Link) ApplyMachine(ctx context.Context, req *omniadapterv1.ApplyMachine
 
 	changed := false
 
-	if err := safe.StateModify(ctx, l.st, resources.NewOmniMachine(m.GetId()), func(om *resources.OmniMachine) error {
+	if err := safe.StateModify(ctx, l.writer(), resources.NewOmniMachine(m.GetId()), func(om *resources.OmniMachine) error {
 		changed = !reflect.DeepEqual(*om.TypedSpec(), spec)
 		*om.TypedSpec() = spec
 
@@ -80,7 +80,7 @@ func (l *Link) ForgetMachine(ctx context.Context, req *omniadapterv1.ForgetMachi
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 
-	_, err := safe.StateUpdateWithConflicts(ctx, l.st, resources.NewOmniMachine(req.GetId()).Metadata(), func(om *resources.OmniMachine) error {
+	_, err := safe.StateUpdateWithConflicts(ctx, l.writer(), resources.NewOmniMachine(req.GetId()).Metadata(), func(om *resources.OmniMachine) error {
 		*om.TypedSpec() = gone
 
 		return nil

@@ -59,6 +59,37 @@ type Link struct {
 	mu         sync.RWMutex
 	joinArgs   []string
 	joinConfig string
+	// fenced, while Serve runs for a term of leadership (ServeFenced), is the state the
+	// link writes through: a deposed leader's late writes are refused.
+	fenced state.State
+}
+
+// writer is the state the link writes through.
+func (l *Link) writer() state.State {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+
+	if l.fenced != nil {
+		return l.fenced
+	}
+
+	return l.st
+}
+
+// ServeFenced serves the adapter API, as Serve, writing what the adapter says through st
+// (a leader's fenced state) until ctx is done.
+func (l *Link) ServeFenced(ctx context.Context, st state.State) error {
+	l.mu.Lock()
+	l.fenced = st
+	l.mu.Unlock()
+
+	defer func() {
+		l.mu.Lock()
+		l.fenced = nil
+		l.mu.Unlock()
+	}()
+
+	return l.Serve(ctx)
 }
 
 // BMCSetter stores how to reach a machine's BMC as a person gave it (the transitions).
@@ -134,7 +165,7 @@ func (l *Link) SetJoinConfig(ctx context.Context, req *omniadapterv1.SetJoinConf
 
 	if l.shared {
 		// Stored first: the adapter says it again should the site not have it.
-		if err := safe.StateModify(ctx, l.st, resources.NewOmniJoin(), func(j *resources.OmniJoin) error {
+		if err := safe.StateModify(ctx, l.writer(), resources.NewOmniJoin(), func(j *resources.OmniJoin) error {
 			j.TypedSpec().KernelArgs, j.TypedSpec().Config = slices.Clone(args), req.GetConfig()
 
 			return nil

@@ -307,7 +307,7 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 
 	if env.omni != nil {
 		leading = append(leading,
-			runner{name: "omni adapter API", lead: func(ctx context.Context, _ state.State) error { return env.omni.Serve(ctx) }},
+			runner{name: "omni adapter API", lead: env.omni.ServeFenced},
 			runner{name: "omni adapter", lead: func(ctx context.Context, _ state.State) error { return env.adapter.Run(ctx, env.omni) }})
 	}
 
