@@ -77,7 +77,8 @@ const (
 //     starts spreads its first reads over the interval that follows; a machine with an
 //     action to decide (a reboot wanted, its power not known to be as wanted) is read at
 //     once.
-//   - MayAct is asked before every BMC call, and before an action is recorded.
+//   - MayAct is asked before every BMC read and before an action is recorded; a recorded
+//     action is taken (it was recorded through the fence, while this replica led).
 type PowerController struct {
 	Dialers power.Dialers
 	// Policy is the operator's choice of idle power and in-band BMC provisioning.
@@ -94,9 +95,9 @@ type PowerController struct {
 	Timeout time.Duration
 	// Clock tells the time; the real one when nil.
 	Clock Clock
-	// MayAct is asked before every BMC call, read or action, and before an action is
-	// recorded: an error holds the call back and looks at the machine again shortly,
-	// writing nothing more (nil: always allowed). Under high availability it says that
+	// MayAct is asked before every BMC read and before an action is recorded (then the
+	// action is taken: see take): an error holds the call back and looks at the machine
+	// again shortly, writing nothing more (nil: always allowed). Under high availability it says that
 	// this replica leads, and that its lease was renewed recently enough not to have
 	// expired by the time the call is made.
 	MayAct func() error
