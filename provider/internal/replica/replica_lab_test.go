@@ -410,3 +410,45 @@ func TestMutex(t *testing.T) {
 	assert.ErrorIs(t, stA.Create(ctx, resources.NewMachineLabels("late")), replica.ErrFenced)
 	require.NoError(t, stB.Create(ctx, resources.NewMachineLabels("m2")))
 }
+
+// A site runs one minor version at a time: a replica of another minor version is
+// refused while one runs, a patch version joins; a name a running replica holds is
+// refused, and a replica started again right after it died waits out its former
+// registration and joins.
+func TestMembersOneMinorVersion(t *testing.T) {
+	c := cluster(t)
+	ctx := t.Context()
+	cli := dial(t, c)
+
+	m := &replica.Members{Client: cli, Prefix: prefix + "/replicas", TTL: 2 * time.Second}
+
+	r0, err := m.Join(ctx, "r0", "v1.4.0")
+	require.NoError(t, err)
+
+	r1, err := m.Join(ctx, "r1", "v1.4.3")
+	require.NoError(t, err, "a patch version joins")
+
+	_, err = m.Join(ctx, "r2", "v1.5.0")
+	require.ErrorContains(t, err, "a site runs one minor version at a time")
+
+	running, err := m.Running(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"r0": "v1.4.0", "r1": "v1.4.3"}, running)
+
+	_, err = m.Join(ctx, "r1", "v1.4.3")
+	require.ErrorContains(t, err, `another running replica of this site is named "r1"`)
+
+	// r0 dies (its lease is not revoked): started again at once, it waits out the old
+	// registration.
+	r0.Orphan()
+
+	again, err := m.Join(ctx, "r0", "v1.4.0")
+	require.NoError(t, err)
+
+	// Every replica stopped: the new minor version starts.
+	require.NoError(t, again.Close())
+	require.NoError(t, r1.Close())
+
+	_, err = m.Join(ctx, "r0", "v1.5.0")
+	require.NoError(t, err)
+}

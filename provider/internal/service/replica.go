@@ -11,6 +11,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
@@ -23,7 +24,9 @@ import (
 // site is a replica's place among the site's others on etcd; nil for the embedded
 // store, where the one provider is its own leader.
 type site struct {
-	client   *clientv3.Client
+	client *clientv3.Client
+	// member is this replica's registration among the site's running replicas.
+	member   *concurrency.Session
 	health   *replica.Health
 	election *replica.Election
 	metrics  *replica.Metrics
@@ -104,9 +107,18 @@ func openState(ctx context.Context, opts Options, reg prometheus.Registerer, log
 		}
 	}
 
+	// Checked before anything runs: a site runs one minor version at a time.
+	member, err := (&replica.Members{Client: cli, Prefix: opts.EtcdPrefix + "/replicas", TTL: opts.LeaderTTL}).Join(ctx, name, Version)
+	if err != nil {
+		cli.Close()
+
+		return nil, nil, nil, err
+	}
+
 	metrics := replica.NewMetrics(reg)
 	s := &site{
 		client:  cli,
+		member:  member,
 		metrics: metrics,
 		health:  &replica.Health{Client: cli, Key: opts.EtcdPrefix + "/provider-key", Metrics: metrics, Logger: logger.Named("replica")},
 		election: &replica.Election{

@@ -125,6 +125,8 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 
 	if site != nil {
 		defer site.client.Close()
+		// Before the client closes: the registration goes at once, not a TTL later.
+		defer site.member.Close()
 	}
 
 	apiEndpoint := net.JoinHostPort(advertise.String(), strconv.Itoa(opts.APIPort))
