@@ -1,9 +1,12 @@
 package replica
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestMinor(t *testing.T) {
@@ -15,4 +18,14 @@ func TestMinor(t *testing.T) {
 	} {
 		assert.Equal(t, want, minor(in), in)
 	}
+}
+
+func TestCheckSnapshotRefusesWhatIsNoEtcdDatabase(t *testing.T) {
+	t.Parallel()
+
+	path := filepath.Join(t.TempDir(), "etcd-x.db")
+	require.NoError(t, os.WriteFile(path, []byte("not a database, truncated by a full disk"), 0o600))
+
+	_, err := CheckSnapshot(path)
+	assert.ErrorContains(t, err, "is not a database")
 }

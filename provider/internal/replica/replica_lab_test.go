@@ -452,3 +452,31 @@ func TestMembersOneMinorVersion(t *testing.T) {
 	_, err = m.Join(ctx, "r0", "v1.5.0")
 	require.NoError(t, err)
 }
+
+// The leader's backups on etcd: snapshots of the cluster, each checked to be a whole
+// etcd database holding the site's keys, the newest Keep kept.
+func TestSnapshots(t *testing.T) {
+	c := cluster(t)
+	ctx := t.Context()
+	cli := dial(t, c)
+
+	store, err := resources.OpenEtcd(ctx, cli, keys(t), prefix)
+	require.NoError(t, err)
+	require.NoError(t, store.Create(ctx, resources.NewMachineLabels("m1")))
+
+	s := &replica.Snapshots{Client: cli, Dir: t.TempDir(), Interval: time.Hour, Keep: 2, Logger: zaptest.NewLogger(t)}
+
+	var names []string
+
+	for range 3 {
+		name, n, err := s.Take(ctx)
+		require.NoError(t, err)
+		assert.Positive(t, n, "the snapshot holds the site's keys")
+
+		names = append(names, name)
+	}
+
+	left, err := filepath.Glob(filepath.Join(s.Dir, "*"))
+	require.NoError(t, err)
+	assert.Equal(t, names[1:], left, "the newest two kept")
+}

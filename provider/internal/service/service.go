@@ -307,6 +307,16 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 	// a full DHCP server's leases.
 	var leading []runner
 
+	if site != nil {
+		// The site's backups: the leader's snapshots of etcd, in its state directory.
+		snapshots := &replica.Snapshots{
+			Client: site.client, Dir: filepath.Join(opts.StateDir, resources.BackupDirName),
+			Interval: opts.StateBackupInterval, Keep: opts.StateBackupKeep, Logger: logger.Named("state"),
+		}
+
+		leading = append(leading, runner{name: "etcd snapshots", lead: func(ctx context.Context, _ state.State) error { return snapshots.Run(ctx) }})
+	}
+
 	if env.omni != nil {
 		leading = append(leading,
 			runner{name: "omni adapter API", lead: env.omni.ServeFenced},
