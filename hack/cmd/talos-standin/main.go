@@ -367,13 +367,20 @@ func (p permanent) Unwrap() error { return p.error }
 func retry(ctx context.Context, logger *zap.Logger, what string, fn func(context.Context) error) error {
 	wait := firstRetry
 
-	var err error
+	var err, last error
 
 	for i := 1; ; i++ {
 		actx, cancel := context.WithTimeout(ctx, attemptWait)
 		err = fn(actx)
 
 		cancel()
+
+		if ctx.Err() != nil && last != nil {
+			// The attempt ctx cut short says less than the ones before it.
+			return fmt.Errorf("%s: %w (last error: %w)", what, ctx.Err(), last)
+		}
+
+		last = err
 
 		var p permanent
 		if err == nil || errors.As(err, &p) || i == attempts {

@@ -145,7 +145,8 @@ func TestRunOverTLS(t *testing.T) {
 
 	out.Reset()
 
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	// Long enough for an attempt to finish on a loaded host: the error then names it.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 
 	err = run(ctx, zap.NewNop(), &out, earlyconfig.Param+"="+early+" talos.config="+impostor.URL+"/metadata/m?token=tok")
