@@ -80,7 +80,8 @@ const (
 //     calls reach Talos' API with the cluster's client certificate.
 //  4. Omni's reboot of the control plane: Anvil power-cycles it through its BMC and
 //     sends it to its disk, where GRUB boots Talos with the configuration on its STATE
-//     partition. Omni's power-off request is carried out once and acknowledged.
+//     partition. Omni's power-off request is carried out once and acknowledged; once
+//     withdrawn, Anvil powers the machine on into its disk's Talos again.
 //  5. The cluster deleted: Omni resets both over Talos' API (mutual TLS); they come back
 //     in maintenance from their disks; Omni names a wipe; Anvil PXE-cycles them into
 //     the agent, wipes them, reports the wiped node unique tokens, and they are ready to
@@ -437,6 +438,37 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 
 		time.Sleep(onceFor)
 		assert.False(t, state.Power(cp).Running(), "%s stays off", cp.Name)
+
+		// The request withdrawn, Anvil powers the allocated control plane on into its
+		// disk's Talos, which Omni reaches again. The cluster is deleted with both up:
+		// Omni v1.9.3 resets a deleted cluster's machine only over the cluster's
+		// credentials, and a machine that boots after its cluster's records are gone it
+		// speaks to as one in maintenance, which Talos refuses (certificate required), so
+		// its reset would wait for ever.
+		grub = countIn(cp.SerialLog(), labtest.GRUBBoot)
+		asked = time.Now()
+
+		require.NoError(t, o.SetConfig(t.Context(), cp.UUID, labtest.AcceptanceAccepted, "requestedrebootid: reboot-1"))
+
+		talosconfig := filepath.Join(t.TempDir(), "talosconfig")
+		_, err = omni.Run(t.Context(), "talosconfig", "--cluster", clusterName, "--force", talosconfig)
+		require.NoError(t, err)
+
+		if labtest.Eventually(t, labtest.TalosDeadline, cp.Name+" powered on into its disk's Talos, reached through Omni", func() error {
+			if !state.Power(cp).Running() {
+				return errors.New("off")
+			}
+
+			if err := grew(cp.SerialLog(), labtest.GRUBBoot, grub); err != nil {
+				return err
+			}
+
+			_, err := omniTalosctl(t.Context(), omni, talosctl, talosconfig, "--nodes", cp.UUID, "version")
+
+			return err
+		}) {
+			rep.Add("power-off withdrawn → Talos on its config, through Omni", cp, time.Since(asked))
+		}
 	})
 
 	// 5. The cluster deleted: reset by Omni, wiped by Anvil, ready again. The provider
@@ -463,8 +495,7 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 			done <- err
 		}()
 
-		// Omni resets each machine over Talos' API; the powered-off control plane's
-		// power-off request it drops, so Anvil powers it on first.
+		// Omni resets each machine over Talos' API.
 		labtest.ForEach(cluster, func(m *machine.Machine) {
 			if labtest.Eventually(t, labtest.TalosDeadline, m.Name+" reset by Omni", func() error {
 				return grew(m.SerialLog(), talosReset, resets[m.Name])

@@ -112,13 +112,28 @@ func (o *Omni) Accept(ctx context.Context, id string) error {
 	return o.SetConfig(ctx, id, AcceptanceAccepted, "")
 }
 
+// stepCleanupRoom is what Eventually leaves of the test binary's -timeout for the
+// cleanups after a step that failed.
+const stepCleanupRoom = 3 * time.Minute
+
 // Eventually retries f every 2 s until it returns nil or deadline passes; then it
 // reports f's last error as what failed, and returns false. It never stops the test, so
 // that the machines' goroutines may call it.
+//
+// A step ends before the test binary's -timeout, with stepCleanupRoom to spare: a stuck
+// step then fails as itself, and the cleanups print the machines' and provider's logs
+// and take the lab down, which go test's timeout panic would skip.
 func Eventually(t testing.TB, deadline time.Duration, what string, f func() error) bool {
 	t.Helper()
 
 	end := time.Now().Add(deadline)
+
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if binary, ok := d.Deadline(); ok && binary.Add(-stepCleanupRoom).Before(end) {
+			end = binary.Add(-stepCleanupRoom)
+			deadline = time.Until(end).Round(time.Second)
+		}
+	}
 
 	for {
 		err := f()
