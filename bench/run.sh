@@ -1,7 +1,7 @@
 #!/bin/sh
 # Builds the provider and runs Anvil's benchmarks against their peers (root; perfdhcp from
 # kea-admin, dnsmasq, nginx, wrk, atftpd). Usage:
-# bench/run.sh [flags] [dhcp|http|power|wipe|storm|assets|tftp|fleet|all]
+# bench/run.sh [flags] [dhcp|http|power|wipe|storm|assets|tftp|fleet|fleet-etcd|all]
 # (default all; flags: go run ./bench/cmd/bench -h). Report: _out/bench/report.txt.
 set -eu
 cd "$(dirname "$0")/.."
@@ -13,6 +13,6 @@ go build -o _out/bin/bench ./bench/cmd/bench
 last=""
 for a in "$@"; do last=$a; done
 case "$last" in
-dhcp | http | power | wipe | storm | assets | tftp | fleet | all) exec _out/bin/bench "$@" ;;
+dhcp | http | power | wipe | storm | assets | tftp | fleet | fleet-etcd | all) exec _out/bin/bench "$@" ;;
 *) exec _out/bin/bench "$@" all ;;
 esac

@@ -5,6 +5,11 @@
 // and restarted on the same state. It measures registrations, order latency, the
 // provider's CPU, memory and state size and how long the sessions take to come back, and
 // checks nothing was lost.
+//
+// The state is the embedded store or, as a replica of a site, a 3-member etcd cluster on
+// loopback; then the run also reads etcd at each phase's boundaries (revision, counters,
+// every key written by resource type) and optionally gives every machine a BMC and
+// measures a window at rest: what the state costs etcd, and its history against the quota.
 package fleetbench
 
 import (
@@ -48,7 +53,19 @@ type Config struct {
 	SMBIOSDir string
 	// MemoryLimit is the provider's --memory-limit ("" for its default).
 	MemoryLimit string
-	Log         func(format string, args ...any)
+	// State is where the provider keeps its state: StateBolt ("" too) or StateEtcd, a
+	// 3-member etcd cluster on loopback (TLS) in WorkDir, the provider its one replica.
+	State string
+	// EtcdBin is the etcd binary (etcdtest's default when empty).
+	EtcdBin string
+	// BMCs of the accepted machines (the first by index) are given an api BMC at the
+	// simulator before the allocations, so the power controller polls them; 0 gives one
+	// only to the allocated machines, as they are allocated.
+	BMCs int
+	// Steady, when set, is a window measured at rest once the scenario is over and a
+	// poll interval has passed.
+	Steady time.Duration
+	Log    func(format string, args ...any)
 }
 
 // Memory is a reading of the provider's memory: resident, and its Go runtime's figures
@@ -104,7 +121,17 @@ type Result struct {
 	Lost, ReportsLost, WipesTwice, NotResent int
 	// NotAccepted were never auto-accepted and wiped within the phase.
 	NotAccepted int
-	Problems    []string
+	// State is where the provider kept its state; BMCs how many machines had a BMC the
+	// power controller polled.
+	State string
+	BMCs  int
+	// Phases are the scenario's parts and what each cost the state.
+	Phases []Phase
+	// StateFile is the embedded store's file (state.db) at the end.
+	StateFile int64
+	// Etcd is what the etcd cluster says of the run (nil on bbolt).
+	Etcd     *EtcdResult
+	Problems []string
 }
 
 func (r *Result) problem(format string, args ...any) {
@@ -124,6 +151,7 @@ type run struct {
 	res      *Result
 	ev       *fleetEvents
 	simAddr  string
+	meter    *meter
 	// lifeCPU is the running provider's CPU time as last read.
 	lifeCPU time.Duration
 }
@@ -144,8 +172,17 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	defer factory.Close()
 
-	r := &run{cfg: cfg, res: &Result{Machines: cfg.Machines, Allocated: cfg.Allocate}, ev: newFleetEvents(),
+	if cfg.State == "" {
+		cfg.State = StateBolt
+	}
+
+	if cfg.State != StateBolt && cfg.State != StateEtcd {
+		return nil, fmt.Errorf("state %q: want %s or %s", cfg.State, StateBolt, StateEtcd)
+	}
+
+	r := &run{cfg: cfg, res: &Result{Machines: cfg.Machines, Allocated: cfg.Allocate, State: cfg.State}, ev: newFleetEvents(),
 		stateDir: filepath.Join(cfg.WorkDir, "state")}
+	r.meter = &meter{file: filepath.Join(r.stateDir, "state.db")}
 
 	if r.port, err = freeport.TCP(); err != nil {
 		return nil, err
@@ -169,12 +206,33 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		// The BMCs of the machines the benchmark allocates are given (the simulator's
 		// power API); the others have none, so nothing polls BMCs that are not there.
 		"--provision-bmc-credentials=false",
-		"--power-idle-default", "on",
+		"--power-idle-default", "on", "--power-poll-interval", pollInterval.String(),
 	}
 
 	if cfg.MemoryLimit != "" {
 		r.args = append(r.args, "--memory-limit", cfg.MemoryLimit)
 	}
+
+	if cfg.State == StateEtcd {
+		r.logf("starting a %d-member etcd cluster", etcdMembers)
+
+		site, err := startEtcd(ctx, filepath.Join(cfg.WorkDir, "etcd"), cfg.EtcdBin)
+		if err != nil {
+			return nil, err
+		}
+
+		// Stopped after the provider (deferred below).
+		defer func() {
+			if err := site.stop(); err != nil {
+				r.logf("%v", err)
+			}
+		}()
+
+		r.args = append(r.args, site.providerArgs()...)
+		r.meter.site = site
+	}
+
+	r.meter.mark(ctx, "start", 0)
 
 	if err = r.startProvider(ctx); err != nil {
 		return nil, err
@@ -189,11 +247,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	defer sim.stop()
 
-	if err = r.scenario(ctx, sim); err != nil {
-		return r.res, err
-	}
+	err = r.scenario(ctx, sim)
 
-	return r.res, nil
+	// What the phases cost, those run to their end at least.
+	r.meter.finish(ctx, r.res)
+
+	return r.res, err
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -241,6 +300,7 @@ func (r *run) scenario(ctx context.Context, sim *fleetProcess) error {
 		return last
 	}).Sub(sim.started)
 	r.logf("all accepted and wiped %s after the start", res.AcceptWipeTook.Round(time.Millisecond))
+	r.meter.mark(ctx, "registration, acceptance, wipe", cfg.Machines)
 
 	initial := r.initialWipes()
 
@@ -250,15 +310,34 @@ func (r *run) scenario(ctx context.Context, sim *fleetProcess) error {
 	}
 	defer ctl.Close()
 
-	chosen := r.chosen()
+	accepted := r.accepted()
+	chosen := accepted[:min(len(accepted), cfg.Allocate)]
+	res.BMCs = len(chosen)
+
+	// The machines with a BMC already, from the BMC phase.
+	hasBMC := map[string]bool{}
+
+	if cfg.BMCs > 0 {
+		given := accepted[:min(len(accepted), cfg.BMCs)]
+		if err = r.giveBMCs(ctx, ctl, given); err != nil {
+			return err
+		}
+
+		for _, id := range given {
+			hasBMC[id] = true
+		}
+
+		res.BMCs = max(len(given), len(chosen))
+		r.meter.mark(ctx, "BMCs given, each read once", len(given))
+	}
 
 	// 2. Allocate: cause (the call) to the order reaching the agent.
 	allocAt, err := r.transition(ctx, chosen, func(ctx context.Context, id string) error {
-		if _, err := ctl.Transitions().SetBMC(ctx, &controlv1.SetBMCRequest{MachineId: id, Kind: "api", Address: "http://" + r.simAddr}); err != nil {
-			return fmt.Errorf("error giving %s its BMC: %w", id, err)
+		if hasBMC[id] {
+			return nil // a SetBMC again would write the same BMC again
 		}
 
-		return nil
+		return r.setBMC(ctx, ctl, id)
 	}, func(ctx context.Context, id string) error {
 		_, err := ctl.Transitions().Allocate(ctx, &controlv1.AllocateRequest{MachineId: id, TalosVersion: cfg.TalosVersion})
 
@@ -280,6 +359,8 @@ func (r *run) scenario(ctx context.Context, sim *fleetProcess) error {
 	if err = r.waitSome(ctx, "allocated machines in Talos", chosen, func(m *simMachine) bool { return m.Talos.After(allocAt[m.ID]) }); err != nil {
 		return err
 	}
+
+	r.meter.mark(ctx, "allocation (allocate -> Talos)", len(chosen))
 
 	// 3. Installed (as Talos' event sink would say), then deallocated: the reset wipe.
 	if _, err = r.transition(ctx, chosen, nil, func(ctx context.Context, id string) error {
@@ -377,6 +458,13 @@ func (r *run) scenario(ctx context.Context, sim *fleetProcess) error {
 	res.DeallocWipe = r.latencies(chosen, deallocAt, "wipe-")
 
 	r.verify(ctx, ctl, before, initial, chosen, deallocAt)
+	r.meter.mark(ctx, "installed, deallocate, restart, reset wipes", len(chosen))
+
+	if cfg.Steady > 0 {
+		if err = r.steady(ctx); err != nil {
+			return err
+		}
+	}
 
 	r.sampleProvider(true)
 
@@ -474,29 +562,6 @@ func recorded(records map[string]*machineRecord, want map[string]string) bool {
 	}
 
 	return true
-}
-
-// chosen are the machines allocated and deallocated: the first cfg.Allocate by index
-// of those accepted and wiped.
-func (r *run) chosen() []string {
-	var ms []*simMachine
-
-	r.ev.view(func(all map[string]*simMachine) {
-		for _, m := range all {
-			if len(m.Wiped) > 0 {
-				ms = append(ms, m)
-			}
-		}
-	})
-
-	slices.SortFunc(ms, func(a, b *simMachine) int { return a.Index - b.Index })
-
-	out := make([]string, 0, r.cfg.Allocate)
-	for _, m := range ms[:min(len(ms), r.cfg.Allocate)] {
-		out = append(out, m.ID)
-	}
-
-	return out
 }
 
 // initialWipes is each machine's first wipe generation.
@@ -718,6 +783,9 @@ func (r *run) startProvider(ctx context.Context) error {
 	r.lives++
 	logPath := filepath.Join(r.cfg.WorkDir, fmt.Sprintf("provider-%d.log", r.lives))
 
+	sock := filepath.Join(r.stateDir, "control.sock")
+	_ = os.Remove(sock) // a killed provider's, which would read as up
+
 	p, err := proc.Start("provider", exec.Command(r.cfg.ProviderBin, r.args...), logPath)
 	if err != nil {
 		return err
@@ -728,8 +796,6 @@ func (r *run) startProvider(ctx context.Context) error {
 	if err = p.WaitTCP(ctx, "127.0.0.1:"+strconv.Itoa(r.port), time.Minute); err != nil {
 		return fmt.Errorf("%w (log: %s)", err, logPath)
 	}
-
-	sock := filepath.Join(r.stateDir, "control.sock")
 
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if _, err = os.Stat(sock); err == nil {

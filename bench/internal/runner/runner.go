@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,7 +24,7 @@ import (
 	"github.com/anvil-metal/anvil/bench/internal/wipebench"
 )
 
-const usage = `usage: bench [flags] dhcp|http|power|wipe|storm|assets|fleet|tftp|all
+const usage = `usage: bench [flags] dhcp|http|power|wipe|storm|assets|fleet|fleet-etcd|tftp|all
 
 Runs Anvil and a peer on the same load and prints the ratio (root; needs perfdhcp,
 dnsmasq, nginx, wrk, taskset, ip). The report is also written to <out>/report.txt.
@@ -31,7 +32,10 @@ power (a concurrent against a serial IPMI power sweep over in-process BMCs) need
 neither root nor tools, only the ipmi-sweep binary. wipe (the agent's disk wipe on loop
 devices over sparse files, against dd) needs root, losetup and the wipe-disk binary.
 fleet (10,000 simulated agents against one provider, SIGKILLed and restarted midway)
-needs neither root nor tools, only the fleetsim binary. tftp (10 concurrent fetches of
+needs neither root nor tools, only the fleetsim binary; fleet-etcd (the same fleet on
+bbolt and on a 3-member etcd cluster, every machine with a BMC, and a window at rest:
+etcd's writes per phase and its history against the quota) needs the etcd binary of
+make envtest-assets too, and is not part of all. tftp (10 concurrent fetches of
 the iPXE binary from the provider's TFTP and from atftpd, without and with RFC 7440
 windows) needs atftpd.
 `
@@ -83,6 +87,7 @@ func Main(ctx context.Context, args []string) error {
 
 	storm := stormFlags(fs)
 	fleet := fleetFlags(fs)
+	fleetEtcd := fleetEtcdFlags(fs)
 	tftpOpts := tftpFlags(fs)
 
 	if err := fs.Parse(args); err != nil {
@@ -92,12 +97,12 @@ func Main(ctx context.Context, args []string) error {
 	if fs.NArg() != 1 {
 		fs.Usage()
 
-		return errors.New("want exactly one of dhcp, http, power, wipe, all")
+		return errors.New("want exactly one of dhcp, http, power, wipe, storm, assets, fleet, fleet-etcd, tftp, all")
 	}
 
 	which := fs.Arg(0)
-	if which != "dhcp" && which != "http" && which != "power" && which != "wipe" && which != "storm" && which != "assets" && which != "fleet" && which != "tftp" && which != "all" {
-		return fmt.Errorf("unknown benchmark %q: want dhcp, http, power, wipe, storm, assets, fleet, tftp or all", which)
+	if !slices.Contains([]string{"dhcp", "http", "power", "wipe", "storm", "assets", "fleet", "fleet-etcd", "tftp", "all"}, which) {
+		return fmt.Errorf("unknown benchmark %q: want dhcp, http, power, wipe, storm, assets, fleet, fleet-etcd, tftp or all", which)
 	}
 
 	logf := func(format string, args ...any) {
@@ -108,6 +113,16 @@ func Main(ctx context.Context, args []string) error {
 		var rep report.Report
 
 		if err := runFleet(ctx, &rep, fleet, *provider, *out, logf); err != nil {
+			return err
+		}
+
+		return finish(&rep, *out, loadAverage())
+	}
+
+	if which == "fleet-etcd" {
+		var rep report.Report
+
+		if err := runFleetEtcd(ctx, &rep, fleet, fleetEtcd, *provider, *out, logf); err != nil {
 			return err
 		}
 
