@@ -385,7 +385,8 @@ func (s *State) KillKeepalived(ctx context.Context, i int) error {
 	}
 
 	out, err := netns.Command(ctx, s.Replicas[i].NS, "ip", "addr", "del", labnet.VIP+"/24", "dev", labnet.ReplicaVeth).CombinedOutput()
-	if err != nil && !strings.Contains(string(out), "Cannot assign requested address") {
+	// The address is there only if keepalived made this replica the master.
+	if err != nil && !strings.Contains(string(out), "Cannot assign requested address") && !strings.Contains(string(out), "Address not found") {
 		return fmt.Errorf("error taking the site's address off replica %d: %w: %s", i, err, out)
 	}
 
