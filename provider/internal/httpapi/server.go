@@ -130,7 +130,9 @@ func New(opts Options) *Server {
 	mux.HandleFunc("GET /healthz", s.handleHealth)
 	mux.HandleFunc("GET /readyz", s.handleReady)
 	mux.HandleFunc("GET /ui/", s.handleConsoleRedirect)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{}))
+	// A collector that fails (the machines' power, on a replica cut off from etcd) leaves
+	// its metrics out; the rest of the scrape is served.
+	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 
 	// ServeMux would redirect an unclean path, repeating the query (a token) in Location.
 	routes := refuseUncleanPaths(mux)

@@ -79,6 +79,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 
 	emit(ch, phaseDesc, byPhase)
 
+	// A replica cut off from etcd would wait on the listing for listTimeout and find
+	// nothing: its scrape says why at once, and its other metrics (ready, the requests
+	// it leaves unanswered) are what an operator reads then.
+	if err := c.view.Serving(); err != nil {
+		ch <- prometheus.NewInvalidMetric(powerDesc, err)
+		ch <- prometheus.NewInvalidMetric(conditionDesc, err)
+
+		return
+	}
+
 	byPower, byCondition, err := c.power(entries)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(powerDesc, err)

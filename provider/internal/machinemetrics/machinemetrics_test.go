@@ -2,9 +2,13 @@ package machinemetrics_test
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -106,4 +110,74 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]map[string]float6
 	}
 
 	return out
+}
+
+// listCounter is a state that counts its List calls.
+type listCounter struct {
+	state.State
+	lists atomic.Int32
+}
+
+func (s *listCounter) List(ctx context.Context, kind resource.Kind, opts ...state.ListOption) (resource.List, error) {
+	s.lists.Add(1)
+
+	return s.State.List(ctx, kind, opts...)
+}
+
+// TestStaleViewScrapedWithoutTheState: on a replica whose view may be stale (cut off from
+// etcd, where a listing would wait out its timeout), a scrape counts the phases from the
+// view, reports the power gauges as failed with the reason, and lists nothing; once the
+// view is current again the power gauges come back.
+func TestStaleViewScrapedWithoutTheState(t *testing.T) {
+	t.Parallel()
+
+	store, err := resources.Open(t.Context(), t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close() })
+
+	var cutOff atomic.Bool
+
+	view := machineview.New()
+	view.Current = func() error {
+		if cutOff.Load() {
+			return errors.New("etcd not reached for 7s")
+		}
+
+		return nil
+	}
+
+	viewCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+
+	go func() { done <- view.Run(viewCtx, store) }()
+
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+
+	<-view.Ready()
+
+	st := &listCounter{State: store}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(machinemetrics.New(view, st, lifecycle.Policy{}))
+
+	cutOff.Store(true)
+
+	families, err := reg.Gather()
+	require.ErrorContains(t, err, "etcd not reached for 7s")
+	assert.Zero(t, st.lists.Load(), "a stale view's scrape listed the state")
+
+	names := make([]string, 0, len(families))
+	for _, f := range families {
+		names = append(names, f.GetName())
+	}
+
+	assert.Equal(t, []string{"anvil_machines"}, names, "the phases, from the view, are still there")
+
+	cutOff.Store(false)
+
+	got := gather(t, reg)
+	assert.Equal(t, map[string]float64{"on": 0, "off": 0, "unknown": 0}, got["anvil_machines_power"])
+	assert.Equal(t, int32(1), st.lists.Load())
 }
