@@ -1,10 +1,12 @@
 package labtest
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,7 +21,11 @@ func NFT(t testing.TB, ns, table, rules string) func() {
 	t.Helper()
 
 	nft := func(stdin string, args ...string) error {
-		cmd := netns.Command(t.Context(), ns, "nft", args...)
+		// Run in cleanups too, after the test's context is done.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
+		defer cancel()
+
+		cmd := netns.Command(ctx, ns, "nft", args...)
 		cmd.Stdin = strings.NewReader(stdin)
 
 		if out, err := cmd.CombinedOutput(); err != nil {
