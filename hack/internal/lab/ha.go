@@ -59,6 +59,26 @@ func (s *State) ReplicaControlSocket(i int) string {
 	return filepath.Join(s.ReplicaStateDir(i), "control.sock")
 }
 
+// liveControlSocket is the control socket of a running provider: the lab's, or on a site
+// the first running replica's (any replica serves the control API); "" when none runs.
+func (s *State) liveControlSocket() string {
+	if !s.HA() {
+		if s.isProvider(s.ProviderPID) {
+			return s.ControlSocket()
+		}
+
+		return ""
+	}
+
+	for i, r := range s.Replicas {
+		if proc.Alive(r.PID) {
+			return s.ReplicaControlSocket(i)
+		}
+	}
+
+	return ""
+}
+
 // EtcdDir holds the lab's etcd members: their data, logs and certificates.
 func (s *State) EtcdDir() string { return filepath.Join(s.Dir, "etcd") }
 

@@ -216,7 +216,9 @@ func (s *State) checkMachineConfig(mc *MachineConfig) error {
 		return fmt.Errorf("the lab in %s is not up (no namespace %s): lab up", s.Dir, s.ProviderNS)
 	case mc.BMC == OwnerAPI && !proc.Alive(s.PowerPID):
 		return fmt.Errorf("the lab's power API is not running (see %s): lab up starts it", s.PowerLog())
-	case mc.BMC != OwnerNone && !mc.BMCElsewhere && !s.isProvider(s.ProviderPID):
+	case mc.BMC != OwnerNone && !mc.BMCElsewhere && s.HA() && s.liveControlSocket() == "":
+		return errors.New("no replica of the site is running, so none can be told the new machine's BMC: lab up --ha starts them")
+	case mc.BMC != OwnerNone && !mc.BMCElsewhere && !s.HA() && !s.isProvider(s.ProviderPID):
 		return fmt.Errorf("the provider is not running, so it cannot be told the new machine's BMC (see %s): "+
 			"lab provider restart starts it", s.ProviderLog())
 	}

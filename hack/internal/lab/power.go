@@ -261,7 +261,12 @@ func (s *State) registerBMCs(ctx context.Context) error {
 		return nil
 	}
 
-	conn, err := grpc.NewClient("unix://"+s.ControlSocket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	socket := s.liveControlSocket()
+	if socket == "" {
+		socket = s.ControlSocket() // the dial's error says which
+	}
+
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return fmt.Errorf("error connecting to the provider's control socket: %w", err)
 	}
