@@ -1,12 +1,15 @@
 package httpapi
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"path"
 	"path/filepath"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
 	"go.uber.org/zap"
 
 	"github.com/anvil-metal/anvil/internal/token"
@@ -14,6 +17,7 @@ import (
 	"github.com/anvil-metal/anvil/provider/internal/boottrace"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
+	"github.com/anvil-metal/anvil/provider/internal/resources"
 	"github.com/anvil-metal/anvil/provider/internal/untrusted"
 )
 
@@ -27,8 +31,12 @@ func (s *Server) handleBoot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	m, decision, ok := s.decide(w, r, m)
+	if !ok {
+		return
+	}
+
 	now := time.Now()
-	decision := m.Boot(s.opts.Policy)
 	script := s.opts.Scripts.Render(r.Context(), req, decision, token.Claims{Issued: now})
 
 	s.metrics.scriptsByKind[decision.Boot].Inc()
@@ -68,6 +76,43 @@ func (s *Server) bootRequest(w http.ResponseWriter, r *http.Request, rawQuery st
 	}
 
 	return req, m, true
+}
+
+// confirmTimeout bounds the read of a machine's intent that confirms a boot away from
+// the agent; past it the boot is answered 503 and iPXE asks again.
+const confirmTimeout = 2 * time.Second
+
+// decide is the machine's boot decision. One that sends the machine anywhere but its
+// agent (its disk, Talos) is decided again on its intent read from the state, not the
+// view: on a site, a replica cut off from etcd serves from its view until its health
+// probe notices (seconds), and a machine deallocated through another replica meanwhile
+// would be sent to its disk instead of its wipe. The read is etcd's linearizable one, so
+// a replica that cannot confirm answers 503. The agent is always safe to boot.
+func (s *Server) decide(w http.ResponseWriter, r *http.Request, m lifecycle.Machine) (lifecycle.Machine, lifecycle.BootDecision, bool) {
+	decision := m.Boot(s.opts.Policy)
+	if decision.Boot == lifecycle.BootAgent || s.opts.State == nil || m.Intent == nil {
+		return m, decision, true
+	}
+
+	ctx, cancel := context.WithTimeout(r.Context(), confirmTimeout)
+	defer cancel()
+
+	intent, err := safe.StateGetByID[*resources.MachineIntent](ctx, s.opts.State, m.ID)
+
+	switch {
+	case state.IsNotFoundError(err):
+		m.Intent = nil
+	case err != nil:
+		s.metrics.unconfirmed.Inc()
+		s.opts.Logger.Warn("boot decision not confirmed", zap.String("machine", m.ID), zap.String("decision", string(decision.Boot)), zap.Error(err))
+		http.Error(w, "the provider cannot confirm this machine's boot: the state does not answer", http.StatusServiceUnavailable)
+
+		return m, decision, false
+	default:
+		m.Intent = intent.TypedSpec()
+	}
+
+	return m, m.Boot(s.opts.Policy), true
 }
 
 // recordBoot notes what a boot request got: the agent token it carries, the machine's

@@ -13,6 +13,7 @@ type metrics struct {
 	scriptsByKind    map[lifecycle.Boot]prometheus.Counter
 	badRequests      prometheus.Counter
 	observationsLost prometheus.Counter
+	unconfirmed      prometheus.Counter
 	metadata         *prometheus.CounterVec
 	events           *prometheus.CounterVec
 }
@@ -27,6 +28,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		observationsLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "anvil_pxe_observations_dropped_total", Help: "PXE observations dropped because the machine controller was behind.",
+		}),
+		unconfirmed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "anvil_boot_decisions_unconfirmed_total",
+			Help: "Boots away from the agent (disk, Talos) answered 503 because the machine's intent could not be read from the state to confirm them.",
 		}),
 		metadata: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "anvil_metadata_requests_total", Help: "Metadata (talos.config) requests, by result.",
@@ -50,7 +55,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.events.WithLabelValues(result)
 	}
 
-	reg.MustRegister(m.scripts, m.badRequests, m.observationsLost, m.metadata, m.events)
+	reg.MustRegister(m.scripts, m.badRequests, m.observationsLost, m.unconfirmed, m.metadata, m.events)
 
 	return m
 }

@@ -33,8 +33,12 @@ func (s *Server) handleUKI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	m, decision, ok := s.decide(w, r, m)
+	if !ok {
+		return
+	}
+
 	now := time.Now()
-	decision := m.Boot(s.opts.Policy)
 	u := s.opts.Scripts.RenderUKI(r.Context(), req, decision, token.Claims{Issued: now})
 
 	if u.Status != http.StatusOK {
