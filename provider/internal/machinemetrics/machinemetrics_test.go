@@ -29,17 +29,7 @@ func TestMachineGauges(t *testing.T) {
 	t.Cleanup(func() { store.Close() })
 
 	view := machineview.New()
-	viewCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-
-	go func() { done <- view.Run(viewCtx, store) }()
-
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-
-	<-view.Ready()
+	runView(t, view, store)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(machinemetrics.New(view, store, lifecycle.Policy{}))
@@ -88,6 +78,23 @@ func TestMachineGauges(t *testing.T) {
 	assert.InDelta(t, 1, got["anvil_machines_bmc_condition"]["unreachable"], 0)
 	assert.InDelta(t, 1, got["anvil_machines_bmc_condition"]["hands-off"], 0)
 	assert.InDelta(t, 1, got["anvil_machines_bmc_condition"]["none"], 0, "a machine without a BMC config")
+}
+
+// runView runs view over store until the test ends, and waits for it to hold the state.
+func runView(t *testing.T, view *machineview.View, store state.State) {
+	t.Helper()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+
+	go func() { done <- view.Run(ctx, store) }()
+
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+
+	<-view.Ready()
 }
 
 // gather returns each family's values by its one label's value.
@@ -146,17 +153,7 @@ func TestStaleViewScrapedWithoutTheState(t *testing.T) {
 		return nil
 	}
 
-	viewCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-
-	go func() { done <- view.Run(viewCtx, store) }()
-
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-
-	<-view.Ready()
+	runView(t, view, store)
 
 	st := &listCounter{State: store}
 	reg := prometheus.NewRegistry()
