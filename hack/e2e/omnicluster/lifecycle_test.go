@@ -441,10 +441,9 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 
 		// The request withdrawn, Anvil powers the allocated control plane on into its
 		// disk's Talos, which Omni reaches again. The cluster is deleted with both up:
-		// Omni v1.9.3 resets a deleted cluster's machine only over the cluster's
-		// credentials, and a machine that boots after its cluster's records are gone it
-		// speaks to as one in maintenance, which Talos refuses (certificate required), so
-		// its reset would wait for ever.
+		// Omni v1.9.3 resets a deleted cluster's machine only while it is connected, and
+		// one that boots after its cluster's records are gone it speaks to as one in
+		// maintenance, which Talos refuses (certificate required).
 		grub = countIn(cp.SerialLog(), labtest.GRUBBoot)
 		asked = time.Now()
 
@@ -482,6 +481,13 @@ func TestOmniLifecycleE2E(tt *testing.T) {
 
 			before[m.Name], resets[m.Name] = im, countIn(m.SerialLog(), talosReset)
 		}
+
+		// The lab's control plane never runs etcd (no container images), so its Talos stays
+		// in the BOOTING stage, where Omni v1.9.3 resets a control plane only without the
+		// graceful etcd leave: an operator asks for that with a NodeForceDestroyRequest (the
+		// UI's force destroy). Without it Omni skips the reset, silently, for ever.
+		require.NoError(t, o.Apply(t.Context(), fmt.Sprintf(
+			"metadata:\n  namespace: default\n  type: NodeForceDestroyRequests.omni.sidero.dev\n  id: %s\nspec: {}\n", cp.UUID)))
 
 		deleted := time.Now()
 
