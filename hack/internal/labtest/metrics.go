@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
+	"slices"
 	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // Metrics is a provider's /metrics page (Prometheus' text format).
@@ -37,69 +41,31 @@ func ScrapeMetrics(ctx context.Context, client *http.Client, url string) (Metric
 	return Metrics(b), nil
 }
 
-// Sum is the sum of the samples of metric name whose labels include every one of
-// labels ("key", "value" pairs): 0 when there is none.
+// Sum is the sum of the samples of metric name (a counter, gauge or untyped) whose
+// labels include every one of labels ("key", "value" pairs): 0 when there is none, or
+// when the page does not parse.
 func (m Metrics) Sum(name string, labels ...string) float64 {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+
+	families, err := parser.TextToMetricFamilies(strings.NewReader(string(m)))
+	if err != nil {
+		return 0
+	}
+
 	var sum float64
 
-	for line := range strings.Lines(string(m)) {
-		line = strings.TrimSpace(line)
-		if line == "" || line[0] == '#' || !strings.HasPrefix(line, name) {
-			continue
-		}
-
-		series, value, ok := cutLast(line)
-		if !ok {
-			continue
-		}
-
-		got, have := parseSeries(series)
-		if got != name || !hasLabels(have, labels) {
-			continue
-		}
-
-		if v, err := strconv.ParseFloat(value, 64); err == nil {
-			sum += v
+	for _, s := range families[name].GetMetric() {
+		if hasLabels(s.GetLabel(), labels) {
+			sum += s.GetCounter().GetValue() + s.GetGauge().GetValue() + s.GetUntyped().GetValue()
 		}
 	}
 
 	return sum
 }
 
-// cutLast splits a sample line into its series and its value (a timestamp after the
-// value is not written by the provider).
-func cutLast(line string) (series, value string, ok bool) {
-	i := strings.LastIndexByte(line, ' ')
-	if i < 0 {
-		return "", "", false
-	}
-
-	return line[:i], line[i+1:], true
-}
-
-// parseSeries reads name{k="v",…}; label values with quotes or commas in them are not
-// the provider's.
-func parseSeries(s string) (string, map[string]string) {
-	name, rest, found := strings.Cut(s, "{")
-	if !found {
-		return s, nil
-	}
-
-	labels := map[string]string{}
-
-	for pair := range strings.SplitSeq(strings.TrimSuffix(rest, "}"), ",") {
-		k, v, ok := strings.Cut(pair, "=")
-		if ok {
-			labels[k] = strings.Trim(v, `"`)
-		}
-	}
-
-	return name, labels
-}
-
-func hasLabels(have map[string]string, want []string) bool {
+func hasLabels(have []*dto.LabelPair, want []string) bool {
 	for i := 0; i+1 < len(want); i += 2 {
-		if have[want[i]] != want[i+1] {
+		if !slices.ContainsFunc(have, func(l *dto.LabelPair) bool { return l.GetName() == want[i] && l.GetValue() == want[i+1] }) {
 			return false
 		}
 	}
