@@ -41,27 +41,27 @@ func (c *chaosLab) leaderKilledMidKexec(t labtest.T) {
 	c.ctlRetry(t, time.Minute, nil, "machine", "power", "on", m.UUID)
 	c.ctlRetry(t, time.Minute, nil, "machine", "kexec", "auto", m.UUID)
 
-	agentAt := size(serial)
+	agentAt := labtest.MarkLog(serial)
 
 	require.True(t, waitFor(vmDeadline, func() bool {
-		out := since(serial, agentAt)
+		out := agentAt.Text()
 
 		return c.wiped(t, m) && strings.Contains(out, agentStarting) && strings.Contains(out, holdReady)
-	}), "the machine is not idle in its agent, wiped:\n%s", tail(since(serial, agentAt), 3000))
+	}), "the machine is not idle in its agent, wiped:\n%s", tail(agentAt.Text(), 3000))
 
 	// Let the agent settle in its session before the allocation.
 	time.Sleep(5 * time.Second)
 
 	leader := waitLeader(t, c.s, -1)
-	consoleAt, bmcAt := size(serial), size(bmcLog)
+	consoleAt, bmcAt := labtest.MarkLog(serial), labtest.MarkLog(bmcLog)
 	installs := count(serial, standin+" installed")
 	marks := c.markLogs()
 	t0 := time.Now()
 
 	c.ctlRetry(t, time.Minute, []int{leader}, "machine", "allocate", m.UUID, "--talos-version", talosVersion)
 
-	require.True(t, waitFor(vmDeadline, func() bool { return strings.Contains(since(serial, consoleAt), kexecOrder) }),
-		"the agent got no kexec order:\n%s", tail(since(serial, consoleAt), 3000))
+	require.True(t, waitFor(vmDeadline, func() bool { return strings.Contains(consoleAt.Text(), kexecOrder) }),
+		"the agent got no kexec order:\n%s", tail(consoleAt.Text(), 3000))
 
 	ordered := time.Since(t0)
 	killed := time.Now()
@@ -75,14 +75,14 @@ func (c *chaosLab) leaderKilledMidKexec(t labtest.T) {
 		return count(serial, standin+" installed") > installs &&
 			strings.Contains(c.machineYAML(t, "machinestatus", m.UUID, leader), "installedAllocation:")
 	})
-	assert.True(t, installed, "Talos (the stand-in) was not installed after the kexec:\n%s", tail(since(serial, consoleAt), 3000))
+	assert.True(t, installed, "Talos (the stand-in) was not installed after the kexec:\n%s", tail(consoleAt.Text(), 3000))
 
 	upAt := time.Since(t0)
 
 	// The new leader polls a few times more: nothing may happen at the BMC.
 	time.Sleep(20 * time.Second)
 
-	console, bmcSince := since(serial, consoleAt), since(bmcLog, bmcAt)
+	console, bmcSince := consoleAt.Text(), bmcAt.Text()
 	on, off, pxe := strings.Count(bmcSince, bmcPowerOn), strings.Count(bmcSince, bmcPowerOff), strings.Count(bmcSince, bmcPXEOnce)
 	// Up to the kexec: the stand-in reboots itself after its install, as Talos does,
 	// through the firmware to its disk.

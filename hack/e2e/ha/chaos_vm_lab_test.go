@@ -5,7 +5,6 @@ package ha
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -99,25 +98,6 @@ func (c *chaosLab) biosVM(t labtest.T) *machine.Machine {
 	return m
 }
 
-// since is what was written to the file at path after offset.
-func since(path string, offset int64) string {
-	b, err := os.ReadFile(path)
-	if err != nil || int64(len(b)) < offset {
-		return ""
-	}
-
-	return string(b[offset:])
-}
-
-func size(path string) int64 {
-	st, err := os.Stat(path)
-	if err != nil {
-		return 0
-	}
-
-	return st.Size()
-}
-
 // diskAnswers are each replica's boot scripts that sent a machine to its disk.
 func (c *chaosLab) diskAnswers(t labtest.T) []float64 {
 	out := make([]float64, len(c.s.Replicas))
@@ -155,8 +135,8 @@ func (c *chaosLab) deallocatedRebootPartitioned(t labtest.T) {
 	holder := vipHolder(t, c.s)
 	leader := waitLeader(t, c.s, -1)
 	marks := c.markLogs()
-	consoleAt := size(serial)
-	bmcAt := size(bmcLog)
+	consoleAt := labtest.MarkLog(serial)
+	bmcAt := labtest.MarkLog(bmcLog)
 	disk := c.diskAnswers(t)
 
 	start := time.Now()
@@ -178,11 +158,11 @@ func (c *chaosLab) deallocatedRebootPartitioned(t labtest.T) {
 	to, moved := c.waitVIPMoved(t, holder, time.Minute)
 
 	booted := waitFor(vmDeadline, func() bool {
-		out := since(serial, consoleAt)
+		out := consoleAt.Text()
 
 		return strings.Contains(out, agentStarting) && strings.Contains(out, wipeOrder) && strings.Contains(out, wipeVDA)
 	})
-	assert.True(t, booted, "the machine did not boot the agent and start its wipe:\n%s", tail(since(serial, consoleAt), 3000))
+	assert.True(t, booted, "the machine did not boot the agent and start its wipe:\n%s", tail(consoleAt.Text(), 3000))
 
 	done := waitFor(vmDeadline, func() bool { return c.wiped(t, m, holder) })
 	assert.True(t, done, "the reset wipe was not recorded done")
@@ -204,8 +184,8 @@ func (c *chaosLab) deallocatedRebootPartitioned(t labtest.T) {
 
 	assert.Empty(t, diskBoots, "the cut-off replica sent the machine to its disk")
 
-	console := since(serial, consoleAt)
-	bmcSince := since(bmcLog, bmcAt)
+	console := consoleAt.Text()
+	bmcSince := bmcAt.Text()
 	actions := make([]int, len(c.s.Replicas))
 
 	for i, mk := range marks {

@@ -39,6 +39,16 @@ func MarkLog(path string) LogMark {
 	return LogMark{Path: path, Offset: off}
 }
 
+// Text is what was written to the log after the mark ("" when it cannot be read).
+func (m LogMark) Text() string {
+	b, err := os.ReadFile(m.Path)
+	if err != nil || int64(len(b)) < m.Offset {
+		return ""
+	}
+
+	return string(b[m.Offset:])
+}
+
 // Lines are the JSON lines written after the mark; a line that is not zap's JSON (a
 // panic, a partial last line) is left out.
 func (m LogMark) Lines() []LogLine {
