@@ -1,15 +1,16 @@
 package fleetbench
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -226,24 +227,24 @@ func (s *etcdSite) memberMetrics(ctx context.Context, i int, want map[string]*fl
 		return fmt.Errorf("etcd's metrics: %s", resp.Status)
 	}
 
-	return parseMetrics(bufio.NewScanner(resp.Body), want)
+	return parseMetrics(resp.Body, want)
 }
 
 // parseMetrics sets each named unlabelled sample of a Prometheus text page.
-func parseMetrics(sc *bufio.Scanner, want map[string]*float64) error {
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
+func parseMetrics(page io.Reader, want map[string]*float64) error {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
 
-	for sc.Scan() {
-		name, value, ok := strings.Cut(sc.Text(), " ")
-		if p := want[name]; ok && p != nil {
-			if v, err := strconv.ParseFloat(strings.TrimSpace(value), 64); err == nil {
-				*p = v
-			}
-		}
+	families, err := parser.TextToMetricFamilies(page)
+	if err != nil {
+		return fmt.Errorf("error reading metrics: %w", err)
 	}
 
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("error reading metrics: %w", err)
+	for name, p := range want {
+		for _, m := range families[name].GetMetric() {
+			if len(m.GetLabel()) == 0 {
+				*p = m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
+			}
+		}
 	}
 
 	return nil

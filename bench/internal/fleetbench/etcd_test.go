@@ -1,7 +1,6 @@
 package fleetbench
 
 import (
-	"bufio"
 	"strings"
 	"testing"
 	"time"
@@ -87,7 +86,7 @@ etcd_disk_wal_write_bytes_total 4321
 
 	var c etcdCounters
 
-	require.NoError(t, parseMetrics(bufio.NewScanner(strings.NewReader(page)), map[string]*float64{
+	require.NoError(t, parseMetrics(strings.NewReader(page), map[string]*float64{
 		"etcd_mvcc_put_total":                         &c.Puts,
 		"etcd_debugging_mvcc_total_put_size_in_bytes": &c.PutBytes,
 		"etcd_disk_wal_write_bytes_total":             &c.WALBytes,
