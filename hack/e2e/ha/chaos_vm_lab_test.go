@@ -236,6 +236,11 @@ func (c *chaosLab) proxyOffers(t labtest.T) {
 		c.fig.Add(section, "          per replica (offers, port-4011 ACKs, TFTP transfers): %s", pxeDeltas(before, after))
 		c.logf(t, "%s machine registered through the site: %v after %s", f, ok, secs(took))
 
+		// The scenario is three offers at once: every replica made one to this machine.
+		for i := range after {
+			assert.Greater(t, after[i].offers, before[i].offers, "replica r%d made the %s machine no ProxyDHCP offer", i, f)
+		}
+
 		if !ok {
 			t.Errorf("the %s machine did not reach its agent through three ProxyDHCP offers within %s; console:\n%s", f, vmDeadline, tail(console, 4000))
 			c.fig.Add(section, "          console's end: %s", strings.Join(labtest.NonEmptyLines(tail(console, 800)), " | "))
