@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"strings"
@@ -160,7 +161,7 @@ func session(ctx context.Context, client agentv1.AgentServiceClient, opts Option
 	}
 
 	if err = stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Hello{Hello: hello}}); err != nil {
-		return err
+		return endedBy(err, func() error { return drained(stream) })
 	}
 
 	first, err := stream.Recv()
@@ -206,9 +207,24 @@ func session(ctx context.Context, client agentv1.AgentServiceClient, opts Option
 		}
 	}()
 
+	// Once the receiver runs, why the provider ended the stream is its error.
+	received := func() error {
+		for {
+			select {
+			case err := <-recvErr:
+				return err
+			case <-incoming:
+				// The stream is over: the provider sends a pending order again to the
+				// next session.
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+
 	inventoryChanged, err := sendInventory(ctx, stream, opts)
 	if err != nil {
-		return err
+		return endedBy(err, received)
 	}
 
 	for {
@@ -221,7 +237,7 @@ func session(ctx context.Context, client agentv1.AgentServiceClient, opts Option
 			}
 
 			if err = stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Result{Result: r}}); err != nil {
-				return err
+				return endedBy(err, received)
 			}
 
 			sent[r.GetOrderId()] = r
@@ -246,7 +262,7 @@ func session(ctx context.Context, client agentv1.AgentServiceClient, opts Option
 		case <-changed:
 		case <-inventoryChanged:
 			if inventoryChanged, err = sendInventory(ctx, stream, opts); err != nil {
-				return err
+				return endedBy(err, received)
 			}
 		}
 	}
@@ -274,7 +290,7 @@ func answer(ctx context.Context, stream agentv1.AgentService_SessionClient, opts
 	activation.Secret = secret
 
 	if err = stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Activation{Activation: activation}}); err != nil {
-		return nil, err
+		return nil, endedBy(err, func() error { return drained(stream) })
 	}
 
 	return stream.Recv()
@@ -349,4 +365,24 @@ func verifyPinned(cs tls.ConnectionState, fingerprint []byte) error {
 	}
 
 	return nil
+}
+
+// endedBy returns why the provider ended the stream where Send failed with io.EOF: gRPC's
+// sign that the stream is over, whose status (a refused token, a limit) only the
+// receiving side learns. Any other error is returned as it is.
+func endedBy(err error, received func() error) error {
+	if !errors.Is(err, io.EOF) {
+		return err
+	}
+
+	return received()
+}
+
+// drained reads an ended stream to its status, where nothing else receives from it.
+func drained(stream agentv1.AgentService_SessionClient) error {
+	for {
+		if _, err := stream.Recv(); err != nil {
+			return err
+		}
+	}
 }

@@ -120,6 +120,16 @@ func session(ctx context.Context, c agentv1.AgentServiceClient, id, tok string) 
 	}
 
 	if err = stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{MachineId: id, Token: tok}}}); err != nil {
+		// io.EOF: the provider ended the stream before the hello went (a refused
+		// session is ended at once); why is the status Recv returns.
+		if errors.Is(err, io.EOF) {
+			for {
+				if _, err = stream.Recv(); err != nil {
+					break
+				}
+			}
+		}
+
 		return nil, err
 	}
 
