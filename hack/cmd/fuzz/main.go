@@ -33,6 +33,7 @@ var targets = []fuzzrun.Target{
 	{Pkg: "./provider/internal/control", Name: "FuzzTransitions"},
 	{Pkg: "./provider/internal/power/ipmi", Name: "FuzzIPMIReply"},
 	{Pkg: "./provider/internal/power/redfish", Name: "FuzzRedfishReply"},
+	{Pkg: "./internal/disksel", Name: "FuzzParse"},
 }
 
 func main() {
