@@ -22,6 +22,7 @@ import (
 	"github.com/anvil-metal/anvil/agent/internal/inventory"
 	"github.com/anvil-metal/anvil/agent/internal/wipe"
 	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
+	"github.com/anvil-metal/anvil/internal/disksel"
 	"github.com/anvil-metal/anvil/internal/initsys"
 )
 
@@ -208,9 +209,10 @@ func (a *machineActions) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.Wi
 	sizes := make(map[string]uint64, len(found))
 
 	for _, d := range found {
-		disk := wipe.Disk{
+		disk := wipe.Disk{Disk: disksel.Disk{
 			Name: d.ID, Size: d.Spec.Size, CDROM: d.Spec.CDROM, Readonly: d.Spec.Readonly, Transport: d.Spec.Transport,
-		}
+			Model: d.Spec.Model, Serial: d.Spec.Serial, WWID: d.Spec.WWID, BusPath: d.Spec.BusPath, Rotational: d.Spec.Rotational,
+		}}
 
 		if removable, why := wipe.Removable(a.sysfsRoot, d.ID, d.Spec.Transport); removable {
 			disk.Removable = why
@@ -220,7 +222,12 @@ func (a *machineActions) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.Wi
 		sizes[d.ID] = d.Spec.Size
 	}
 
-	steps, err := wipe.Plan(disks, wipe.Order{Mode: mode, IncludeRemovable: w.GetIncludeRemovable(), BootDisks: bootDisks})
+	order, err := wipeOrder(w, mode, bootDisks)
+	if err != nil {
+		return nil, err
+	}
+
+	steps, err := wipe.Plan(disks, order)
 	if err != nil {
 		return nil, fmt.Errorf("error planning the wipe: %w", err)
 	}
@@ -232,7 +239,7 @@ func (a *machineActions) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.Wi
 	for _, step := range steps {
 		if step.Skip != "" {
 			a.logger.Info("not wiping disk", zap.String("disk", step.Disk), zap.String("reason", step.Skip))
-			report.Disks = append(report.Disks, &agentv1.DiskWipe{Device: step.Disk, Skipped: step.Skip})
+			report.Disks = append(report.Disks, &agentv1.DiskWipe{Device: step.Disk, Skipped: step.Skip, Kept: step.Kept})
 
 			continue
 		}
@@ -255,6 +262,29 @@ func (a *machineActions) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.Wi
 	}
 
 	return report, nil
+}
+
+// wipeScopes are the wipe package's names for the order's scopes.
+var wipeScopes = map[agentv1.Wipe_Scope]wipe.Scope{
+	agentv1.Wipe_SCOPE_ALL:          wipe.ScopeAll,
+	agentv1.Wipe_SCOPE_INSTALL_DISK: wipe.ScopeInstallDisk,
+	agentv1.Wipe_SCOPE_ALL_EXCEPT:   wipe.ScopeAllExcept,
+}
+
+// wipeOrder is the plan's order for the provider's: a scope this agent does not know, or
+// a selector it cannot read, is refused rather than read as "all".
+func wipeOrder(w *agentv1.Wipe, mode wipe.Mode, bootDisks map[string]bool) (wipe.Order, error) {
+	scope, ok := wipeScopes[w.GetScope()]
+	if !ok {
+		return wipe.Order{}, fmt.Errorf("wipe scope %s is not supported by this agent", w.GetScope())
+	}
+
+	sel, err := disksel.Parse(w.GetSelector())
+	if err != nil {
+		return wipe.Order{}, fmt.Errorf("error reading the wipe's disk selector: %w", err)
+	}
+
+	return wipe.Order{Mode: mode, IncludeRemovable: w.GetIncludeRemovable(), BootDisks: bootDisks, Scope: scope, Select: sel}, nil
 }
 
 // wipeMode is the wipe package's name for the order's mode.

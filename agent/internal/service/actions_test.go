@@ -1,6 +1,9 @@
 package service
 
 import (
+	"crypto/sha256"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,9 +52,9 @@ func wipeFixture(t *testing.T) *machineActions {
 	const size = 64 << 20
 
 	for name, files := range map[string]map[string]string{
-		"vda": {"dev": "253:0"},
-		"vdb": {"dev": "253:16"},
-		"sda": {"dev": "8:0", "removable": "1"},
+		"vda": {"dev": "253:0", "serial": "disk-a"},
+		"vdb": {"dev": "253:16", "serial": "disk-b"},
+		"sda": {"dev": "8:0", "removable": "1", "serial": "stick"},
 		"sr0": {"dev": "11:0", "ro": "1", "removable": "1"},
 	} {
 		dir := filepath.Join(sysfs, "block", name)
@@ -126,11 +129,42 @@ func TestWipe(t *testing.T) {
 				"vdb": "skipped: the agent booted from it",
 			},
 		},
+		{
+			name: "the install disk only",
+			order: &agentv1.Wipe{
+				Mode: agentv1.Wipe_MODE_FAST, GenerationId: "g3", IncludeRemovable: true,
+				Scope: agentv1.Wipe_SCOPE_INSTALL_DISK, Selector: "serial=disk-a",
+			},
+			want: map[string]string{
+				"sda": "kept: not the install disk (serial=disk-a)",
+				"sr0": "skipped: CD-ROM",
+				"vda": "zeroed edges",
+				"vdb": "skipped: the agent booted from it",
+			},
+		},
+		{
+			name: "all but a data disk",
+			order: &agentv1.Wipe{
+				Mode: agentv1.Wipe_MODE_FAST, GenerationId: "g4", IncludeRemovable: true,
+				Scope: agentv1.Wipe_SCOPE_ALL_EXCEPT, Selector: "serial=disk-a",
+			},
+			want: map[string]string{
+				"sda": "zeroed edges",
+				"sr0": "skipped: CD-ROM",
+				"vda": "kept: matches the wipe's keep selector (serial=disk-a)",
+				"vdb": "skipped: the agent booted from it",
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 
 			a := wipeFixture(t)
+
+			before := map[string][32]byte{}
+			for disk := range tc.want {
+				before[disk] = imageSum(t, a, disk)
+			}
 
 			report, err := a.Wipe(t.Context(), tc.order)
 			require.NoError(t, err)
@@ -140,7 +174,12 @@ func TestWipe(t *testing.T) {
 
 			for _, d := range report.GetDisks() {
 				if d.GetSkipped() != "" {
-					got[d.GetDevice()] = "skipped: " + d.GetSkipped()
+					prefix := "skipped: "
+					if d.GetKept() {
+						prefix = "" // the reason says "kept: "
+					}
+
+					got[d.GetDevice()] = prefix + d.GetSkipped()
 
 					continue
 				}
@@ -162,10 +201,10 @@ func TestWipe(t *testing.T) {
 
 			assert.Equal(t, want, got)
 
-			// What was skipped keeps its data.
+			// What was skipped or kept holds every byte it held.
 			for disk, method := range tc.want {
-				if disk != "sr0" && strings.HasPrefix(method, "skipped: ") {
-					assert.NotEqual(t, make([]byte, 4096), firstBlock(t, a, disk), "%s must keep its data", disk)
+				if strings.HasPrefix(method, "skipped: ") || strings.HasPrefix(method, "kept: ") {
+					assert.Equal(t, before[disk], imageSum(t, a, disk), "%s must keep its data", disk)
 				}
 			}
 		})
@@ -173,4 +212,45 @@ func TestWipe(t *testing.T) {
 
 	_, err := wipeFixture(t).Wipe(t.Context(), &agentv1.Wipe{Mode: agentv1.Wipe_Mode(99)})
 	assert.ErrorContains(t, err, "not supported")
+}
+
+// TestWipeRefusesWhatItCannotRead: a scope or selector this agent cannot read, or an
+// install disk it cannot find, wipes nothing.
+func TestWipeRefusesWhatItCannotRead(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		name  string
+		order *agentv1.Wipe
+		want  string
+	}{
+		{name: "a scope from a newer provider", order: &agentv1.Wipe{Scope: agentv1.Wipe_Scope(99), Selector: "serial=disk-a"}, want: "wipe scope 99 is not supported"},
+		{name: "a malformed selector", order: &agentv1.Wipe{Scope: agentv1.Wipe_SCOPE_ALL_EXCEPT, Selector: "colour=red"}, want: `unknown key "colour"`},
+		{name: "an install disk not there", order: &agentv1.Wipe{Scope: agentv1.Wipe_SCOPE_INSTALL_DISK, Selector: "serial=gone"}, want: "matches none"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			a := wipeFixture(t)
+			before := imageSum(t, a, "vda")
+
+			_, err := a.Wipe(t.Context(), tc.order)
+			require.ErrorContains(t, err, tc.want)
+			assert.Equal(t, before, imageSum(t, a, "vda"), "nothing is wiped")
+		})
+	}
+}
+
+// imageSum is the SHA-256 of a fixture disk's image (the zero sum for a disk with none).
+func imageSum(t *testing.T, a *machineActions, name string) [32]byte {
+	t.Helper()
+
+	data, err := os.ReadFile(filepath.Join(a.devRoot, name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return [32]byte{}
+	}
+
+	require.NoError(t, err)
+
+	return sha256.Sum256(data)
 }

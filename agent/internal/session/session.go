@@ -155,6 +155,7 @@ func session(ctx context.Context, client agentv1.AgentServiceClient, opts Option
 	hello := &agentv1.Hello{
 		MachineId: opts.Config.MachineID, Token: opts.Config.Token, BootId: opts.BootID,
 		AgentVersion: opts.AgentVersion, Macs: macs, Results: results, KexecUnavailable: opts.KexecUnavailable,
+		WipeScopes: true,
 	}
 	if opts.Identity != nil {
 		hello.Tpm = opts.Identity.Hello()

@@ -1,12 +1,16 @@
 package wipe_test
 
 import (
+	"encoding/json"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/agent/internal/wipe"
+	"github.com/anvil-metal/anvil/internal/disksel"
 )
 
 func TestPlan(t *testing.T) {
@@ -14,7 +18,9 @@ func TestPlan(t *testing.T) {
 
 	const gib = 1 << 30
 
-	disk := func(name string) wipe.Disk { return wipe.Disk{Name: name, Size: 10 * gib, Transport: "sata"} }
+	disk := func(name string) wipe.Disk {
+		return wipe.Disk{Disk: disksel.Disk{Name: name, Size: 10 * gib, Transport: "sata"}}
+	}
 	with := func(d wipe.Disk, change func(*wipe.Disk)) wipe.Disk {
 		change(&d)
 
@@ -126,9 +132,9 @@ func TestPlanKeepsOrder(t *testing.T) {
 	t.Parallel()
 
 	steps, err := wipe.Plan([]wipe.Disk{
-		{Name: "nvme0n1", Size: 1 << 30},
-		{Name: "sr0", CDROM: true},
-		{Name: "vda", Size: 1 << 30},
+		{Disk: disksel.Disk{Name: "nvme0n1", Size: 1 << 30}},
+		{Disk: disksel.Disk{Name: "sr0", CDROM: true}},
+		{Disk: disksel.Disk{Name: "vda", Size: 1 << 30}},
 	}, wipe.Order{Mode: wipe.ModeZeroes, BootDisks: map[string]bool{"vda": true}})
 	require.NoError(t, err)
 
@@ -147,7 +153,143 @@ func TestPlanRefusesUnknownModes(t *testing.T) {
 	t.Parallel()
 
 	for _, mode := range []wipe.Mode{"", "shred"} {
-		_, err := wipe.Plan([]wipe.Disk{{Name: "sda", Size: 1 << 30}}, wipe.Order{Mode: mode})
+		_, err := wipe.Plan([]wipe.Disk{{Disk: disksel.Disk{Name: "sda", Size: 1 << 30}}}, wipe.Order{Mode: mode})
 		assert.ErrorContains(t, err, "unsupported wipe mode", mode)
+	}
+}
+
+// storageServer is the disks of a storage server's inventory (disksel's fixture): two
+// SATA boot SSDs, two SAS data disks, three NVMe, a virtual CD-ROM and a USB stick.
+func storageServer(t *testing.T) []wipe.Disk {
+	t.Helper()
+
+	data, err := os.ReadFile("../../../internal/disksel/testdata/storage-server.json")
+	require.NoError(t, err)
+
+	var found []disksel.Disk
+	require.NoError(t, json.Unmarshal(data, &found))
+
+	disks := make([]wipe.Disk, 0, len(found))
+
+	for _, d := range found {
+		disk := wipe.Disk{Disk: d}
+		if d.Transport == "usb" && !d.CDROM {
+			disk.Removable = "on USB"
+		}
+
+		disks = append(disks, disk)
+	}
+
+	return disks
+}
+
+// TestPlanScope: the order's scope keeps disks, and says so per disk; the disks no wipe
+// may touch keep their own reasons.
+func TestPlanScope(t *testing.T) {
+	t.Parallel()
+
+	selector := func(text string) disksel.Selector {
+		sel, err := disksel.Parse(text)
+		require.NoError(t, err)
+
+		return sel
+	}
+
+	const (
+		keptData    = wipe.KeptBySelector + " (model=ST16000*)"
+		notInstall  = wipe.KeptNotInstallDisk + " (serial=S64FNE0R801234)"
+		removable   = wipe.SkipRemovable + " (on USB)"
+		bootDisk    = wipe.SkipBootDisk
+		cdrom       = wipe.SkipCDROM
+		wiped       = ""
+		wipedAndUSB = "usb"
+	)
+
+	for _, tc := range []struct {
+		name  string
+		order wipe.Order
+		want  map[string]string // disk: skip reason, "" when wiped
+	}{
+		{
+			name:  "all",
+			order: wipe.Order{Mode: wipe.ModeFast, Scope: wipe.ScopeAll, BootDisks: map[string]bool{"sda": true}},
+			want: map[string]string{
+				"sda": bootDisk, "sdb": wiped, "sdc": wiped, "sdd": wiped, "nvme0n1": wiped, "nvme1n1": wiped, "nvme2n1": wiped,
+				"sr0": cdrom, "sde": removable,
+			},
+		},
+		{
+			name:  "all but the SAS data disks",
+			order: wipe.Order{Mode: wipe.ModeFast, Scope: wipe.ScopeAllExcept, Select: selector("model=ST16000*")},
+			want: map[string]string{
+				"sda": wiped, "sdb": wiped, "sdc": keptData, "sdd": keptData, "nvme0n1": wiped, "nvme1n1": wiped, "nvme2n1": wiped,
+				"sr0": cdrom, "sde": removable,
+			},
+		},
+		{
+			name: "the install disk only",
+			order: wipe.Order{
+				Mode: wipe.ModeFast, Scope: wipe.ScopeInstallDisk, Select: selector("serial=S64FNE0R801234"), IncludeRemovable: true,
+			},
+			want: map[string]string{
+				"sda": notInstall, "sdb": notInstall, "sdc": notInstall, "sdd": notInstall, "nvme0n1": wiped,
+				"nvme1n1": notInstall, "nvme2n1": notInstall, "sr0": cdrom, "sde": notInstall,
+			},
+		},
+		{
+			name: "a removable disk asked for and not kept",
+			order: wipe.Order{
+				Mode: wipe.ModeFast, Scope: wipe.ScopeAllExcept, Select: selector("type=nvme"), IncludeRemovable: true,
+			},
+			want: map[string]string{
+				"sda": wiped, "sdb": wiped, "sdc": wiped, "sdd": wiped, "sde": wipedAndUSB, "sr0": cdrom,
+				"nvme0n1": wipe.KeptBySelector + " (type=nvme)", "nvme1n1": wipe.KeptBySelector + " (type=nvme)", "nvme2n1": wipe.KeptBySelector + " (type=nvme)",
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			steps, err := wipe.Plan(storageServer(t), tc.order)
+			require.NoError(t, err)
+			require.Len(t, steps, len(tc.want))
+
+			for _, step := range steps {
+				want := tc.want[step.Disk]
+				if want == wipedAndUSB {
+					want = wiped
+				}
+
+				assert.Equal(t, want, step.Skip, step.Disk)
+				assert.Equal(t, want == wiped, step.Mode == wipe.ModeFast, "%s is wiped", step.Disk)
+				assert.Equal(t, strings.HasPrefix(want, "kept:"), step.Kept, "%s is kept by the scope", step.Disk)
+			}
+		})
+	}
+}
+
+// TestPlanScopeRefuses: a scope that cannot tell which disks it may touch wipes none.
+func TestPlanScopeRefuses(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		name, scope, selector, want string
+	}{
+		{name: "no install disk", scope: "install-disk", selector: "serial=gone", want: "matches none of the machine's disks"},
+		{name: "two install disks", scope: "install-disk", selector: "type=nvme,size>1TB", want: "matches 2 disks"},
+		{name: "an install disk without a selector", scope: "install-disk", want: "without an install disk selector"},
+		{name: "a keep selector that is empty", scope: "all-except", want: "without a keep selector"},
+		{name: "an unknown scope", scope: "most", selector: "type=nvme", want: `unsupported wipe scope "most"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			sel, err := disksel.Parse(tc.selector)
+			require.NoError(t, err)
+
+			steps, err := wipe.Plan(storageServer(t), wipe.Order{Mode: wipe.ModeFast, Scope: wipe.Scope(tc.scope), Select: sel})
+			assert.ErrorContains(t, err, tc.want)
+			assert.Empty(t, steps)
+		})
 	}
 }

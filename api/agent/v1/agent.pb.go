@@ -125,6 +125,59 @@ func (Wipe_Mode) EnumDescriptor() ([]byte, []int) {
 	return file_agent_v1_agent_proto_rawDescGZIP(), []int{13, 0}
 }
 
+type Wipe_Scope int32
+
+const (
+	// SCOPE_ALL wipes every disk the agent may wipe.
+	Wipe_SCOPE_ALL Wipe_Scope = 0
+	// SCOPE_INSTALL_DISK wipes the one disk selector names (the install disk, by its
+	// serial or WWID) and keeps every other; no such disk fails the wipe.
+	Wipe_SCOPE_INSTALL_DISK Wipe_Scope = 1
+	// SCOPE_ALL_EXCEPT keeps the disks selector matches (data disks) and wipes the rest.
+	Wipe_SCOPE_ALL_EXCEPT Wipe_Scope = 2
+)
+
+// Enum value maps for Wipe_Scope.
+var (
+	Wipe_Scope_name = map[int32]string{
+		0: "SCOPE_ALL",
+		1: "SCOPE_INSTALL_DISK",
+		2: "SCOPE_ALL_EXCEPT",
+	}
+	Wipe_Scope_value = map[string]int32{
+		"SCOPE_ALL":          0,
+		"SCOPE_INSTALL_DISK": 1,
+		"SCOPE_ALL_EXCEPT":   2,
+	}
+)
+
+func (x Wipe_Scope) Enum() *Wipe_Scope {
+	p := new(Wipe_Scope)
+	*p = x
+	return p
+}
+
+func (x Wipe_Scope) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Wipe_Scope) Descriptor() protoreflect.EnumDescriptor {
+	return file_agent_v1_agent_proto_enumTypes[2].Descriptor()
+}
+
+func (Wipe_Scope) Type() protoreflect.EnumType {
+	return &file_agent_v1_agent_proto_enumTypes[2]
+}
+
+func (x Wipe_Scope) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Wipe_Scope.Descriptor instead.
+func (Wipe_Scope) EnumDescriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{13, 1}
+}
+
 type OrderResult_Status int32
 
 const (
@@ -161,11 +214,11 @@ func (x OrderResult_Status) String() string {
 }
 
 func (OrderResult_Status) Descriptor() protoreflect.EnumDescriptor {
-	return file_agent_v1_agent_proto_enumTypes[2].Descriptor()
+	return file_agent_v1_agent_proto_enumTypes[3].Descriptor()
 }
 
 func (OrderResult_Status) Type() protoreflect.EnumType {
-	return &file_agent_v1_agent_proto_enumTypes[2]
+	return &file_agent_v1_agent_proto_enumTypes[3]
 }
 
 func (x OrderResult_Status) Number() protoreflect.EnumNumber {
@@ -412,7 +465,10 @@ type Hello struct {
 	KexecUnavailable string `protobuf:"bytes,7,opt,name=kexec_unavailable,json=kexecUnavailable,proto3" json:"kexec_unavailable,omitempty"`
 	// tpm is the machine's TPM identity; absent when the agent found no TPM 2.0 (the
 	// machine's identity is then "none"). Agents before it send none.
-	Tpm           *TPMIdentity `protobuf:"bytes,8,opt,name=tpm,proto3" json:"tpm,omitempty"`
+	Tpm *TPMIdentity `protobuf:"bytes,8,opt,name=tpm,proto3" json:"tpm,omitempty"`
+	// wipe_scopes says the agent honours Wipe.scope. An agent before it would read a
+	// scoped wipe as a wipe of every disk: it is never sent one.
+	WipeScopes    bool `protobuf:"varint,9,opt,name=wipe_scopes,json=wipeScopes,proto3" json:"wipe_scopes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -501,6 +557,13 @@ func (x *Hello) GetTpm() *TPMIdentity {
 		return x.Tpm
 	}
 	return nil
+}
+
+func (x *Hello) GetWipeScopes() bool {
+	if x != nil {
+		return x.WipeScopes
+	}
+	return false
 }
 
 // TPMIdentity is what a machine shows of its TPM 2.0. The provider records the EK's
@@ -1135,9 +1198,12 @@ type Wipe struct {
 	Mode         Wipe_Mode `protobuf:"varint,2,opt,name=mode,proto3,enum=anvil.agent.v1.Wipe_Mode" json:"mode,omitempty"`
 	// include_removable wipes removable media (USB sticks, SD cards) too; by default they
 	// are skipped, as they are often the installer or someone's stick left in.
-	IncludeRemovable bool `protobuf:"varint,3,opt,name=include_removable,json=includeRemovable,proto3" json:"include_removable,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	IncludeRemovable bool       `protobuf:"varint,3,opt,name=include_removable,json=includeRemovable,proto3" json:"include_removable,omitempty"`
+	Scope            Wipe_Scope `protobuf:"varint,4,opt,name=scope,proto3,enum=anvil.agent.v1.Wipe_Scope" json:"scope,omitempty"`
+	// selector is a disk selector (internal/disksel's language) for the scope.
+	Selector      string `protobuf:"bytes,5,opt,name=selector,proto3" json:"selector,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Wipe) Reset() {
@@ -1189,6 +1255,20 @@ func (x *Wipe) GetIncludeRemovable() bool {
 		return x.IncludeRemovable
 	}
 	return false
+}
+
+func (x *Wipe) GetScope() Wipe_Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return Wipe_SCOPE_ALL
+}
+
+func (x *Wipe) GetSelector() string {
+	if x != nil {
+		return x.Selector
+	}
+	return ""
 }
 
 type Reboot struct {
@@ -1548,8 +1628,11 @@ type DiskWipe struct {
 	Bytes      uint64                 `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	DurationMs uint64                 `protobuf:"varint,4,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
 	// verified says what was read back after the wipe.
-	Verified      string `protobuf:"bytes,5,opt,name=verified,proto3" json:"verified,omitempty"`
-	Skipped       string `protobuf:"bytes,6,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	Verified string `protobuf:"bytes,5,opt,name=verified,proto3" json:"verified,omitempty"`
+	Skipped  string `protobuf:"bytes,6,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// kept says the disk was left alone by the wipe's scope (skipped says why), as
+	// opposed to a disk no wipe may touch (a CD-ROM, the boot disk).
+	Kept          bool `protobuf:"varint,7,opt,name=kept,proto3" json:"kept,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1626,6 +1709,13 @@ func (x *DiskWipe) GetSkipped() string {
 	return ""
 }
 
+func (x *DiskWipe) GetKept() bool {
+	if x != nil {
+		return x.Kept
+	}
+	return false
+}
+
 var File_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agent_v1_agent_proto_rawDesc = "" +
@@ -1643,7 +1733,7 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\awelcome\x18\x01 \x01(\v2\x17.anvil.agent.v1.WelcomeH\x00R\awelcome\x12-\n" +
 	"\x05order\x18\x02 \x01(\v2\x15.anvil.agent.v1.OrderH\x00R\x05order\x129\n" +
 	"\tchallenge\x18\x03 \x01(\v2\x19.anvil.agent.v1.ChallengeH\x00R\tchallengeB\t\n" +
-	"\amessage\"\xa1\x02\n" +
+	"\amessage\"\xc2\x02\n" +
 	"\x05Hello\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x14\n" +
@@ -1653,7 +1743,9 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x04macs\x18\x05 \x03(\tR\x04macs\x125\n" +
 	"\aresults\x18\x06 \x03(\v2\x1b.anvil.agent.v1.OrderResultR\aresults\x12+\n" +
 	"\x11kexec_unavailable\x18\a \x01(\tR\x10kexecUnavailable\x12-\n" +
-	"\x03tpm\x18\b \x01(\v2\x1b.anvil.agent.v1.TPMIdentityR\x03tpm\"G\n" +
+	"\x03tpm\x18\b \x01(\v2\x1b.anvil.agent.v1.TPMIdentityR\x03tpm\x12\x1f\n" +
+	"\vwipe_scopes\x18\t \x01(\bR\n" +
+	"wipeScopes\"G\n" +
 	"\vTPMIdentity\x12\x1b\n" +
 	"\tek_public\x18\x01 \x01(\fR\bekPublic\x12\x1b\n" +
 	"\tak_public\x18\x02 \x01(\fR\bakPublic\"_\n" +
@@ -1690,15 +1782,21 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x06GetBMC\"8\n" +
 	"\x06SetBMC\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12\x1a\n" +
-	"\bpassword\x18\x02 \x01(\tR\bpassword\"\xc6\x01\n" +
+	"\bpassword\x18\x02 \x01(\tR\bpassword\"\xda\x02\n" +
 	"\x04Wipe\x12#\n" +
 	"\rgeneration_id\x18\x01 \x01(\tR\fgenerationId\x12-\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x19.anvil.agent.v1.Wipe.ModeR\x04mode\x12+\n" +
-	"\x11include_removable\x18\x03 \x01(\bR\x10includeRemovable\"=\n" +
+	"\x11include_removable\x18\x03 \x01(\bR\x10includeRemovable\x120\n" +
+	"\x05scope\x18\x04 \x01(\x0e2\x1a.anvil.agent.v1.Wipe.ScopeR\x05scope\x12\x1a\n" +
+	"\bselector\x18\x05 \x01(\tR\bselector\"=\n" +
 	"\x04Mode\x12\r\n" +
 	"\tMODE_FAST\x10\x00\x12\x0f\n" +
 	"\vMODE_ZEROES\x10\x01\x12\x15\n" +
-	"\x11MODE_SECURE_ERASE\x10\x02\"\b\n" +
+	"\x11MODE_SECURE_ERASE\x10\x02\"D\n" +
+	"\x05Scope\x12\r\n" +
+	"\tSCOPE_ALL\x10\x00\x12\x16\n" +
+	"\x12SCOPE_INSTALL_DISK\x10\x01\x12\x14\n" +
+	"\x10SCOPE_ALL_EXCEPT\x10\x02\"\b\n" +
 	"\x06Reboot\"\n" +
 	"\n" +
 	"\bPowerOff\"\xb5\x01\n" +
@@ -1728,7 +1826,7 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"WipeReport\x12#\n" +
 	"\rgeneration_id\x18\x01 \x01(\tR\fgenerationId\x12.\n" +
-	"\x05disks\x18\x02 \x03(\v2\x18.anvil.agent.v1.DiskWipeR\x05disks\"\xa7\x01\n" +
+	"\x05disks\x18\x02 \x03(\v2\x18.anvil.agent.v1.DiskWipeR\x05disks\"\xbb\x01\n" +
 	"\bDiskWipe\x12\x16\n" +
 	"\x06device\x18\x01 \x01(\tR\x06device\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x14\n" +
@@ -1736,7 +1834,8 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\vduration_ms\x18\x04 \x01(\x04R\n" +
 	"durationMs\x12\x1a\n" +
 	"\bverified\x18\x05 \x01(\tR\bverified\x12\x18\n" +
-	"\askipped\x18\x06 \x01(\tR\askipped2\\\n" +
+	"\askipped\x18\x06 \x01(\tR\askipped\x12\x12\n" +
+	"\x04kept\x18\a \x01(\bR\x04kept2\\\n" +
 	"\fAgentService\x12L\n" +
 	"\aSession\x12\x1c.anvil.agent.v1.AgentMessage\x1a\x1f.anvil.agent.v1.ProviderMessage(\x010\x01B3Z1github.com/anvil-metal/anvil/api/agent/v1;agentv1b\x06proto3"
 
@@ -1752,65 +1851,67 @@ func file_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_agent_v1_agent_proto_rawDescData
 }
 
-var file_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_agent_v1_agent_proto_goTypes = []any{
 	(Release_Then)(0),       // 0: anvil.agent.v1.Release.Then
 	(Wipe_Mode)(0),          // 1: anvil.agent.v1.Wipe.Mode
-	(OrderResult_Status)(0), // 2: anvil.agent.v1.OrderResult.Status
-	(*AgentMessage)(nil),    // 3: anvil.agent.v1.AgentMessage
-	(*ProviderMessage)(nil), // 4: anvil.agent.v1.ProviderMessage
-	(*Hello)(nil),           // 5: anvil.agent.v1.Hello
-	(*TPMIdentity)(nil),     // 6: anvil.agent.v1.TPMIdentity
-	(*Challenge)(nil),       // 7: anvil.agent.v1.Challenge
-	(*Activation)(nil),      // 8: anvil.agent.v1.Activation
-	(*Welcome)(nil),         // 9: anvil.agent.v1.Welcome
-	(*Inventory)(nil),       // 10: anvil.agent.v1.Inventory
-	(*Order)(nil),           // 11: anvil.agent.v1.Order
-	(*Hold)(nil),            // 12: anvil.agent.v1.Hold
-	(*Release)(nil),         // 13: anvil.agent.v1.Release
-	(*GetBMC)(nil),          // 14: anvil.agent.v1.GetBMC
-	(*SetBMC)(nil),          // 15: anvil.agent.v1.SetBMC
-	(*Wipe)(nil),            // 16: anvil.agent.v1.Wipe
-	(*Reboot)(nil),          // 17: anvil.agent.v1.Reboot
-	(*PowerOff)(nil),        // 18: anvil.agent.v1.PowerOff
-	(*Kexec)(nil),           // 19: anvil.agent.v1.Kexec
-	(*OrderResult)(nil),     // 20: anvil.agent.v1.OrderResult
-	(*BMCInfo)(nil),         // 21: anvil.agent.v1.BMCInfo
-	(*WipeReport)(nil),      // 22: anvil.agent.v1.WipeReport
-	(*DiskWipe)(nil),        // 23: anvil.agent.v1.DiskWipe
+	(Wipe_Scope)(0),         // 2: anvil.agent.v1.Wipe.Scope
+	(OrderResult_Status)(0), // 3: anvil.agent.v1.OrderResult.Status
+	(*AgentMessage)(nil),    // 4: anvil.agent.v1.AgentMessage
+	(*ProviderMessage)(nil), // 5: anvil.agent.v1.ProviderMessage
+	(*Hello)(nil),           // 6: anvil.agent.v1.Hello
+	(*TPMIdentity)(nil),     // 7: anvil.agent.v1.TPMIdentity
+	(*Challenge)(nil),       // 8: anvil.agent.v1.Challenge
+	(*Activation)(nil),      // 9: anvil.agent.v1.Activation
+	(*Welcome)(nil),         // 10: anvil.agent.v1.Welcome
+	(*Inventory)(nil),       // 11: anvil.agent.v1.Inventory
+	(*Order)(nil),           // 12: anvil.agent.v1.Order
+	(*Hold)(nil),            // 13: anvil.agent.v1.Hold
+	(*Release)(nil),         // 14: anvil.agent.v1.Release
+	(*GetBMC)(nil),          // 15: anvil.agent.v1.GetBMC
+	(*SetBMC)(nil),          // 16: anvil.agent.v1.SetBMC
+	(*Wipe)(nil),            // 17: anvil.agent.v1.Wipe
+	(*Reboot)(nil),          // 18: anvil.agent.v1.Reboot
+	(*PowerOff)(nil),        // 19: anvil.agent.v1.PowerOff
+	(*Kexec)(nil),           // 20: anvil.agent.v1.Kexec
+	(*OrderResult)(nil),     // 21: anvil.agent.v1.OrderResult
+	(*BMCInfo)(nil),         // 22: anvil.agent.v1.BMCInfo
+	(*WipeReport)(nil),      // 23: anvil.agent.v1.WipeReport
+	(*DiskWipe)(nil),        // 24: anvil.agent.v1.DiskWipe
 }
 var file_agent_v1_agent_proto_depIdxs = []int32{
-	5,  // 0: anvil.agent.v1.AgentMessage.hello:type_name -> anvil.agent.v1.Hello
-	20, // 1: anvil.agent.v1.AgentMessage.result:type_name -> anvil.agent.v1.OrderResult
-	10, // 2: anvil.agent.v1.AgentMessage.inventory:type_name -> anvil.agent.v1.Inventory
-	8,  // 3: anvil.agent.v1.AgentMessage.activation:type_name -> anvil.agent.v1.Activation
-	9,  // 4: anvil.agent.v1.ProviderMessage.welcome:type_name -> anvil.agent.v1.Welcome
-	11, // 5: anvil.agent.v1.ProviderMessage.order:type_name -> anvil.agent.v1.Order
-	7,  // 6: anvil.agent.v1.ProviderMessage.challenge:type_name -> anvil.agent.v1.Challenge
-	20, // 7: anvil.agent.v1.Hello.results:type_name -> anvil.agent.v1.OrderResult
-	6,  // 8: anvil.agent.v1.Hello.tpm:type_name -> anvil.agent.v1.TPMIdentity
-	12, // 9: anvil.agent.v1.Order.hold:type_name -> anvil.agent.v1.Hold
-	13, // 10: anvil.agent.v1.Order.release:type_name -> anvil.agent.v1.Release
-	14, // 11: anvil.agent.v1.Order.get_bmc:type_name -> anvil.agent.v1.GetBMC
-	15, // 12: anvil.agent.v1.Order.set_bmc:type_name -> anvil.agent.v1.SetBMC
-	16, // 13: anvil.agent.v1.Order.wipe:type_name -> anvil.agent.v1.Wipe
-	17, // 14: anvil.agent.v1.Order.reboot:type_name -> anvil.agent.v1.Reboot
-	18, // 15: anvil.agent.v1.Order.power_off:type_name -> anvil.agent.v1.PowerOff
-	19, // 16: anvil.agent.v1.Order.kexec:type_name -> anvil.agent.v1.Kexec
+	6,  // 0: anvil.agent.v1.AgentMessage.hello:type_name -> anvil.agent.v1.Hello
+	21, // 1: anvil.agent.v1.AgentMessage.result:type_name -> anvil.agent.v1.OrderResult
+	11, // 2: anvil.agent.v1.AgentMessage.inventory:type_name -> anvil.agent.v1.Inventory
+	9,  // 3: anvil.agent.v1.AgentMessage.activation:type_name -> anvil.agent.v1.Activation
+	10, // 4: anvil.agent.v1.ProviderMessage.welcome:type_name -> anvil.agent.v1.Welcome
+	12, // 5: anvil.agent.v1.ProviderMessage.order:type_name -> anvil.agent.v1.Order
+	8,  // 6: anvil.agent.v1.ProviderMessage.challenge:type_name -> anvil.agent.v1.Challenge
+	21, // 7: anvil.agent.v1.Hello.results:type_name -> anvil.agent.v1.OrderResult
+	7,  // 8: anvil.agent.v1.Hello.tpm:type_name -> anvil.agent.v1.TPMIdentity
+	13, // 9: anvil.agent.v1.Order.hold:type_name -> anvil.agent.v1.Hold
+	14, // 10: anvil.agent.v1.Order.release:type_name -> anvil.agent.v1.Release
+	15, // 11: anvil.agent.v1.Order.get_bmc:type_name -> anvil.agent.v1.GetBMC
+	16, // 12: anvil.agent.v1.Order.set_bmc:type_name -> anvil.agent.v1.SetBMC
+	17, // 13: anvil.agent.v1.Order.wipe:type_name -> anvil.agent.v1.Wipe
+	18, // 14: anvil.agent.v1.Order.reboot:type_name -> anvil.agent.v1.Reboot
+	19, // 15: anvil.agent.v1.Order.power_off:type_name -> anvil.agent.v1.PowerOff
+	20, // 16: anvil.agent.v1.Order.kexec:type_name -> anvil.agent.v1.Kexec
 	0,  // 17: anvil.agent.v1.Release.then:type_name -> anvil.agent.v1.Release.Then
 	1,  // 18: anvil.agent.v1.Wipe.mode:type_name -> anvil.agent.v1.Wipe.Mode
-	2,  // 19: anvil.agent.v1.OrderResult.status:type_name -> anvil.agent.v1.OrderResult.Status
-	21, // 20: anvil.agent.v1.OrderResult.bmc:type_name -> anvil.agent.v1.BMCInfo
-	22, // 21: anvil.agent.v1.OrderResult.wipe:type_name -> anvil.agent.v1.WipeReport
-	23, // 22: anvil.agent.v1.WipeReport.disks:type_name -> anvil.agent.v1.DiskWipe
-	3,  // 23: anvil.agent.v1.AgentService.Session:input_type -> anvil.agent.v1.AgentMessage
-	4,  // 24: anvil.agent.v1.AgentService.Session:output_type -> anvil.agent.v1.ProviderMessage
-	24, // [24:25] is the sub-list for method output_type
-	23, // [23:24] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	2,  // 19: anvil.agent.v1.Wipe.scope:type_name -> anvil.agent.v1.Wipe.Scope
+	3,  // 20: anvil.agent.v1.OrderResult.status:type_name -> anvil.agent.v1.OrderResult.Status
+	22, // 21: anvil.agent.v1.OrderResult.bmc:type_name -> anvil.agent.v1.BMCInfo
+	23, // 22: anvil.agent.v1.OrderResult.wipe:type_name -> anvil.agent.v1.WipeReport
+	24, // 23: anvil.agent.v1.WipeReport.disks:type_name -> anvil.agent.v1.DiskWipe
+	4,  // 24: anvil.agent.v1.AgentService.Session:input_type -> anvil.agent.v1.AgentMessage
+	5,  // 25: anvil.agent.v1.AgentService.Session:output_type -> anvil.agent.v1.ProviderMessage
+	25, // [25:26] is the sub-list for method output_type
+	24, // [24:25] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_agent_v1_agent_proto_init() }
@@ -1844,7 +1945,7 @@ func file_agent_v1_agent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_v1_agent_proto_rawDesc), len(file_agent_v1_agent_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
