@@ -1,12 +1,9 @@
 package controllers_test
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-	"gopkg.in/yaml.v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -81,63 +78,4 @@ func TestOwnerOf(t *testing.T) {
 
 	mm := &infrav1.MetalMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "m", UID: types.UID("1234")}}
 	assert.Equal(t, "capi/ns/m", controllers.OwnerOf(mm), "no UID: a moved MetalMachine finds its claim")
-}
-
-func TestWithProviderID(t *testing.T) {
-	t.Parallel()
-
-	for _, tc := range []struct {
-		name, in, err string
-	}{
-		{"worker", "version: v1alpha1\nmachine:\n  type: worker\n", ""},
-		{"with kubelet args", "version: v1alpha1\nmachine:\n  type: controlplane\n  kubelet:\n    extraArgs:\n      rotate-server-certificates: \"true\"\n", ""},
-		{"multi-document", "version: v1alpha1\nmachine:\n  type: worker\n---\napiVersion: v1alpha1\nkind: HostnameConfig\nhostname: node-1\n", ""},
-		{"null kubelet", "version: v1alpha1\nmachine:\n  type: worker\n  kubelet:\n", ""},
-		{"provider-id replaced", "version: v1alpha1\nmachine:\n  type: worker\n  kubelet:\n    extraArgs:\n      provider-id: other://1\n", ""},
-		{"newer Talos fields", "version: v1alpha1\nmachine:\n  type: worker\n  futureField: {a: 1}\n---\napiVersion: v1alpha9\nkind: FutureConfig\nsecret: s3cret\n", ""},
-		{"document start marker", "---\nversion: v1alpha1\nmachine:\n  type: worker\n", ""},
-		{"not a machine config", "hello: world\n", "no v1alpha1 document"},
-		{"kubelet not a mapping", "version: v1alpha1\nmachine:\n  type: worker\n  kubelet: s3cret\n", "machine.kubelet is not a mapping"},
-		{"not YAML", "version: v1alpha1\nmachine: {type: s3cret\n", "document 1 is not YAML"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-
-			out, err := controllers.WithProviderID([]byte(tc.in), "anvil://1234")
-			if tc.err != "" {
-				require.ErrorIs(t, err, controllers.ErrNotMachineConfig)
-				require.ErrorContains(t, err, tc.err)
-				assert.NotContains(t, err.Error(), "s3cret", "the data is never quoted")
-
-				return
-			}
-
-			require.NoError(t, err)
-
-			var doc struct {
-				Machine struct {
-					Type    string `yaml:"type"`
-					Kubelet struct {
-						ExtraArgs map[string]any `yaml:"extraArgs"`
-					} `yaml:"kubelet"`
-				} `yaml:"machine"`
-			}
-			require.NoError(t, yaml.Unmarshal(out, &doc))
-			assert.Equal(t, "anvil://1234", doc.Machine.Kubelet.ExtraArgs["provider-id"])
-			assert.NotEmpty(t, doc.Machine.Type, "the rest is kept")
-
-			if tc.name == "with kubelet args" {
-				assert.Equal(t, "true", doc.Machine.Kubelet.ExtraArgs["rotate-server-certificates"])
-			}
-
-			if tc.name == "multi-document" {
-				assert.True(t, strings.HasSuffix(string(out), "\n---\napiVersion: v1alpha1\nkind: HostnameConfig\nhostname: node-1\n"), "other documents kept byte for byte:\n%s", out)
-			}
-
-			if tc.name == "newer Talos fields" {
-				assert.Contains(t, string(out), "futureField", "fields the manager does not know pass")
-				assert.True(t, strings.HasSuffix(string(out), "\n---\napiVersion: v1alpha9\nkind: FutureConfig\nsecret: s3cret\n"), "%s", out)
-			}
-		})
-	}
 }

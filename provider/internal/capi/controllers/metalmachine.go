@@ -24,6 +24,7 @@ import (
 
 	infrav1 "github.com/anvil-metal/anvil/api/infrastructure/v1beta1"
 	"github.com/anvil-metal/anvil/provider/internal/capi/anvilclient"
+	"github.com/anvil-metal/anvil/provider/internal/configpatch"
 )
 
 // serverNameIndex indexes MetalMachines by the Server they claimed.
@@ -240,7 +241,7 @@ func (r *MetalMachineReconciler) claim(ctx context.Context, mm *infrav1.MetalMac
 		}
 
 		switch {
-		case errors.Is(err, ErrNotMachineConfig):
+		case errors.Is(err, configpatch.ErrNotMachineConfig):
 			// The error names what is wrong, never the data (it carries the cluster's secrets).
 			r.notClaimed(mm, infrav1.WaitingForBootstrapDataReason, err.Error())
 
@@ -277,14 +278,14 @@ func (r *MetalMachineReconciler) claimOne(ctx context.Context, mm *infrav1.Metal
 		return "", err
 	}
 
-	config, err := WithProviderID(data, ProviderID(id))
+	config, err := configpatch.WithProviderID(data, ProviderID(id))
 	if err != nil {
 		return "", err
 	}
 
 	return r.Anvil.Claim(ctx, id, anvilclient.Claim{
 		Owner: OwnerOf(mm), TalosVersion: version, Extensions: mm.Spec.Extensions,
-		KernelArgs: mm.Spec.KernelArgs, Config: config,
+		KernelArgs: mm.Spec.KernelArgs, Config: config, InstallDisk: mm.Spec.InstallDisk,
 	})
 }
 
