@@ -154,7 +154,14 @@ type MachineIntent struct {
 	KexecMode string `protobuf:"bytes,10,opt,name=kexec_mode,json=kexecMode,proto3" json:"kexec_mode,omitempty"`
 	// The fingerprint (sha256:<hex>) of the TPM endorsement key bound to the machine at
 	// its acceptance: every session of its agent must prove it. Empty: none bound.
-	BoundEk       string `protobuf:"bytes,12,opt,name=bound_ek,json=boundEk,proto3" json:"bound_ek,omitempty"`
+	BoundEk string `protobuf:"bytes,12,opt,name=bound_ek,json=boundEk,proto3" json:"bound_ek,omitempty"`
+	// The machine's own wipe scope (all, install-disk, all-except) and, for all-except,
+	// the selector of the disks kept; empty follows the provider's --wipe-scope.
+	WipeScope string `protobuf:"bytes,13,opt,name=wipe_scope,json=wipeScope,proto3" json:"wipe_scope,omitempty"`
+	WipeKeep  string `protobuf:"bytes,14,opt,name=wipe_keep,json=wipeKeep,proto3" json:"wipe_keep,omitempty"`
+	// The disk the machine last installed to (serial=… or wwid=…), kept after its
+	// allocation ends: the install-disk wipe scope's disk.
+	InstallDisk   string `protobuf:"bytes,15,opt,name=install_disk,json=installDisk,proto3" json:"install_disk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -266,6 +273,92 @@ func (x *MachineIntent) GetBoundEk() string {
 	return ""
 }
 
+func (x *MachineIntent) GetWipeScope() string {
+	if x != nil {
+		return x.WipeScope
+	}
+	return ""
+}
+
+func (x *MachineIntent) GetWipeKeep() string {
+	if x != nil {
+		return x.WipeKeep
+	}
+	return ""
+}
+
+func (x *MachineIntent) GetInstallDisk() string {
+	if x != nil {
+		return x.InstallDisk
+	}
+	return ""
+}
+
+// InstallDisk is an install disk resolved from a selector against the machine's
+// inventory.
+type InstallDisk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// selector is what was asked (a disk selector).
+	Selector string `protobuf:"bytes,1,opt,name=selector,proto3" json:"selector,omitempty"`
+	// identity names the disk stably in Talos' config: serial=… or wwid=….
+	Identity string `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	// disk describes it as the agent saw it: kernel name, size, transport, model, serial.
+	Disk          string `protobuf:"bytes,3,opt,name=disk,proto3" json:"disk,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstallDisk) Reset() {
+	*x = InstallDisk{}
+	mi := &file_control_v1_control_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstallDisk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstallDisk) ProtoMessage() {}
+
+func (x *InstallDisk) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstallDisk.ProtoReflect.Descriptor instead.
+func (*InstallDisk) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *InstallDisk) GetSelector() string {
+	if x != nil {
+		return x.Selector
+	}
+	return ""
+}
+
+func (x *InstallDisk) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *InstallDisk) GetDisk() string {
+	if x != nil {
+		return x.Disk
+	}
+	return ""
+}
+
 // Allocation is what a machine is handed to. The machine configuration is never sent
 // back: it is sensitive.
 type Allocation struct {
@@ -284,14 +377,16 @@ type Allocation struct {
 	// extensions catalog) rather than the request.
 	DetectedExtensions []string `protobuf:"bytes,8,rep,name=detected_extensions,json=detectedExtensions,proto3" json:"detected_extensions,omitempty"`
 	// Who holds the machine, as the AllocateRequest named it (empty: a person).
-	Owner         string `protobuf:"bytes,9,opt,name=owner,proto3" json:"owner,omitempty"`
+	Owner string `protobuf:"bytes,9,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The disk Talos installs to; unset when the configuration chooses.
+	InstallDisk   *InstallDisk `protobuf:"bytes,10,opt,name=install_disk,json=installDisk,proto3" json:"install_disk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Allocation) Reset() {
 	*x = Allocation{}
-	mi := &file_control_v1_control_proto_msgTypes[1]
+	mi := &file_control_v1_control_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -303,7 +398,7 @@ func (x *Allocation) String() string {
 func (*Allocation) ProtoMessage() {}
 
 func (x *Allocation) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[1]
+	mi := &file_control_v1_control_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -316,7 +411,7 @@ func (x *Allocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Allocation.ProtoReflect.Descriptor instead.
 func (*Allocation) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{1}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Allocation) GetId() string {
@@ -382,6 +477,13 @@ func (x *Allocation) GetOwner() string {
 	return ""
 }
 
+func (x *Allocation) GetInstallDisk() *InstallDisk {
+	if x != nil {
+		return x.InstallDisk
+	}
+	return nil
+}
+
 type AcceptRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	MachineId string                 `protobuf:"bytes,1,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
@@ -398,7 +500,7 @@ type AcceptRequest struct {
 
 func (x *AcceptRequest) Reset() {
 	*x = AcceptRequest{}
-	mi := &file_control_v1_control_proto_msgTypes[2]
+	mi := &file_control_v1_control_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -410,7 +512,7 @@ func (x *AcceptRequest) String() string {
 func (*AcceptRequest) ProtoMessage() {}
 
 func (x *AcceptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[2]
+	mi := &file_control_v1_control_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -423,7 +525,7 @@ func (x *AcceptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptRequest.ProtoReflect.Descriptor instead.
 func (*AcceptRequest) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{2}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AcceptRequest) GetMachineId() string {
@@ -456,7 +558,7 @@ type AcceptResponse struct {
 
 func (x *AcceptResponse) Reset() {
 	*x = AcceptResponse{}
-	mi := &file_control_v1_control_proto_msgTypes[3]
+	mi := &file_control_v1_control_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -468,7 +570,7 @@ func (x *AcceptResponse) String() string {
 func (*AcceptResponse) ProtoMessage() {}
 
 func (x *AcceptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[3]
+	mi := &file_control_v1_control_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -481,7 +583,7 @@ func (x *AcceptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptResponse.ProtoReflect.Descriptor instead.
 func (*AcceptResponse) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{3}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AcceptResponse) GetIntent() *MachineIntent {
@@ -500,7 +602,7 @@ type RejectRequest struct {
 
 func (x *RejectRequest) Reset() {
 	*x = RejectRequest{}
-	mi := &file_control_v1_control_proto_msgTypes[4]
+	mi := &file_control_v1_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -512,7 +614,7 @@ func (x *RejectRequest) String() string {
 func (*RejectRequest) ProtoMessage() {}
 
 func (x *RejectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[4]
+	mi := &file_control_v1_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -525,7 +627,7 @@ func (x *RejectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectRequest.ProtoReflect.Descriptor instead.
 func (*RejectRequest) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{4}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RejectRequest) GetMachineId() string {
@@ -544,7 +646,7 @@ type RejectResponse struct {
 
 func (x *RejectResponse) Reset() {
 	*x = RejectResponse{}
-	mi := &file_control_v1_control_proto_msgTypes[5]
+	mi := &file_control_v1_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +658,7 @@ func (x *RejectResponse) String() string {
 func (*RejectResponse) ProtoMessage() {}
 
 func (x *RejectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[5]
+	mi := &file_control_v1_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +671,7 @@ func (x *RejectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectResponse.ProtoReflect.Descriptor instead.
 func (*RejectResponse) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{5}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RejectResponse) GetIntent() *MachineIntent {
@@ -603,14 +705,25 @@ type AllocateRequest struct {
 	// replaces its machine configuration with this request's (talos_version and
 	// kernel_args must be the same); allocated to anyone else, it is refused as any
 	// allocated machine is.
-	Owner         string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
+	Owner string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
+	// install_disk selects the disk Talos installs to among the machine's inventory (a
+	// disk selector: type=nvme,size>=400GB,pick=smallest); empty takes the provider's
+	// --install-disk, and none leaves it to the configuration. It must resolve to exactly
+	// one disk with a serial or WWID of its own: none or several refuse the allocation
+	// (FAILED_PRECONDITION) with the candidates listed; a malformed selector is
+	// INVALID_ARGUMENT. The served configuration names the disk by its serial or WWID.
+	InstallDisk string `protobuf:"bytes,9,opt,name=install_disk,json=installDisk,proto3" json:"install_disk,omitempty"`
+	// dry_run checks the request and resolves the install disk without allocating: the
+	// response shows the allocation that would be made (the install disk chosen before
+	// the machine is handed over).
+	DryRun        bool `protobuf:"varint,10,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AllocateRequest) Reset() {
 	*x = AllocateRequest{}
-	mi := &file_control_v1_control_proto_msgTypes[6]
+	mi := &file_control_v1_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +735,7 @@ func (x *AllocateRequest) String() string {
 func (*AllocateRequest) ProtoMessage() {}
 
 func (x *AllocateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[6]
+	mi := &file_control_v1_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +748,7 @@ func (x *AllocateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateRequest.ProtoReflect.Descriptor instead.
 func (*AllocateRequest) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{6}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AllocateRequest) GetMachineId() string {
@@ -694,6 +807,20 @@ func (x *AllocateRequest) GetOwner() string {
 	return ""
 }
 
+func (x *AllocateRequest) GetInstallDisk() string {
+	if x != nil {
+		return x.InstallDisk
+	}
+	return ""
+}
+
+func (x *AllocateRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 type AllocateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Intent        *MachineIntent         `protobuf:"bytes,1,opt,name=intent,proto3" json:"intent,omitempty"`
@@ -703,7 +830,7 @@ type AllocateResponse struct {
 
 func (x *AllocateResponse) Reset() {
 	*x = AllocateResponse{}
-	mi := &file_control_v1_control_proto_msgTypes[7]
+	mi := &file_control_v1_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -715,7 +842,7 @@ func (x *AllocateResponse) String() string {
 func (*AllocateResponse) ProtoMessage() {}
 
 func (x *AllocateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[7]
+	mi := &file_control_v1_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -728,7 +855,7 @@ func (x *AllocateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocateResponse.ProtoReflect.Descriptor instead.
 func (*AllocateResponse) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{7}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AllocateResponse) GetIntent() *MachineIntent {
@@ -751,7 +878,7 @@ type DeallocateRequest struct {
 
 func (x *DeallocateRequest) Reset() {
 	*x = DeallocateRequest{}
-	mi := &file_control_v1_control_proto_msgTypes[8]
+	mi := &file_control_v1_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +890,7 @@ func (x *DeallocateRequest) String() string {
 func (*DeallocateRequest) ProtoMessage() {}
 
 func (x *DeallocateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[8]
+	mi := &file_control_v1_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +903,7 @@ func (x *DeallocateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeallocateRequest.ProtoReflect.Descriptor instead.
 func (*DeallocateRequest) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeallocateRequest) GetMachineId() string {
@@ -802,7 +929,7 @@ type DeallocateResponse struct {
 
 func (x *DeallocateResponse) Reset() {
 	*x = DeallocateResponse{}
-	mi := &file_control_v1_control_proto_msgTypes[9]
+	mi := &file_control_v1_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +941,7 @@ func (x *DeallocateResponse) String() string {
 func (*DeallocateResponse) ProtoMessage() {}
 
 func (x *DeallocateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[9]
+	mi := &file_control_v1_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +954,7 @@ func (x *DeallocateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeallocateResponse.ProtoReflect.Descriptor instead.
 func (*DeallocateResponse) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeallocateResponse) GetIntent() *MachineIntent {
@@ -846,7 +973,7 @@ type MarkInstalledRequest struct {
 
 func (x *MarkInstalledRequest) Reset() {
 	*x = MarkInstalledRequest{}
-	mi := &file_control_v1_control_proto_msgTypes[10]
+	mi := &file_control_v1_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +985,7 @@ func (x *MarkInstalledRequest) String() string {
 func (*MarkInstalledRequest) ProtoMessage() {}
 
 func (x *MarkInstalledRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[10]
+	mi := &file_control_v1_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +998,7 @@ func (x *MarkInstalledRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkInstalledRequest.ProtoReflect.Descriptor instead.
 func (*MarkInstalledRequest) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{10}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MarkInstalledRequest) GetMachineId() string {
@@ -891,7 +1018,7 @@ type MarkInstalledResponse struct {
 
 func (x *MarkInstalledResponse) Reset() {
 	*x = MarkInstalledResponse{}
-	mi := &file_control_v1_control_proto_msgTypes[11]
+	mi := &file_control_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1030,7 @@ func (x *MarkInstalledResponse) String() string {
 func (*MarkInstalledResponse) ProtoMessage() {}
 
 func (x *MarkInstalledResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[11]
+	mi := &file_control_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1043,7 @@ func (x *MarkInstalledResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkInstalledResponse.ProtoReflect.Descriptor instead.
 func (*MarkInstalledResponse) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{11}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MarkInstalledResponse) GetAllocationId() string {
@@ -935,7 +1062,7 @@ type CordonRequest struct {
 
 func (x *CordonRequest) Reset() {
 	*x = CordonRequest{}
-	mi := &file_control_v1_control_proto_msgTypes[12]
+	mi := &file_control_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -947,7 +1074,7 @@ func (x *CordonRequest) String() string {
 func (*CordonRequest) ProtoMessage() {}
 
 func (x *CordonRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[12]
+	mi := &file_control_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -960,7 +1087,7 @@ func (x *CordonRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CordonRequest.ProtoReflect.Descriptor instead.
 func (*CordonRequest) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{12}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CordonRequest) GetMachineId() string {
@@ -979,7 +1106,7 @@ type CordonResponse struct {
 
 func (x *CordonResponse) Reset() {
 	*x = CordonResponse{}
-	mi := &file_control_v1_control_proto_msgTypes[13]
+	mi := &file_control_v1_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1118,7 @@ func (x *CordonResponse) String() string {
 func (*CordonResponse) ProtoMessage() {}
 
 func (x *CordonResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[13]
+	mi := &file_control_v1_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1131,7 @@ func (x *CordonResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CordonResponse.ProtoReflect.Descriptor instead.
 func (*CordonResponse) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{13}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CordonResponse) GetIntent() *MachineIntent {
@@ -1023,7 +1150,7 @@ type UncordonRequest struct {
 
 func (x *UncordonRequest) Reset() {
 	*x = UncordonRequest{}
-	mi := &file_control_v1_control_proto_msgTypes[14]
+	mi := &file_control_v1_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1162,7 @@ func (x *UncordonRequest) String() string {
 func (*UncordonRequest) ProtoMessage() {}
 
 func (x *UncordonRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[14]
+	mi := &file_control_v1_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1175,7 @@ func (x *UncordonRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UncordonRequest.ProtoReflect.Descriptor instead.
 func (*UncordonRequest) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{14}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UncordonRequest) GetMachineId() string {
@@ -1067,7 +1194,7 @@ type UncordonResponse struct {
 
 func (x *UncordonResponse) Reset() {
 	*x = UncordonResponse{}
-	mi := &file_control_v1_control_proto_msgTypes[15]
+	mi := &file_control_v1_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1206,7 @@ func (x *UncordonResponse) String() string {
 func (*UncordonResponse) ProtoMessage() {}
 
 func (x *UncordonResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[15]
+	mi := &file_control_v1_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1219,7 @@ func (x *UncordonResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UncordonResponse.ProtoReflect.Descriptor instead.
 func (*UncordonResponse) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{15}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UncordonResponse) GetIntent() *MachineIntent {
@@ -1112,7 +1239,7 @@ type SetPowerRequest struct {
 
 func (x *SetPowerRequest) Reset() {
 	*x = SetPowerRequest{}
-	mi := &file_control_v1_control_proto_msgTypes[16]
+	mi := &file_control_v1_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1124,7 +1251,7 @@ func (x *SetPowerRequest) String() string {
 func (*SetPowerRequest) ProtoMessage() {}
 
 func (x *SetPowerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[16]
+	mi := &file_control_v1_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1137,7 +1264,7 @@ func (x *SetPowerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPowerRequest.ProtoReflect.Descriptor instead.
 func (*SetPowerRequest) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{16}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetPowerRequest) GetMachineId() string {
@@ -1163,7 +1290,7 @@ type SetPowerResponse struct {
 
 func (x *SetPowerResponse) Reset() {
 	*x = SetPowerResponse{}
-	mi := &file_control_v1_control_proto_msgTypes[17]
+	mi := &file_control_v1_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1302,7 @@ func (x *SetPowerResponse) String() string {
 func (*SetPowerResponse) ProtoMessage() {}
 
 func (x *SetPowerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[17]
+	mi := &file_control_v1_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1315,7 @@ func (x *SetPowerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPowerResponse.ProtoReflect.Descriptor instead.
 func (*SetPowerResponse) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{17}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetPowerResponse) GetIntent() *MachineIntent {
@@ -1207,7 +1334,7 @@ type RebootRequest struct {
 
 func (x *RebootRequest) Reset() {
 	*x = RebootRequest{}
-	mi := &file_control_v1_control_proto_msgTypes[18]
+	mi := &file_control_v1_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1219,7 +1346,7 @@ func (x *RebootRequest) String() string {
 func (*RebootRequest) ProtoMessage() {}
 
 func (x *RebootRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[18]
+	mi := &file_control_v1_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1232,7 +1359,7 @@ func (x *RebootRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebootRequest.ProtoReflect.Descriptor instead.
 func (*RebootRequest) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{18}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RebootRequest) GetMachineId() string {
@@ -1253,7 +1380,7 @@ type RebootResponse struct {
 
 func (x *RebootResponse) Reset() {
 	*x = RebootResponse{}
-	mi := &file_control_v1_control_proto_msgTypes[19]
+	mi := &file_control_v1_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1392,7 @@ func (x *RebootResponse) String() string {
 func (*RebootResponse) ProtoMessage() {}
 
 func (x *RebootResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[19]
+	mi := &file_control_v1_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1405,7 @@ func (x *RebootResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebootResponse.ProtoReflect.Descriptor instead.
 func (*RebootResponse) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{19}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RebootResponse) GetIntent() *MachineIntent {
@@ -1319,7 +1446,7 @@ type SetBMCRequest struct {
 
 func (x *SetBMCRequest) Reset() {
 	*x = SetBMCRequest{}
-	mi := &file_control_v1_control_proto_msgTypes[20]
+	mi := &file_control_v1_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1458,7 @@ func (x *SetBMCRequest) String() string {
 func (*SetBMCRequest) ProtoMessage() {}
 
 func (x *SetBMCRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[20]
+	mi := &file_control_v1_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1471,7 @@ func (x *SetBMCRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBMCRequest.ProtoReflect.Descriptor instead.
 func (*SetBMCRequest) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{20}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetBMCRequest) GetMachineId() string {
@@ -1421,7 +1548,7 @@ type SetBMCResponse struct {
 
 func (x *SetBMCResponse) Reset() {
 	*x = SetBMCResponse{}
-	mi := &file_control_v1_control_proto_msgTypes[21]
+	mi := &file_control_v1_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1560,7 @@ func (x *SetBMCResponse) String() string {
 func (*SetBMCResponse) ProtoMessage() {}
 
 func (x *SetBMCResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[21]
+	mi := &file_control_v1_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1573,7 @@ func (x *SetBMCResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBMCResponse.ProtoReflect.Descriptor instead.
 func (*SetBMCResponse) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{21}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetBMCResponse) GetMachineId() string {
@@ -1484,7 +1611,7 @@ type SetLabelsRequest struct {
 
 func (x *SetLabelsRequest) Reset() {
 	*x = SetLabelsRequest{}
-	mi := &file_control_v1_control_proto_msgTypes[22]
+	mi := &file_control_v1_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1623,7 @@ func (x *SetLabelsRequest) String() string {
 func (*SetLabelsRequest) ProtoMessage() {}
 
 func (x *SetLabelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[22]
+	mi := &file_control_v1_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1636,7 @@ func (x *SetLabelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLabelsRequest.ProtoReflect.Descriptor instead.
 func (*SetLabelsRequest) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{22}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SetLabelsRequest) GetMachineId() string {
@@ -1542,7 +1669,7 @@ type SetLabelsResponse struct {
 
 func (x *SetLabelsResponse) Reset() {
 	*x = SetLabelsResponse{}
-	mi := &file_control_v1_control_proto_msgTypes[23]
+	mi := &file_control_v1_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1681,7 @@ func (x *SetLabelsResponse) String() string {
 func (*SetLabelsResponse) ProtoMessage() {}
 
 func (x *SetLabelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[23]
+	mi := &file_control_v1_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1694,7 @@ func (x *SetLabelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLabelsResponse.ProtoReflect.Descriptor instead.
 func (*SetLabelsResponse) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{23}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetLabelsResponse) GetIntent() *MachineIntent {
@@ -1588,7 +1715,7 @@ type SetWipeModeRequest struct {
 
 func (x *SetWipeModeRequest) Reset() {
 	*x = SetWipeModeRequest{}
-	mi := &file_control_v1_control_proto_msgTypes[24]
+	mi := &file_control_v1_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1600,7 +1727,7 @@ func (x *SetWipeModeRequest) String() string {
 func (*SetWipeModeRequest) ProtoMessage() {}
 
 func (x *SetWipeModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[24]
+	mi := &file_control_v1_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1613,7 +1740,7 @@ func (x *SetWipeModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWipeModeRequest.ProtoReflect.Descriptor instead.
 func (*SetWipeModeRequest) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{24}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetWipeModeRequest) GetMachineId() string {
@@ -1639,7 +1766,7 @@ type SetWipeModeResponse struct {
 
 func (x *SetWipeModeResponse) Reset() {
 	*x = SetWipeModeResponse{}
-	mi := &file_control_v1_control_proto_msgTypes[25]
+	mi := &file_control_v1_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +1778,7 @@ func (x *SetWipeModeResponse) String() string {
 func (*SetWipeModeResponse) ProtoMessage() {}
 
 func (x *SetWipeModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[25]
+	mi := &file_control_v1_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,10 +1791,116 @@ func (x *SetWipeModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWipeModeResponse.ProtoReflect.Descriptor instead.
 func (*SetWipeModeResponse) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{25}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SetWipeModeResponse) GetIntent() *MachineIntent {
+	if x != nil {
+		return x.Intent
+	}
+	return nil
+}
+
+type SetWipeScopeRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	MachineId string                 `protobuf:"bytes,1,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	// scope is all, install-disk, all-except, or empty for the provider's default.
+	Scope string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	// keep selects the disks all-except keeps (internal/disksel's language: model=ST16000*).
+	Keep          string `protobuf:"bytes,3,opt,name=keep,proto3" json:"keep,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetWipeScopeRequest) Reset() {
+	*x = SetWipeScopeRequest{}
+	mi := &file_control_v1_control_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetWipeScopeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetWipeScopeRequest) ProtoMessage() {}
+
+func (x *SetWipeScopeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetWipeScopeRequest.ProtoReflect.Descriptor instead.
+func (*SetWipeScopeRequest) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SetWipeScopeRequest) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
+	}
+	return ""
+}
+
+func (x *SetWipeScopeRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *SetWipeScopeRequest) GetKeep() string {
+	if x != nil {
+		return x.Keep
+	}
+	return ""
+}
+
+type SetWipeScopeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Intent        *MachineIntent         `protobuf:"bytes,1,opt,name=intent,proto3" json:"intent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetWipeScopeResponse) Reset() {
+	*x = SetWipeScopeResponse{}
+	mi := &file_control_v1_control_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetWipeScopeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetWipeScopeResponse) ProtoMessage() {}
+
+func (x *SetWipeScopeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_v1_control_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetWipeScopeResponse.ProtoReflect.Descriptor instead.
+func (*SetWipeScopeResponse) Descriptor() ([]byte, []int) {
+	return file_control_v1_control_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *SetWipeScopeResponse) GetIntent() *MachineIntent {
 	if x != nil {
 		return x.Intent
 	}
@@ -1685,7 +1918,7 @@ type SetKexecModeRequest struct {
 
 func (x *SetKexecModeRequest) Reset() {
 	*x = SetKexecModeRequest{}
-	mi := &file_control_v1_control_proto_msgTypes[26]
+	mi := &file_control_v1_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1930,7 @@ func (x *SetKexecModeRequest) String() string {
 func (*SetKexecModeRequest) ProtoMessage() {}
 
 func (x *SetKexecModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[26]
+	mi := &file_control_v1_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1943,7 @@ func (x *SetKexecModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKexecModeRequest.ProtoReflect.Descriptor instead.
 func (*SetKexecModeRequest) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{26}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SetKexecModeRequest) GetMachineId() string {
@@ -1736,7 +1969,7 @@ type SetKexecModeResponse struct {
 
 func (x *SetKexecModeResponse) Reset() {
 	*x = SetKexecModeResponse{}
-	mi := &file_control_v1_control_proto_msgTypes[27]
+	mi := &file_control_v1_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1748,7 +1981,7 @@ func (x *SetKexecModeResponse) String() string {
 func (*SetKexecModeResponse) ProtoMessage() {}
 
 func (x *SetKexecModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[27]
+	mi := &file_control_v1_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1761,7 +1994,7 @@ func (x *SetKexecModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetKexecModeResponse.ProtoReflect.Descriptor instead.
 func (*SetKexecModeResponse) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{27}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetKexecModeResponse) GetIntent() *MachineIntent {
@@ -1779,7 +2012,7 @@ type BackupStateRequest struct {
 
 func (x *BackupStateRequest) Reset() {
 	*x = BackupStateRequest{}
-	mi := &file_control_v1_control_proto_msgTypes[28]
+	mi := &file_control_v1_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +2024,7 @@ func (x *BackupStateRequest) String() string {
 func (*BackupStateRequest) ProtoMessage() {}
 
 func (x *BackupStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[28]
+	mi := &file_control_v1_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1804,7 +2037,7 @@ func (x *BackupStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStateRequest.ProtoReflect.Descriptor instead.
 func (*BackupStateRequest) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{28}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{31}
 }
 
 type BackupStateChunk struct {
@@ -1822,7 +2055,7 @@ type BackupStateChunk struct {
 
 func (x *BackupStateChunk) Reset() {
 	*x = BackupStateChunk{}
-	mi := &file_control_v1_control_proto_msgTypes[29]
+	mi := &file_control_v1_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +2067,7 @@ func (x *BackupStateChunk) String() string {
 func (*BackupStateChunk) ProtoMessage() {}
 
 func (x *BackupStateChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_control_v1_control_proto_msgTypes[29]
+	mi := &file_control_v1_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +2080,7 @@ func (x *BackupStateChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStateChunk.ProtoReflect.Descriptor instead.
 func (*BackupStateChunk) Descriptor() ([]byte, []int) {
-	return file_control_v1_control_proto_rawDescGZIP(), []int{29}
+	return file_control_v1_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BackupStateChunk) GetName() string {
@@ -1882,7 +2115,7 @@ var File_control_v1_control_proto protoreflect.FileDescriptor
 
 const file_control_v1_control_proto_rawDesc = "" +
 	"\n" +
-	"\x18control/v1/control.proto\x12\x10anvil.control.v1\"\x87\x04\n" +
+	"\x18control/v1/control.proto\x12\x10anvil.control.v1\"\xe6\x04\n" +
 	"\rMachineIntent\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12<\n" +
@@ -1901,10 +2134,18 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"kexec_mode\x18\n" +
 	" \x01(\tR\tkexecMode\x12\x19\n" +
-	"\bbound_ek\x18\f \x01(\tR\aboundEk\x1a9\n" +
+	"\bbound_ek\x18\f \x01(\tR\aboundEk\x12\x1d\n" +
+	"\n" +
+	"wipe_scope\x18\r \x01(\tR\twipeScope\x12\x1b\n" +
+	"\twipe_keep\x18\x0e \x01(\tR\bwipeKeep\x12!\n" +
+	"\finstall_disk\x18\x0f \x01(\tR\vinstallDisk\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb0\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Y\n" +
+	"\vInstallDisk\x12\x1a\n" +
+	"\bselector\x18\x01 \x01(\tR\bselector\x12\x1a\n" +
+	"\bidentity\x18\x02 \x01(\tR\bidentity\x12\x12\n" +
+	"\x04disk\x18\x03 \x01(\tR\x04disk\"\xf2\x02\n" +
 	"\n" +
 	"Allocation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12#\n" +
@@ -1919,7 +2160,9 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"configSize\x12!\n" +
 	"\fallocated_at\x18\a \x01(\tR\vallocatedAt\x12/\n" +
 	"\x13detected_extensions\x18\b \x03(\tR\x12detectedExtensions\x12\x14\n" +
-	"\x05owner\x18\t \x01(\tR\x05owner\"j\n" +
+	"\x05owner\x18\t \x01(\tR\x05owner\x12@\n" +
+	"\finstall_disk\x18\n" +
+	" \x01(\v2\x1d.anvil.control.v1.InstallDiskR\vinstallDisk\"j\n" +
 	"\rAcceptRequest\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12*\n" +
@@ -1931,7 +2174,7 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\"I\n" +
 	"\x0eRejectResponse\x127\n" +
-	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\"\xa9\x02\n" +
+	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\"\xe5\x02\n" +
 	"\x0fAllocateRequest\x12\x1d\n" +
 	"\n" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12#\n" +
@@ -1944,7 +2187,10 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\x06config\x18\x05 \x01(\fR\x06config\x124\n" +
 	"\x16no_detected_extensions\x18\x06 \x01(\bR\x14noDetectedExtensions\x12-\n" +
 	"\x12exclude_extensions\x18\a \x03(\tR\x11excludeExtensions\x12\x14\n" +
-	"\x05owner\x18\b \x01(\tR\x05owner\"K\n" +
+	"\x05owner\x18\b \x01(\tR\x05owner\x12!\n" +
+	"\finstall_disk\x18\t \x01(\tR\vinstallDisk\x12\x17\n" +
+	"\adry_run\x18\n" +
+	" \x01(\bR\x06dryRun\"K\n" +
 	"\x10AllocateResponse\x127\n" +
 	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\"H\n" +
 	"\x11DeallocateRequest\x12\x1d\n" +
@@ -2011,6 +2257,13 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\tR\x04mode\"N\n" +
 	"\x13SetWipeModeResponse\x127\n" +
+	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\"^\n" +
+	"\x13SetWipeScopeRequest\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\x01 \x01(\tR\tmachineId\x12\x14\n" +
+	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x12\n" +
+	"\x04keep\x18\x03 \x01(\tR\x04keep\"O\n" +
+	"\x14SetWipeScopeResponse\x127\n" +
 	"\x06intent\x18\x01 \x01(\v2\x1f.anvil.control.v1.MachineIntentR\x06intent\"H\n" +
 	"\x13SetKexecModeRequest\x12\x1d\n" +
 	"\n" +
@@ -2035,7 +2288,7 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\x17POWER_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13POWER_STATE_DEFAULT\x10\x01\x12\x12\n" +
 	"\x0ePOWER_STATE_ON\x10\x02\x12\x13\n" +
-	"\x0fPOWER_STATE_OFF\x10\x032\xd9\b\n" +
+	"\x0fPOWER_STATE_OFF\x10\x032\xb8\t\n" +
 	"\x11TransitionService\x12K\n" +
 	"\x06Accept\x12\x1f.anvil.control.v1.AcceptRequest\x1a .anvil.control.v1.AcceptResponse\x12K\n" +
 	"\x06Reject\x12\x1f.anvil.control.v1.RejectRequest\x1a .anvil.control.v1.RejectResponse\x12Q\n" +
@@ -2050,6 +2303,7 @@ const file_control_v1_control_proto_rawDesc = "" +
 	"\x06SetBMC\x12\x1f.anvil.control.v1.SetBMCRequest\x1a .anvil.control.v1.SetBMCResponse\x12T\n" +
 	"\tSetLabels\x12\".anvil.control.v1.SetLabelsRequest\x1a#.anvil.control.v1.SetLabelsResponse\x12Z\n" +
 	"\vSetWipeMode\x12$.anvil.control.v1.SetWipeModeRequest\x1a%.anvil.control.v1.SetWipeModeResponse\x12]\n" +
+	"\fSetWipeScope\x12%.anvil.control.v1.SetWipeScopeRequest\x1a&.anvil.control.v1.SetWipeScopeResponse\x12]\n" +
 	"\fSetKexecMode\x12%.anvil.control.v1.SetKexecModeRequest\x1a&.anvil.control.v1.SetKexecModeResponse2i\n" +
 	"\fStateService\x12Y\n" +
 	"\vBackupState\x12$.anvil.control.v1.BackupStateRequest\x1a\".anvil.control.v1.BackupStateChunk0\x01B7Z5github.com/anvil-metal/anvil/api/control/v1;controlv1b\x06proto3"
@@ -2067,94 +2321,101 @@ func file_control_v1_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_v1_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_control_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_control_v1_control_proto_goTypes = []any{
 	(Acceptance)(0),               // 0: anvil.control.v1.Acceptance
 	(PowerState)(0),               // 1: anvil.control.v1.PowerState
 	(*MachineIntent)(nil),         // 2: anvil.control.v1.MachineIntent
-	(*Allocation)(nil),            // 3: anvil.control.v1.Allocation
-	(*AcceptRequest)(nil),         // 4: anvil.control.v1.AcceptRequest
-	(*AcceptResponse)(nil),        // 5: anvil.control.v1.AcceptResponse
-	(*RejectRequest)(nil),         // 6: anvil.control.v1.RejectRequest
-	(*RejectResponse)(nil),        // 7: anvil.control.v1.RejectResponse
-	(*AllocateRequest)(nil),       // 8: anvil.control.v1.AllocateRequest
-	(*AllocateResponse)(nil),      // 9: anvil.control.v1.AllocateResponse
-	(*DeallocateRequest)(nil),     // 10: anvil.control.v1.DeallocateRequest
-	(*DeallocateResponse)(nil),    // 11: anvil.control.v1.DeallocateResponse
-	(*MarkInstalledRequest)(nil),  // 12: anvil.control.v1.MarkInstalledRequest
-	(*MarkInstalledResponse)(nil), // 13: anvil.control.v1.MarkInstalledResponse
-	(*CordonRequest)(nil),         // 14: anvil.control.v1.CordonRequest
-	(*CordonResponse)(nil),        // 15: anvil.control.v1.CordonResponse
-	(*UncordonRequest)(nil),       // 16: anvil.control.v1.UncordonRequest
-	(*UncordonResponse)(nil),      // 17: anvil.control.v1.UncordonResponse
-	(*SetPowerRequest)(nil),       // 18: anvil.control.v1.SetPowerRequest
-	(*SetPowerResponse)(nil),      // 19: anvil.control.v1.SetPowerResponse
-	(*RebootRequest)(nil),         // 20: anvil.control.v1.RebootRequest
-	(*RebootResponse)(nil),        // 21: anvil.control.v1.RebootResponse
-	(*SetBMCRequest)(nil),         // 22: anvil.control.v1.SetBMCRequest
-	(*SetBMCResponse)(nil),        // 23: anvil.control.v1.SetBMCResponse
-	(*SetLabelsRequest)(nil),      // 24: anvil.control.v1.SetLabelsRequest
-	(*SetLabelsResponse)(nil),     // 25: anvil.control.v1.SetLabelsResponse
-	(*SetWipeModeRequest)(nil),    // 26: anvil.control.v1.SetWipeModeRequest
-	(*SetWipeModeResponse)(nil),   // 27: anvil.control.v1.SetWipeModeResponse
-	(*SetKexecModeRequest)(nil),   // 28: anvil.control.v1.SetKexecModeRequest
-	(*SetKexecModeResponse)(nil),  // 29: anvil.control.v1.SetKexecModeResponse
-	(*BackupStateRequest)(nil),    // 30: anvil.control.v1.BackupStateRequest
-	(*BackupStateChunk)(nil),      // 31: anvil.control.v1.BackupStateChunk
-	nil,                           // 32: anvil.control.v1.MachineIntent.LabelsEntry
-	nil,                           // 33: anvil.control.v1.SetLabelsRequest.SetEntry
+	(*InstallDisk)(nil),           // 3: anvil.control.v1.InstallDisk
+	(*Allocation)(nil),            // 4: anvil.control.v1.Allocation
+	(*AcceptRequest)(nil),         // 5: anvil.control.v1.AcceptRequest
+	(*AcceptResponse)(nil),        // 6: anvil.control.v1.AcceptResponse
+	(*RejectRequest)(nil),         // 7: anvil.control.v1.RejectRequest
+	(*RejectResponse)(nil),        // 8: anvil.control.v1.RejectResponse
+	(*AllocateRequest)(nil),       // 9: anvil.control.v1.AllocateRequest
+	(*AllocateResponse)(nil),      // 10: anvil.control.v1.AllocateResponse
+	(*DeallocateRequest)(nil),     // 11: anvil.control.v1.DeallocateRequest
+	(*DeallocateResponse)(nil),    // 12: anvil.control.v1.DeallocateResponse
+	(*MarkInstalledRequest)(nil),  // 13: anvil.control.v1.MarkInstalledRequest
+	(*MarkInstalledResponse)(nil), // 14: anvil.control.v1.MarkInstalledResponse
+	(*CordonRequest)(nil),         // 15: anvil.control.v1.CordonRequest
+	(*CordonResponse)(nil),        // 16: anvil.control.v1.CordonResponse
+	(*UncordonRequest)(nil),       // 17: anvil.control.v1.UncordonRequest
+	(*UncordonResponse)(nil),      // 18: anvil.control.v1.UncordonResponse
+	(*SetPowerRequest)(nil),       // 19: anvil.control.v1.SetPowerRequest
+	(*SetPowerResponse)(nil),      // 20: anvil.control.v1.SetPowerResponse
+	(*RebootRequest)(nil),         // 21: anvil.control.v1.RebootRequest
+	(*RebootResponse)(nil),        // 22: anvil.control.v1.RebootResponse
+	(*SetBMCRequest)(nil),         // 23: anvil.control.v1.SetBMCRequest
+	(*SetBMCResponse)(nil),        // 24: anvil.control.v1.SetBMCResponse
+	(*SetLabelsRequest)(nil),      // 25: anvil.control.v1.SetLabelsRequest
+	(*SetLabelsResponse)(nil),     // 26: anvil.control.v1.SetLabelsResponse
+	(*SetWipeModeRequest)(nil),    // 27: anvil.control.v1.SetWipeModeRequest
+	(*SetWipeModeResponse)(nil),   // 28: anvil.control.v1.SetWipeModeResponse
+	(*SetWipeScopeRequest)(nil),   // 29: anvil.control.v1.SetWipeScopeRequest
+	(*SetWipeScopeResponse)(nil),  // 30: anvil.control.v1.SetWipeScopeResponse
+	(*SetKexecModeRequest)(nil),   // 31: anvil.control.v1.SetKexecModeRequest
+	(*SetKexecModeResponse)(nil),  // 32: anvil.control.v1.SetKexecModeResponse
+	(*BackupStateRequest)(nil),    // 33: anvil.control.v1.BackupStateRequest
+	(*BackupStateChunk)(nil),      // 34: anvil.control.v1.BackupStateChunk
+	nil,                           // 35: anvil.control.v1.MachineIntent.LabelsEntry
+	nil,                           // 36: anvil.control.v1.SetLabelsRequest.SetEntry
 }
 var file_control_v1_control_proto_depIdxs = []int32{
 	0,  // 0: anvil.control.v1.MachineIntent.acceptance:type_name -> anvil.control.v1.Acceptance
-	3,  // 1: anvil.control.v1.MachineIntent.allocation:type_name -> anvil.control.v1.Allocation
+	4,  // 1: anvil.control.v1.MachineIntent.allocation:type_name -> anvil.control.v1.Allocation
 	1,  // 2: anvil.control.v1.MachineIntent.power:type_name -> anvil.control.v1.PowerState
-	32, // 3: anvil.control.v1.MachineIntent.labels:type_name -> anvil.control.v1.MachineIntent.LabelsEntry
-	2,  // 4: anvil.control.v1.AcceptResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	2,  // 5: anvil.control.v1.RejectResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	2,  // 6: anvil.control.v1.AllocateResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	2,  // 7: anvil.control.v1.DeallocateResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	2,  // 8: anvil.control.v1.CordonResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	2,  // 9: anvil.control.v1.UncordonResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	1,  // 10: anvil.control.v1.SetPowerRequest.power:type_name -> anvil.control.v1.PowerState
-	2,  // 11: anvil.control.v1.SetPowerResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	2,  // 12: anvil.control.v1.RebootResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	33, // 13: anvil.control.v1.SetLabelsRequest.set:type_name -> anvil.control.v1.SetLabelsRequest.SetEntry
-	2,  // 14: anvil.control.v1.SetLabelsResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	2,  // 15: anvil.control.v1.SetWipeModeResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	2,  // 16: anvil.control.v1.SetKexecModeResponse.intent:type_name -> anvil.control.v1.MachineIntent
-	4,  // 17: anvil.control.v1.TransitionService.Accept:input_type -> anvil.control.v1.AcceptRequest
-	6,  // 18: anvil.control.v1.TransitionService.Reject:input_type -> anvil.control.v1.RejectRequest
-	8,  // 19: anvil.control.v1.TransitionService.Allocate:input_type -> anvil.control.v1.AllocateRequest
-	10, // 20: anvil.control.v1.TransitionService.Deallocate:input_type -> anvil.control.v1.DeallocateRequest
-	12, // 21: anvil.control.v1.TransitionService.MarkInstalled:input_type -> anvil.control.v1.MarkInstalledRequest
-	14, // 22: anvil.control.v1.TransitionService.Cordon:input_type -> anvil.control.v1.CordonRequest
-	16, // 23: anvil.control.v1.TransitionService.Uncordon:input_type -> anvil.control.v1.UncordonRequest
-	18, // 24: anvil.control.v1.TransitionService.SetPower:input_type -> anvil.control.v1.SetPowerRequest
-	20, // 25: anvil.control.v1.TransitionService.Reboot:input_type -> anvil.control.v1.RebootRequest
-	22, // 26: anvil.control.v1.TransitionService.SetBMC:input_type -> anvil.control.v1.SetBMCRequest
-	24, // 27: anvil.control.v1.TransitionService.SetLabels:input_type -> anvil.control.v1.SetLabelsRequest
-	26, // 28: anvil.control.v1.TransitionService.SetWipeMode:input_type -> anvil.control.v1.SetWipeModeRequest
-	28, // 29: anvil.control.v1.TransitionService.SetKexecMode:input_type -> anvil.control.v1.SetKexecModeRequest
-	30, // 30: anvil.control.v1.StateService.BackupState:input_type -> anvil.control.v1.BackupStateRequest
-	5,  // 31: anvil.control.v1.TransitionService.Accept:output_type -> anvil.control.v1.AcceptResponse
-	7,  // 32: anvil.control.v1.TransitionService.Reject:output_type -> anvil.control.v1.RejectResponse
-	9,  // 33: anvil.control.v1.TransitionService.Allocate:output_type -> anvil.control.v1.AllocateResponse
-	11, // 34: anvil.control.v1.TransitionService.Deallocate:output_type -> anvil.control.v1.DeallocateResponse
-	13, // 35: anvil.control.v1.TransitionService.MarkInstalled:output_type -> anvil.control.v1.MarkInstalledResponse
-	15, // 36: anvil.control.v1.TransitionService.Cordon:output_type -> anvil.control.v1.CordonResponse
-	17, // 37: anvil.control.v1.TransitionService.Uncordon:output_type -> anvil.control.v1.UncordonResponse
-	19, // 38: anvil.control.v1.TransitionService.SetPower:output_type -> anvil.control.v1.SetPowerResponse
-	21, // 39: anvil.control.v1.TransitionService.Reboot:output_type -> anvil.control.v1.RebootResponse
-	23, // 40: anvil.control.v1.TransitionService.SetBMC:output_type -> anvil.control.v1.SetBMCResponse
-	25, // 41: anvil.control.v1.TransitionService.SetLabels:output_type -> anvil.control.v1.SetLabelsResponse
-	27, // 42: anvil.control.v1.TransitionService.SetWipeMode:output_type -> anvil.control.v1.SetWipeModeResponse
-	29, // 43: anvil.control.v1.TransitionService.SetKexecMode:output_type -> anvil.control.v1.SetKexecModeResponse
-	31, // 44: anvil.control.v1.StateService.BackupState:output_type -> anvil.control.v1.BackupStateChunk
-	31, // [31:45] is the sub-list for method output_type
-	17, // [17:31] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	35, // 3: anvil.control.v1.MachineIntent.labels:type_name -> anvil.control.v1.MachineIntent.LabelsEntry
+	3,  // 4: anvil.control.v1.Allocation.install_disk:type_name -> anvil.control.v1.InstallDisk
+	2,  // 5: anvil.control.v1.AcceptResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	2,  // 6: anvil.control.v1.RejectResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	2,  // 7: anvil.control.v1.AllocateResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	2,  // 8: anvil.control.v1.DeallocateResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	2,  // 9: anvil.control.v1.CordonResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	2,  // 10: anvil.control.v1.UncordonResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	1,  // 11: anvil.control.v1.SetPowerRequest.power:type_name -> anvil.control.v1.PowerState
+	2,  // 12: anvil.control.v1.SetPowerResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	2,  // 13: anvil.control.v1.RebootResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	36, // 14: anvil.control.v1.SetLabelsRequest.set:type_name -> anvil.control.v1.SetLabelsRequest.SetEntry
+	2,  // 15: anvil.control.v1.SetLabelsResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	2,  // 16: anvil.control.v1.SetWipeModeResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	2,  // 17: anvil.control.v1.SetWipeScopeResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	2,  // 18: anvil.control.v1.SetKexecModeResponse.intent:type_name -> anvil.control.v1.MachineIntent
+	5,  // 19: anvil.control.v1.TransitionService.Accept:input_type -> anvil.control.v1.AcceptRequest
+	7,  // 20: anvil.control.v1.TransitionService.Reject:input_type -> anvil.control.v1.RejectRequest
+	9,  // 21: anvil.control.v1.TransitionService.Allocate:input_type -> anvil.control.v1.AllocateRequest
+	11, // 22: anvil.control.v1.TransitionService.Deallocate:input_type -> anvil.control.v1.DeallocateRequest
+	13, // 23: anvil.control.v1.TransitionService.MarkInstalled:input_type -> anvil.control.v1.MarkInstalledRequest
+	15, // 24: anvil.control.v1.TransitionService.Cordon:input_type -> anvil.control.v1.CordonRequest
+	17, // 25: anvil.control.v1.TransitionService.Uncordon:input_type -> anvil.control.v1.UncordonRequest
+	19, // 26: anvil.control.v1.TransitionService.SetPower:input_type -> anvil.control.v1.SetPowerRequest
+	21, // 27: anvil.control.v1.TransitionService.Reboot:input_type -> anvil.control.v1.RebootRequest
+	23, // 28: anvil.control.v1.TransitionService.SetBMC:input_type -> anvil.control.v1.SetBMCRequest
+	25, // 29: anvil.control.v1.TransitionService.SetLabels:input_type -> anvil.control.v1.SetLabelsRequest
+	27, // 30: anvil.control.v1.TransitionService.SetWipeMode:input_type -> anvil.control.v1.SetWipeModeRequest
+	29, // 31: anvil.control.v1.TransitionService.SetWipeScope:input_type -> anvil.control.v1.SetWipeScopeRequest
+	31, // 32: anvil.control.v1.TransitionService.SetKexecMode:input_type -> anvil.control.v1.SetKexecModeRequest
+	33, // 33: anvil.control.v1.StateService.BackupState:input_type -> anvil.control.v1.BackupStateRequest
+	6,  // 34: anvil.control.v1.TransitionService.Accept:output_type -> anvil.control.v1.AcceptResponse
+	8,  // 35: anvil.control.v1.TransitionService.Reject:output_type -> anvil.control.v1.RejectResponse
+	10, // 36: anvil.control.v1.TransitionService.Allocate:output_type -> anvil.control.v1.AllocateResponse
+	12, // 37: anvil.control.v1.TransitionService.Deallocate:output_type -> anvil.control.v1.DeallocateResponse
+	14, // 38: anvil.control.v1.TransitionService.MarkInstalled:output_type -> anvil.control.v1.MarkInstalledResponse
+	16, // 39: anvil.control.v1.TransitionService.Cordon:output_type -> anvil.control.v1.CordonResponse
+	18, // 40: anvil.control.v1.TransitionService.Uncordon:output_type -> anvil.control.v1.UncordonResponse
+	20, // 41: anvil.control.v1.TransitionService.SetPower:output_type -> anvil.control.v1.SetPowerResponse
+	22, // 42: anvil.control.v1.TransitionService.Reboot:output_type -> anvil.control.v1.RebootResponse
+	24, // 43: anvil.control.v1.TransitionService.SetBMC:output_type -> anvil.control.v1.SetBMCResponse
+	26, // 44: anvil.control.v1.TransitionService.SetLabels:output_type -> anvil.control.v1.SetLabelsResponse
+	28, // 45: anvil.control.v1.TransitionService.SetWipeMode:output_type -> anvil.control.v1.SetWipeModeResponse
+	30, // 46: anvil.control.v1.TransitionService.SetWipeScope:output_type -> anvil.control.v1.SetWipeScopeResponse
+	32, // 47: anvil.control.v1.TransitionService.SetKexecMode:output_type -> anvil.control.v1.SetKexecModeResponse
+	34, // 48: anvil.control.v1.StateService.BackupState:output_type -> anvil.control.v1.BackupStateChunk
+	34, // [34:49] is the sub-list for method output_type
+	19, // [19:34] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_control_v1_control_proto_init() }
@@ -2168,7 +2429,7 @@ func file_control_v1_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_v1_control_proto_rawDesc), len(file_control_v1_control_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   32,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -37,6 +37,7 @@ const (
 	TransitionService_SetBMC_FullMethodName        = "/anvil.control.v1.TransitionService/SetBMC"
 	TransitionService_SetLabels_FullMethodName     = "/anvil.control.v1.TransitionService/SetLabels"
 	TransitionService_SetWipeMode_FullMethodName   = "/anvil.control.v1.TransitionService/SetWipeMode"
+	TransitionService_SetWipeScope_FullMethodName  = "/anvil.control.v1.TransitionService/SetWipeScope"
 	TransitionService_SetKexecMode_FullMethodName  = "/anvil.control.v1.TransitionService/SetKexecMode"
 )
 
@@ -92,6 +93,10 @@ type TransitionServiceClient interface {
 	// SetWipeMode sets how this machine's disks are wiped: fast, zeroes or secure-erase;
 	// empty follows the provider's --wipe-mode.
 	SetWipeMode(ctx context.Context, in *SetWipeModeRequest, opts ...grpc.CallOption) (*SetWipeModeResponse, error)
+	// SetWipeScope sets which of this machine's disks its wipes touch: all, install-disk
+	// (the disk it last installed to), or all-except the disks keep selects (a disk
+	// selector); empty follows the provider's --wipe-scope.
+	SetWipeScope(ctx context.Context, in *SetWipeScopeRequest, opts ...grpc.CallOption) (*SetWipeScopeResponse, error)
 	// SetKexecMode sets how this machine is handed to Talos while its agent runs: auto
 	// (kexec unless its hardware is on the kexec deny list), always, never (through its
 	// firmware); empty follows the provider's --kexec.
@@ -226,6 +231,16 @@ func (c *transitionServiceClient) SetWipeMode(ctx context.Context, in *SetWipeMo
 	return out, nil
 }
 
+func (c *transitionServiceClient) SetWipeScope(ctx context.Context, in *SetWipeScopeRequest, opts ...grpc.CallOption) (*SetWipeScopeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetWipeScopeResponse)
+	err := c.cc.Invoke(ctx, TransitionService_SetWipeScope_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *transitionServiceClient) SetKexecMode(ctx context.Context, in *SetKexecModeRequest, opts ...grpc.CallOption) (*SetKexecModeResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SetKexecModeResponse)
@@ -288,6 +303,10 @@ type TransitionServiceServer interface {
 	// SetWipeMode sets how this machine's disks are wiped: fast, zeroes or secure-erase;
 	// empty follows the provider's --wipe-mode.
 	SetWipeMode(context.Context, *SetWipeModeRequest) (*SetWipeModeResponse, error)
+	// SetWipeScope sets which of this machine's disks its wipes touch: all, install-disk
+	// (the disk it last installed to), or all-except the disks keep selects (a disk
+	// selector); empty follows the provider's --wipe-scope.
+	SetWipeScope(context.Context, *SetWipeScopeRequest) (*SetWipeScopeResponse, error)
 	// SetKexecMode sets how this machine is handed to Talos while its agent runs: auto
 	// (kexec unless its hardware is on the kexec deny list), always, never (through its
 	// firmware); empty follows the provider's --kexec.
@@ -337,6 +356,9 @@ func (UnimplementedTransitionServiceServer) SetLabels(context.Context, *SetLabel
 }
 func (UnimplementedTransitionServiceServer) SetWipeMode(context.Context, *SetWipeModeRequest) (*SetWipeModeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetWipeMode not implemented")
+}
+func (UnimplementedTransitionServiceServer) SetWipeScope(context.Context, *SetWipeScopeRequest) (*SetWipeScopeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetWipeScope not implemented")
 }
 func (UnimplementedTransitionServiceServer) SetKexecMode(context.Context, *SetKexecModeRequest) (*SetKexecModeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetKexecMode not implemented")
@@ -578,6 +600,24 @@ func _TransitionService_SetWipeMode_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TransitionService_SetWipeScope_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetWipeScopeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TransitionServiceServer).SetWipeScope(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TransitionService_SetWipeScope_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TransitionServiceServer).SetWipeScope(ctx, req.(*SetWipeScopeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _TransitionService_SetKexecMode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SetKexecModeRequest)
 	if err := dec(in); err != nil {
@@ -650,6 +690,10 @@ var TransitionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetWipeMode",
 			Handler:    _TransitionService_SetWipeMode_Handler,
+		},
+		{
+			MethodName: "SetWipeScope",
+			Handler:    _TransitionService_SetWipeScope_Handler,
 		},
 		{
 			MethodName: "SetKexecMode",

@@ -129,6 +129,14 @@ type MetalMachineSpec struct {
 	// +kubebuilder:validation:items:MaxLength=512
 	KernelArgs []string `json:"kernelArgs,omitempty"`
 
+	// InstallDisk selects the disk Talos installs to among the server's disks (a disk
+	// selector: type=nvme,size>=400GB,pick=smallest); unset: the provider's
+	// --install-disk, else the bootstrap config's. A server on which it resolves to no
+	// disk, or to several, is not claimed: the next matching server is tried.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	InstallDisk string `json:"installDisk,omitempty"`
+
 	// BMC overrides how Anvil reaches the server's BMC.
 	// +optional
 	BMC *BMC `json:"bmc,omitempty"`

@@ -137,6 +137,9 @@ func newRootCmd() *cobra.Command {
 		"kernel arguments added to every allocated machine's Talos (its schematic's, so its installed system keeps them too), space-separated: a site's serial console (\"console=ttyS0,115200\")")
 	f.StringVar(&opts.WipeMode, "wipe-mode", opts.WipeMode, "how agents wipe disks: fast, zeroes or secure-erase (a machine's own mode wins)")
 	f.BoolVar(&opts.WipeRemovable, "wipe-removable", opts.WipeRemovable, "wipe removable media (USB sticks, SD cards) too")
+	f.StringVar(&opts.WipeScope, "wipe-scope", opts.WipeScope, "which disks agents wipe: all, install-disk, or all-except (keeping the disks --wipe-keep selects); a machine's own scope wins")
+	f.StringVar(&opts.WipeKeep, "wipe-keep", opts.WipeKeep, "with --wipe-scope all-except: a disk selector of the disks wipes keep (e.g. model=ST16000*)")
+	f.StringVar(&opts.InstallDisk, "install-disk", opts.InstallDisk, "disk selector of the install disk of allocations that give none (e.g. type=nvme,size>=400GB,pick=smallest)")
 	f.StringVar(&opts.RejectedAction, "rejected-action", opts.RejectedAction,
 		"what a rejected machine's agent does: reboot (it falls through to its disk) or poweroff")
 	f.StringVar(&opts.PowerIdleDefault, "power-idle-default", opts.PowerIdleDefault, "power of an accepted machine with nothing to do: off or on")

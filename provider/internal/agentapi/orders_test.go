@@ -25,10 +25,13 @@ func TestOrder(t *testing.T) {
 		m      lifecycle.Machine
 		policy lifecycle.Policy
 		check  func(t *testing.T, o *agentv1.Order)
+		// oldAgent is an agent from before wipe scopes.
+		oldAgent bool
 	}{
 		{
 			"hold", lifecycle.Machine{ID: "m1"}, lifecycle.Policy{},
 			func(t *testing.T, o *agentv1.Order) { assert.NotNil(t, o.GetHold()) },
+			false,
 		},
 		{
 			"release, then power off",
@@ -37,6 +40,7 @@ func TestOrder(t *testing.T) {
 			func(t *testing.T, o *agentv1.Order) {
 				assert.Equal(t, agentv1.Release_THEN_POWER_OFF, o.GetRelease().GetThen())
 			},
+			false,
 		},
 		{
 			"release, then reboot",
@@ -45,6 +49,7 @@ func TestOrder(t *testing.T) {
 			func(t *testing.T, o *agentv1.Order) {
 				assert.Equal(t, agentv1.Release_THEN_REBOOT, o.GetRelease().GetThen())
 			},
+			false,
 		},
 		{
 			"provision the BMC with the derived password",
@@ -55,6 +60,7 @@ func TestOrder(t *testing.T) {
 				assert.Equal(t, lifecycle.BMCUser, o.GetSetBmc().GetUser())
 				assert.Equal(t, "pw-m1", o.GetSetBmc().GetPassword())
 			},
+			false,
 		},
 		{
 			"wipe: the machine's own mode, removable media as the provider says",
@@ -66,12 +72,46 @@ func TestOrder(t *testing.T) {
 				assert.Equal(t, "w1", o.GetWipe().GetGenerationId())
 				assert.True(t, o.GetWipe().GetIncludeRemovable())
 			},
+			false,
 		},
 		{
 			"wipe: an unknown machine mode follows the provider's",
 			lifecycle.Machine{ID: "m1", Machine: known, BMC: user, Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, WipeID: "w1", WipeMode: "bogus"}},
 			lifecycle.Policy{WipeMode: resources.WipeModeZeroes},
 			func(t *testing.T, o *agentv1.Order) { assert.Equal(t, agentv1.Wipe_MODE_ZEROES, o.GetWipe().GetMode()) },
+			false,
+		},
+		{
+			"wipe: all but the disks the machine keeps",
+			lifecycle.Machine{ID: "m1", Machine: known, BMC: user, Intent: &resources.MachineIntentSpec{
+				Acceptance: resources.AcceptanceAccepted, WipeID: "w1", WipeScope: resources.WipeScopeAllExcept, WipeKeep: "model=ST16000*",
+			}},
+			lifecycle.Policy{WipeMode: resources.WipeModeFast},
+			func(t *testing.T, o *agentv1.Order) {
+				assert.Equal(t, agentv1.Wipe_SCOPE_ALL_EXCEPT, o.GetWipe().GetScope())
+				assert.Equal(t, "model=ST16000*", o.GetWipe().GetSelector())
+			},
+			false,
+		},
+		{
+			"wipe: an agent from before scopes gets no scoped wipe, a reboot into the current agent",
+			lifecycle.Machine{ID: "m1", Machine: known, BMC: user, Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, WipeID: "w1"}},
+			lifecycle.Policy{WipeMode: resources.WipeModeFast, WipeScope: resources.WipeScopeInstallDisk, InstallDisk: "type=nvme"},
+			func(t *testing.T, o *agentv1.Order) {
+				assert.Nil(t, o.GetWipe())
+				assert.NotNil(t, o.GetReboot())
+				assert.Equal(t, "reboot-for-wipe-scope-w1", o.GetId())
+			},
+			true,
+		},
+		{
+			"wipe: an agent from before scopes is sent a wipe of all disks as before",
+			lifecycle.Machine{ID: "m1", Machine: known, BMC: user, Intent: &resources.MachineIntentSpec{Acceptance: resources.AcceptanceAccepted, WipeID: "w1"}},
+			lifecycle.Policy{WipeMode: resources.WipeModeFast},
+			func(t *testing.T, o *agentv1.Order) {
+				assert.Equal(t, agentv1.Wipe_SCOPE_ALL, o.GetWipe().GetScope())
+			},
+			true,
 		},
 		{
 			"reboot into Talos",
@@ -81,6 +121,7 @@ func TestOrder(t *testing.T) {
 				assert.Equal(t, "boot-allocation-a1", o.GetId())
 				assert.NotNil(t, o.GetReboot())
 			},
+			false,
 		},
 		{
 			"kexec into Talos: the target is the session's to fill in",
@@ -90,12 +131,13 @@ func TestOrder(t *testing.T) {
 				assert.Equal(t, "kexec-a1", o.GetId())
 				assert.NotNil(t, o.GetKexec())
 			},
+			false,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 
-			tc.check(t, order(tc.m, tc.policy, password))
+			tc.check(t, order(tc.m, tc.policy, &agentv1.Hello{WipeScopes: !tc.oldAgent}, password))
 		})
 	}
 }

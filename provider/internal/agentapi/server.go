@@ -246,7 +246,7 @@ func (s *Server) Session(stream agentv1.AgentService_SessionServer) error {
 		}
 
 		m = withAgent(m, hello)
-		next := order(m, s.opts.Policy, s.opts.BMCPassword)
+		next := order(m, s.opts.Policy, hello, s.opts.BMCPassword)
 		if k := next.GetKexec(); k != nil && next.GetId() != sentID {
 			// The target is made ready first (its assets fetched); the order is recorded
 			// before it is sent, so that the handoff's deadline runs from it.
@@ -461,7 +461,7 @@ func (s *Server) result(ctx context.Context, id string, r *agentv1.OrderResult, 
 		for _, d := range w.GetDisks() {
 			record.Disks = append(record.Disks, resources.DiskWiped{
 				Device: d.GetDevice(), Method: d.GetMethod(), Bytes: d.GetBytes(), DurationMs: d.GetDurationMs(),
-				Verified: d.GetVerified(), Skipped: d.GetSkipped(),
+				Verified: d.GetVerified(), Skipped: d.GetSkipped(), Kept: d.GetKept(),
 			})
 		}
 

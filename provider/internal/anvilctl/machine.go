@@ -83,7 +83,7 @@ func newMachineCommand(a *app) *cobra.Command {
 	}
 
 	cmd.AddCommand(newAcceptCommand(a), newAllocateCommand(a), newPowerCommand(a), newBMCCommand(a),
-		newLabelCommand(a), newWipeModeCommand(a), newKexecModeCommand(a))
+		newLabelCommand(a), newWipeModeCommand(a), newWipeScopeCommand(a), newKexecModeCommand(a))
 
 	return cmd
 }
@@ -131,7 +131,11 @@ func newAllocateCommand(a *app) *cobra.Command {
 		Short: "Hand an accepted machine to Talos",
 		Example: `  anvilctl machine allocate 4c4c4544-... --talos-version v1.9.0 \
     --extensions siderolabs/intel-ucode,siderolabs/iscsi-tools \
-    --kernel-args console=ttyS0 --config controlplane.yaml`,
+    --kernel-args console=ttyS0 --config controlplane.yaml
+
+  # Which disk would Talos go to? Nothing is allocated.
+  anvilctl machine allocate 4c4c4544-... --talos-version v1.9.0 \
+    --install-disk 'type=nvme,size>=400GB,pick=smallest' --dry-run`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req.MachineId = args[0]
@@ -162,11 +166,21 @@ func newAllocateCommand(a *app) *cobra.Command {
 				return err
 			}
 
+			if req.GetDryRun() {
+				_, err = fmt.Fprintln(cmd.OutOrStdout(), "dry run, nothing allocated: "+dryRunLine(resp.GetIntent()))
+
+				return err
+			}
+
 			return printIntent(cmd.OutOrStdout(), resp.GetIntent())
 		},
 	}
 
 	cmd.Flags().StringVar(&req.TalosVersion, "talos-version", "", "Talos version, v1.8.0 or later (required)")
+	cmd.Flags().StringVar(&req.InstallDisk, "install-disk", "",
+		"disk selector of the disk Talos installs to, resolved against the machine's inventory to exactly one disk "+
+			"(e.g. 'type=nvme,size>=400GB,pick=smallest', 'serial=S64F...'); empty takes the provider's --install-disk")
+	cmd.Flags().BoolVar(&req.DryRun, "dry-run", false, "check the request and show the install disk it resolves to, allocating nothing")
 	cmd.Flags().StringSliceVar(&req.Extensions, "extensions", nil, "official system extensions, comma-separated (siderolabs/intel-ucode)")
 	cmd.Flags().StringArrayVar(&kernelArgs, "kernel-args", nil, "extra kernel args, space-separated or repeated")
 	cmd.Flags().StringVar(&configFile, "config", "", "Talos machine config file ('-' for stdin)")
@@ -232,6 +246,18 @@ func newPowerCommand(a *app) *cobra.Command {
 	}
 }
 
+// dryRunLine says what an allocation would be.
+func dryRunLine(in *controlv1.MachineIntent) string {
+	a := in.GetAllocation()
+	line := fmt.Sprintf("machine %s would boot Talos %s (schematic %s)", in.GetMachineId(), a.GetTalosVersion(), a.GetSchematicId())
+
+	if d := a.GetInstallDisk(); d != nil {
+		return line + fmt.Sprintf(", installed to %s, named %s in its config (selector %q)", d.GetDisk(), d.GetIdentity(), d.GetSelector())
+	}
+
+	return line + ", installed to the disk its config names"
+}
+
 // printIntent prints a one-line summary of a machine's intent after a transition.
 func printIntent(w io.Writer, in *controlv1.MachineIntent) error {
 	_, err := fmt.Fprintln(w, intentLine(in))
@@ -263,6 +289,18 @@ func intentLine(in *controlv1.MachineIntent) string {
 		parts = append(parts, "kexec "+m)
 	}
 
+	if d := in.GetAllocation().GetInstallDisk(); d != nil {
+		parts = append(parts, "install disk "+d.GetDisk()+" ("+d.GetIdentity()+")")
+	}
+
+	if sc := in.GetWipeScope(); sc != "" {
+		if k := in.GetWipeKeep(); k != "" {
+			sc += " " + k
+		}
+
+		parts = append(parts, "wipe scope "+sc)
+	}
+
 	if ek := in.GetBoundEk(); ek != "" {
 		parts = append(parts, "bound to TPM EK "+ek)
 	}
@@ -282,6 +320,26 @@ func newWipeModeCommand(a *app) *cobra.Command {
 			return resp.GetIntent(), err
 		})
 	cmd.Short = "Set how a machine's disks are wiped ('default': the provider's --wipe-mode)"
+
+	return cmd
+}
+
+func newWipeScopeCommand(a *app) *cobra.Command {
+	var keep string
+
+	cmd := newModeCommand(a, "wipe-scope", []string{"all", "install-disk", "all-except"},
+		func(ctx context.Context, c controlv1.TransitionServiceClient, id, scope string) (*controlv1.MachineIntent, error) {
+			resp, err := c.SetWipeScope(ctx, &controlv1.SetWipeScopeRequest{MachineId: id, Scope: scope, Keep: keep})
+
+			return resp.GetIntent(), err
+		})
+	cmd.Short = "Set which of a machine's disks its wipes touch ('default': the provider's --wipe-scope)"
+	cmd.Long = `all wipes every disk a wipe may touch; install-disk wipes only the disk the machine last
+installed to (its allocation's --install-disk); all-except keeps the disks --keep selects
+(a disk selector) and wipes the rest. A kept disk is never opened for writing; the erase
+report lists it with the reason.`
+	cmd.Example = `  anvilctl machine wipe-scope all-except 4c4c4544-... --keep 'model=ST16000*'`
+	cmd.Flags().StringVar(&keep, "keep", "", "with all-except: a disk selector of the disks to keep")
 
 	return cmd
 }

@@ -28,16 +28,19 @@ var acceptanceToProto = map[resources.Acceptance]controlv1.Acceptance{
 // intentToProto converts an intent for a reply; the machine config stays behind.
 func intentToProto(id string, spec *resources.MachineIntentSpec) *controlv1.MachineIntent {
 	out := &controlv1.MachineIntent{
-		MachineId:  id,
-		Acceptance: acceptanceToProto[spec.Acceptance],
-		Power:      powerToProto[spec.Power],
-		WipeId:     spec.WipeID,
-		RebootId:   spec.RebootID,
-		Cordoned:   spec.Cordoned,
-		Labels:     spec.Labels,
-		WipeMode:   spec.WipeMode,
-		KexecMode:  spec.Kexec,
-		BoundEk:    spec.BoundEK,
+		MachineId:   id,
+		Acceptance:  acceptanceToProto[spec.Acceptance],
+		Power:       powerToProto[spec.Power],
+		WipeId:      spec.WipeID,
+		RebootId:    spec.RebootID,
+		Cordoned:    spec.Cordoned,
+		Labels:      spec.Labels,
+		WipeMode:    spec.WipeMode,
+		KexecMode:   spec.Kexec,
+		BoundEk:     spec.BoundEK,
+		WipeScope:   spec.WipeScope,
+		WipeKeep:    spec.WipeKeep,
+		InstallDisk: spec.InstallDisk,
 	}
 
 	if a := spec.Allocation; a != nil {
@@ -51,6 +54,10 @@ func intentToProto(id string, spec *resources.MachineIntentSpec) *controlv1.Mach
 			AllocatedAt:        a.AllocatedAt.Format(time.RFC3339),
 			DetectedExtensions: a.DetectedExtensions,
 			Owner:              a.Owner,
+		}
+
+		if d := a.InstallDisk; d != nil {
+			out.Allocation.InstallDisk = &controlv1.InstallDisk{Selector: d.Selector, Identity: d.Identity, Disk: d.Disk}
 		}
 	}
 

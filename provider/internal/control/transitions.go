@@ -52,7 +52,7 @@ func (t *Transitions) Allocate(ctx context.Context, req *controlv1.AllocateReque
 	spec, err := t.svc.Allocate(ctx, req.GetMachineId(), transitions.AllocationRequest{
 		TalosVersion: req.GetTalosVersion(), Extensions: req.GetExtensions(), KernelArgs: req.GetKernelArgs(), Config: req.GetConfig(),
 		NoDetectedExtensions: req.GetNoDetectedExtensions(), ExcludeExtensions: req.GetExcludeExtensions(),
-		Owner: req.GetOwner(),
+		Owner: req.GetOwner(), InstallDisk: req.GetInstallDisk(), DryRun: req.GetDryRun(),
 	})
 	if err != nil {
 		return nil, rpcstatus.Of(err)
@@ -86,6 +86,16 @@ func (t *Transitions) MarkInstalled(ctx context.Context, req *controlv1.MarkInst
 	}
 
 	return &controlv1.MarkInstalledResponse{AllocationId: alloc}, nil
+}
+
+// SetWipeScope implements controlv1.TransitionServiceServer.
+func (t *Transitions) SetWipeScope(ctx context.Context, req *controlv1.SetWipeScopeRequest) (*controlv1.SetWipeScopeResponse, error) {
+	spec, err := t.svc.SetWipeScope(ctx, req.GetMachineId(), req.GetScope(), req.GetKeep())
+	if err != nil {
+		return nil, rpcstatus.Of(err)
+	}
+
+	return &controlv1.SetWipeScopeResponse{Intent: intentToProto(req.GetMachineId(), spec)}, nil
 }
 
 // SetWipeMode implements controlv1.TransitionServiceServer.

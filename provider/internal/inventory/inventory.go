@@ -12,6 +12,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 
+	"github.com/anvil-metal/anvil/internal/disksel"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
@@ -91,4 +92,18 @@ func Summarize(reported []resource.Resource) resources.MachineInventorySpec {
 	slices.SortFunc(spec.PCIDevices, func(a, b resources.PCIInventory) int { return cmp.Compare(a.ID, b.ID) })
 
 	return spec
+}
+
+// Disks are the inventory's disks as disk selectors read them.
+func Disks(inv *resources.MachineInventorySpec) []disksel.Disk {
+	disks := make([]disksel.Disk, 0, len(inv.Disks))
+
+	for _, d := range inv.Disks {
+		disks = append(disks, disksel.Disk{
+			Name: d.Name, Size: d.Size, Model: d.Model, Serial: d.Serial, WWID: d.WWID, Transport: d.Transport,
+			BusPath: d.BusPath, Rotational: d.Rotational, CDROM: d.CDROM, Readonly: d.Readonly,
+		})
+	}
+
+	return disks
 }

@@ -41,6 +41,13 @@ type Policy struct {
 	WipeMode string
 	// WipeRemovable has agents wipe removable media too.
 	WipeRemovable bool
+	// WipeScope is which disks wipes touch unless a machine has a scope of its own
+	// (resources.WipeScopes; "" is all); WipeKeep is the selector all-except keeps.
+	WipeScope string
+	WipeKeep  string
+	// InstallDisk is the install disk selector of allocations that give none; for the
+	// install-disk wipe scope, the disk of a machine that never had an allocation.
+	InstallDisk string
 	// Kexec is the kexec handoff mode of machines without one of their own: auto,
 	// always or never ("" is auto).
 	Kexec string

@@ -1,8 +1,12 @@
 package lifecycle
 
 import (
+	"errors"
+	"fmt"
 	"slices"
+	"strings"
 
+	"github.com/anvil-metal/anvil/internal/disksel"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
@@ -44,11 +48,64 @@ type Order struct {
 	Allocation *resources.Allocation
 }
 
-// WipeOrder is one wipe: its generation and how.
+// WipeOrder is one wipe: its generation, how, and which disks (Scope, one of
+// resources.WipeScopes, and the disk Selector it reads).
 type WipeOrder struct {
 	GenerationID     string
 	Mode             string
 	IncludeRemovable bool
+	Scope            string
+	Selector         string
+}
+
+// ValidWipeScope checks a wipe scope and the keep selector that goes with it: all-except
+// needs one (keeping nothing is all), the others take none.
+func ValidWipeScope(scope, keep string) error {
+	if scope != "" && !slices.Contains(resources.WipeScopes, scope) {
+		return fmt.Errorf("wipe scope %q is not one of %s", scope, strings.Join(resources.WipeScopes, ", "))
+	}
+
+	sel, err := disksel.Parse(keep)
+	if err != nil {
+		return err
+	}
+
+	switch {
+	case scope == resources.WipeScopeAllExcept && sel.IsZero():
+		return errors.New("wipe scope all-except needs a selector of the disks to keep")
+	case scope != resources.WipeScopeAllExcept && !sel.IsZero():
+		return fmt.Errorf("a selector of disks to keep goes with the all-except scope, not %q", scope)
+	}
+
+	return nil
+}
+
+// WipeScope is the scope of the machine's wipes and the selector it reads: the machine's
+// own scope, else the provider's. The install-disk scope names the disk the machine last
+// installed to, else the one being allocated, else the provider's install disk selector.
+func (m Machine) WipeScope(p Policy) (scope, selector string) {
+	intent := m.intent()
+
+	scope, selector = p.WipeScope, p.WipeKeep
+	if intent.WipeScope != "" {
+		scope, selector = intent.WipeScope, intent.WipeKeep
+	}
+
+	switch scope {
+	case resources.WipeScopeInstallDisk:
+		switch {
+		case intent.InstallDisk != "":
+			return scope, intent.InstallDisk
+		case m.Allocation() != nil && m.Allocation().InstallDisk != nil:
+			return scope, m.Allocation().InstallDisk.Identity
+		default:
+			return scope, p.InstallDisk
+		}
+	case resources.WipeScopeAllExcept:
+		return scope, selector
+	default:
+		return resources.WipeScopeAll, ""
+	}
 }
 
 // NextOrder is the order the machine's agent should be carrying out now.
@@ -74,8 +131,10 @@ func (m Machine) NextOrder(p Policy) Order {
 			mode = intent.WipeMode
 		}
 
+		scope, selector := m.WipeScope(p)
+
 		return Order{ID: "wipe-" + intent.WipeID, Kind: OrderWipe, Wipe: &WipeOrder{
-			GenerationID: intent.WipeID, Mode: mode, IncludeRemovable: p.WipeRemovable,
+			GenerationID: intent.WipeID, Mode: mode, IncludeRemovable: p.WipeRemovable, Scope: scope, Selector: selector,
 		}}
 	case m.Allocation() != nil && m.KexecAllowed(p) && (m.Handoff() == nil || m.Handoff().Failure == ""):
 		// Allocated, the agent up: straight into Talos, skipping the firmware.

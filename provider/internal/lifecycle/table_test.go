@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
@@ -277,6 +278,73 @@ func TestPolicy(t *testing.T) {
 
 	o := lifecycle.Machine{ID: "m", Machine: &resources.MachineSpec{}, BMC: userBMC, Intent: accepted(nil)}.NextOrder(policy)
 	assert.Equal(t, resources.WipeModeFast, o.Wipe.Mode, "the provider's mode otherwise")
+	assert.Equal(t, resources.WipeScopeAll, o.Wipe.Scope, "all disks by default")
+}
+
+// TestWipeScope: a machine's own scope wins over the provider's; the install-disk scope
+// names the disk the machine last installed to, else the one being allocated, else the
+// provider's install disk selector.
+func TestWipeScope(t *testing.T) {
+	t.Parallel()
+
+	allocated := &resources.Allocation{ID: "a1", InstallDisk: &resources.InstallDisk{Selector: "type=nvme", Identity: "serial=NEW"}}
+
+	for _, tc := range []struct {
+		name                    string
+		policy                  lifecycle.Policy
+		intent                  resources.MachineIntentSpec
+		wantScope, wantSelector string
+	}{
+		{name: "all by default", wantScope: "all"},
+		{
+			name:      "the provider's keep selector",
+			policy:    lifecycle.Policy{WipeScope: "all-except", WipeKeep: "model=ST16000*"},
+			wantScope: "all-except", wantSelector: "model=ST16000*",
+		},
+		{
+			name:      "the machine's scope wins, with its own selector",
+			policy:    lifecycle.Policy{WipeScope: "all-except", WipeKeep: "model=ST16000*"},
+			intent:    resources.MachineIntentSpec{WipeScope: "all-except", WipeKeep: "serial=DATA1"},
+			wantScope: "all-except", wantSelector: "serial=DATA1",
+		},
+		{
+			name:      "the machine's all wins over the provider's scope",
+			policy:    lifecycle.Policy{WipeScope: "all-except", WipeKeep: "model=ST16000*"},
+			intent:    resources.MachineIntentSpec{WipeScope: "all"},
+			wantScope: "all",
+		},
+		{
+			name:      "install disk: the one last installed to",
+			policy:    lifecycle.Policy{WipeScope: "install-disk", InstallDisk: "type=nvme,pick=smallest"},
+			intent:    resources.MachineIntentSpec{InstallDisk: "serial=OLD", Allocation: allocated},
+			wantScope: "install-disk", wantSelector: "serial=OLD",
+		},
+		{
+			name:      "install disk: the one being allocated",
+			policy:    lifecycle.Policy{WipeScope: "install-disk", InstallDisk: "type=nvme,pick=smallest"},
+			intent:    resources.MachineIntentSpec{Allocation: allocated},
+			wantScope: "install-disk", wantSelector: "serial=NEW",
+		},
+		{
+			name:      "install disk: the provider's selector for a machine never allocated",
+			policy:    lifecycle.Policy{WipeScope: "install-disk", InstallDisk: "type=nvme,pick=smallest"},
+			wantScope: "install-disk", wantSelector: "type=nvme,pick=smallest",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			intent := tc.intent
+			intent.Acceptance, intent.WipeID = resources.AcceptanceAccepted, "w2"
+
+			m := lifecycle.Machine{ID: "m", Machine: &resources.MachineSpec{}, BMC: userBMC, Intent: &intent, Status: wiped("w1", nil)}
+
+			o := m.NextOrder(tc.policy)
+			require.Equal(t, lifecycle.OrderWipe, o.Kind)
+			assert.Equal(t, tc.wantScope, o.Wipe.Scope)
+			assert.Equal(t, tc.wantSelector, o.Wipe.Selector)
+		})
+	}
 }
 
 func TestNeedsBMCCredentials(t *testing.T) {

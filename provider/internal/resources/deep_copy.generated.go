@@ -38,6 +38,10 @@ func (o MachineIntentSpec) DeepCopy() MachineIntentSpec {
 			cp.Allocation.DetectedExtensions = make([]string, len(o.Allocation.DetectedExtensions))
 			copy(cp.Allocation.DetectedExtensions, o.Allocation.DetectedExtensions)
 		}
+		if o.Allocation.InstallDisk != nil {
+			cp.Allocation.InstallDisk = new(InstallDisk)
+			*cp.Allocation.InstallDisk = *o.Allocation.InstallDisk
+		}
 	}
 	if o.Labels != nil {
 		cp.Labels = make(map[string]string, len(o.Labels))

@@ -53,6 +53,20 @@ const (
 // WipeModes lists the wipe modes.
 var WipeModes = []string{WipeModeFast, WipeModeZeroes, WipeModeSecureErase}
 
+// Wipe scopes: which of a machine's disks a wipe touches.
+const (
+	// WipeScopeAll wipes every disk a wipe may touch.
+	WipeScopeAll = "all"
+	// WipeScopeInstallDisk wipes the install disk alone (the one the machine's last
+	// allocation installed to, else the provider's --install-disk).
+	WipeScopeInstallDisk = "install-disk"
+	// WipeScopeAllExcept keeps the disks a selector matches (data disks).
+	WipeScopeAllExcept = "all-except"
+)
+
+// WipeScopes lists the wipe scopes.
+var WipeScopes = []string{WipeScopeAll, WipeScopeInstallDisk, WipeScopeAllExcept}
+
 // MachineIntentSpec is the desired state of a machine.
 type MachineIntentSpec struct {
 	Acceptance Acceptance  `yaml:"acceptance" protobuf:"1"`
@@ -88,6 +102,14 @@ type MachineIntentSpec struct {
 	// gave to accept it with): every later session of its agent must prove that EK.
 	// "" when it was accepted without a TPM identity.
 	BoundEK string `yaml:"boundEK,omitempty" protobuf:"12"`
+	// WipeScope is which of this machine's disks its wipes touch (WipeScopes); "" follows
+	// the provider's --wipe-scope. WipeKeep is the selector of the disks all-except keeps.
+	WipeScope string `yaml:"wipeScope,omitempty" protobuf:"13"`
+	WipeKeep  string `yaml:"wipeKeep,omitempty" protobuf:"14"`
+	// InstallDisk is the disk the machine's last allocation installed to, by its stable
+	// identity (a selector: serial=… or wwid=…); kept after the allocation ends, so that
+	// the install-disk wipe scope knows which disk that is.
+	InstallDisk string `yaml:"installDisk,omitempty" protobuf:"15"`
 }
 
 // Kexec handoff modes: auto kexecs unless the machine's hardware is on the deny list.
@@ -119,6 +141,20 @@ type Allocation struct {
 	// MetalMachine); empty when a person allocated it. Allocating again for the same
 	// owner keeps the allocation.
 	Owner string `yaml:"owner,omitempty" protobuf:"9"`
+	// InstallDisk is the disk Talos installs to, resolved from a selector against the
+	// machine's inventory when it was allocated; nil leaves it to the config.
+	InstallDisk *InstallDisk `yaml:"installDisk,omitempty" protobuf:"10"`
+}
+
+// InstallDisk is an install disk chosen from the inventory.
+type InstallDisk struct {
+	// Selector is what was asked (disksel's language).
+	Selector string `yaml:"selector" protobuf:"1"`
+	// Identity names the disk it resolved to stably (serial=… or wwid=…): the served
+	// config's diskSelector.
+	Identity string `yaml:"identity" protobuf:"2"`
+	// Disk describes it as the agent saw it (name, size, model), for people.
+	Disk string `yaml:"disk" protobuf:"3"`
 }
 
 // NewMachineIntent returns a pending MachineIntent for the machine.

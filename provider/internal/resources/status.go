@@ -127,6 +127,8 @@ type DiskWiped struct {
 	DurationMs uint64 `yaml:"durationMs,omitempty" protobuf:"4"`
 	Verified   string `yaml:"verified,omitempty" protobuf:"5"`
 	Skipped    string `yaml:"skipped,omitempty" protobuf:"6"`
+	// Kept says the wipe's scope kept the disk (Skipped says why).
+	Kept bool `yaml:"kept,omitempty" protobuf:"7"`
 }
 
 // NewMachineStatus returns an empty MachineStatus for the machine.

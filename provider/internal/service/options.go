@@ -19,6 +19,7 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/resource"
 
+	"github.com/anvil-metal/anvil/internal/disksel"
 	"github.com/anvil-metal/anvil/provider/internal/boot"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
@@ -140,6 +141,12 @@ type Options struct {
 	WipeMode string
 	// WipeRemovable has agents wipe removable media too.
 	WipeRemovable bool
+	// WipeScope is which disks agents wipe: all, install-disk or all-except (keeping
+	// the disks WipeKeep selects); a machine's own scope wins.
+	WipeScope string
+	WipeKeep  string
+	// InstallDisk is the install disk selector of allocations that give none.
+	InstallDisk string
 	// RejectedAction is what a rejected machine's agent does: reboot (to its disk) or
 	// poweroff.
 	RejectedAction string
@@ -231,6 +238,7 @@ var DefaultOptions = Options{
 	AgentTalosExtensionName: boot.DefaultAgentExtension,
 	ImageCacheSize:          "10GiB",
 	WipeMode:                "fast",
+	WipeScope:               "all",
 	RejectedAction:          "reboot",
 	PowerIdleDefault:        "off",
 	Kexec:                   resources.KexecAuto,
@@ -258,6 +266,21 @@ func parsePolicy(opts Options) (lifecycle.Policy, error) {
 	if !slices.Contains(resources.WipeModes, opts.WipeMode) {
 		return p, fmt.Errorf("unknown --wipe-mode %q (want %s)", opts.WipeMode, strings.Join(resources.WipeModes, ", "))
 	}
+
+	if err := lifecycle.ValidWipeScope(opts.WipeScope, opts.WipeKeep); err != nil {
+		return p, fmt.Errorf("--wipe-scope: %w", err)
+	}
+
+	if _, err := disksel.Parse(opts.InstallDisk); err != nil {
+		return p, fmt.Errorf("--install-disk: %w", err)
+	}
+
+	if opts.WipeScope == resources.WipeScopeInstallDisk && opts.InstallDisk == "" {
+		// Machines never allocated have no install disk of their own to wipe.
+		return p, errors.New("--wipe-scope install-disk needs --install-disk (the disk of machines never allocated)")
+	}
+
+	p.WipeScope, p.WipeKeep, p.InstallDisk = opts.WipeScope, opts.WipeKeep, opts.InstallDisk
 
 	switch opts.RejectedAction {
 	case "reboot":

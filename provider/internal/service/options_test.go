@@ -286,3 +286,37 @@ func TestParseKexecPolicy(t *testing.T) {
 		assert.Equal(t, opts.KexecKeepWarm, p.KeepWarm, tc.name)
 	}
 }
+
+func TestParseWipeScopePolicy(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		name    string
+		change  func(*Options)
+		wantErr string
+	}{
+		{name: "defaults: all", change: func(*Options) {}},
+		{name: "all but data disks", change: func(o *Options) { o.WipeScope, o.WipeKeep = "all-except", "model=ST16000*" }},
+		{name: "the install disk", change: func(o *Options) { o.WipeScope, o.InstallDisk = "install-disk", "type=nvme,pick=smallest" }},
+		{name: "all-except keeps something", change: func(o *Options) { o.WipeScope = "all-except" }, wantErr: "--wipe-scope: wipe scope all-except needs a selector"},
+		{name: "a keep selector without all-except", change: func(o *Options) { o.WipeKeep = "type=hdd" }, wantErr: "goes with the all-except scope"},
+		{name: "install-disk needs a default disk", change: func(o *Options) { o.WipeScope = "install-disk" }, wantErr: "--wipe-scope install-disk needs --install-disk"},
+		{name: "unknown scope", change: func(o *Options) { o.WipeScope = "most" }, wantErr: `wipe scope "most" is not one of`},
+		{name: "malformed install disk", change: func(o *Options) { o.InstallDisk = "biggest" }, wantErr: `--install-disk: disk selector "biggest"`},
+	} {
+		opts := DefaultOptions
+		tc.change(&opts)
+
+		p, err := parsePolicy(opts)
+		if tc.wantErr != "" {
+			assert.ErrorContains(t, err, tc.wantErr, tc.name)
+
+			continue
+		}
+
+		require.NoError(t, err, tc.name)
+		assert.Equal(t, opts.WipeScope, p.WipeScope, tc.name)
+		assert.Equal(t, opts.WipeKeep, p.WipeKeep, tc.name)
+		assert.Equal(t, opts.InstallDisk, p.InstallDisk, tc.name)
+	}
+}

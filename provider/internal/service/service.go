@@ -245,6 +245,7 @@ func Run(ctx context.Context, opts Options, logger *zap.Logger) error {
 		Recorder:           env.status,
 		DetectedExtensions: opts.DetectedExtensions,
 		RequireTPM:         opts.RequireTPM,
+		InstallDisk:        opts.InstallDisk,
 		// Auto-accept accepts machines that proved no TPM identity only when told to.
 		AutoAcceptWithoutTPM: opts.AutoAcceptWithoutTPM,
 		// The same schematic the SchematicController registers with the factory.

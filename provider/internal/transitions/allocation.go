@@ -13,6 +13,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/anvil-metal/anvil/extensions"
+	"github.com/anvil-metal/anvil/internal/disksel"
+	"github.com/anvil-metal/anvil/provider/internal/configpatch"
 	"github.com/anvil-metal/anvil/provider/internal/inventory"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
@@ -31,6 +33,16 @@ type AllocationRequest struct {
 	ExcludeExtensions    []string
 	// Owner names who claims the machine; it makes Allocate idempotent for that owner.
 	Owner string
+	// InstallDisk selects the install disk among the machine's inventory (a disk
+	// selector); "" takes Options.InstallDisk, and none leaves it to the config.
+	InstallDisk string
+	// DryRun checks the request and resolves the install disk without allocating: the
+	// intent returned is the one the allocation would make.
+	DryRun bool
+
+	// configChoosesDisk leaves the install disk to the config whatever the provider's
+	// default: Omni's allocations, whose config is Omni's.
+	configChoosesDisk bool
 }
 
 // Allocate hands an accepted, unallocated, uncordoned machine to Talos. A wipe still
@@ -50,7 +62,7 @@ func (s *Service) Allocate(ctx context.Context, id string, req AllocationRequest
 		return nil, err
 	}
 
-	return s.transition(ctx, "allocate", id, func(spec *resources.MachineIntentSpec) error {
+	allocate := func(spec *resources.MachineIntentSpec) error {
 		if req.Owner != "" {
 			if spec.Allocation != nil && spec.Allocation.Owner == req.Owner {
 				return reclaim(id, spec.Allocation, alloc)
@@ -83,7 +95,31 @@ func (s *Service) Allocate(ctx context.Context, id string, req AllocationRequest
 		spec.Allocation = alloc
 
 		return nil
-	}, zap.String("owner", req.Owner))
+	}
+
+	if req.DryRun {
+		spec, err := s.current(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+
+		if err = allocate(&spec); err != nil {
+			return nil, err
+		}
+
+		return &spec, nil
+	}
+
+	return s.transition(ctx, "allocate", id, allocate, zap.String("owner", req.Owner), zap.Stringp("installDisk", installDiskLogged(alloc)))
+}
+
+// installDiskLogged is the identity of the allocation's install disk, for its log line.
+func installDiskLogged(alloc *resources.Allocation) *string {
+	if alloc.InstallDisk == nil {
+		return nil
+	}
+
+	return &alloc.InstallDisk.Identity
 }
 
 // reclaim is a claim asked again by the owner that holds it: the configuration is the
@@ -94,9 +130,22 @@ func reclaim(id string, cur, next *resources.Allocation) error {
 			id, cur.Owner, cur.TalosVersion, cur.KernelArgs, next.TalosVersion, next.KernelArgs))
 	}
 
+	if (cur.InstallDisk == nil) != (next.InstallDisk == nil) || (cur.InstallDisk != nil && cur.InstallDisk.Identity != next.InstallDisk.Identity) {
+		return refused(fmt.Sprintf("machine %q is allocated to %s with install disk %s: release it before asking for %s",
+			id, cur.Owner, installDiskText(cur.InstallDisk), installDiskText(next.InstallDisk)))
+	}
+
 	cur.Config = next.Config
 
 	return nil
+}
+
+func installDiskText(d *resources.InstallDisk) string {
+	if d == nil {
+		return "(the config's)"
+	}
+
+	return d.Identity
 }
 
 // newAllocation validates the request and builds the allocation, schematic ID included.
@@ -139,13 +188,34 @@ func (s *Service) newAllocation(ctx context.Context, id string, req AllocationRe
 		}
 	}
 
+	var (
+		installDisk *resources.InstallDisk
+		config      = req.Config
+	)
+
+	if !req.configChoosesDisk {
+		var identity disksel.Identity
+
+		if installDisk, identity, err = s.installDisk(ctx, id, req.InstallDisk); err != nil {
+			return nil, err
+		}
+
+		// The served config names the disk: the user's other documents stay byte for byte.
+		if installDisk != nil && len(config) > 0 {
+			if config, err = configpatch.WithInstallDisk(config, identity); err != nil {
+				return nil, invalid(fmt.Errorf("giving the config its install disk: %w", err))
+			}
+		}
+	}
+
 	alloc := &resources.Allocation{
+		InstallDisk:        installDisk,
 		ID:                 NewID(),
 		TalosVersion:       version,
 		Extensions:         extensions.Merge(detected, exts, excluded),
 		DetectedExtensions: detected,
 		KernelArgs:         args,
-		Config:             string(req.Config),
+		Config:             string(config),
 		AllocatedAt:        s.now().UTC().Truncate(time.Second),
 		Owner:              req.Owner,
 	}
@@ -160,6 +230,49 @@ func (s *Service) newAllocation(ctx context.Context, id string, req AllocationRe
 	}
 
 	return alloc, nil
+}
+
+// installDisk resolves the install disk selector (the request's, else the provider's
+// default) against the machine's inventory: exactly one disk, named by a serial or WWID
+// no other disk of the machine has. No selector leaves the disk to the config (nil).
+func (s *Service) installDisk(ctx context.Context, id, selector string) (*resources.InstallDisk, disksel.Identity, error) {
+	if selector == "" {
+		selector = s.defaultInstallDisk
+	}
+
+	if selector == "" {
+		return nil, disksel.Identity{}, nil // no selector: the config chooses
+	}
+
+	sel, err := disksel.Parse(selector)
+	if err != nil {
+		return nil, disksel.Identity{}, invalid(err)
+	}
+
+	inv, err := safe.StateGetByID[*resources.MachineInventory](ctx, s.st, id)
+
+	switch {
+	case state.IsNotFoundError(err):
+		return nil, disksel.Identity{}, refused(fmt.Sprintf("machine %q has reported no inventory: its install disk %q cannot be chosen yet", id, selector))
+	case err != nil:
+		return nil, disksel.Identity{}, &Error{Code: CodeUnavailable, Msg: fmt.Sprintf("error reading the inventory of machine %q: %v", id, err)}
+	}
+
+	disks := inventory.Disks(inv.TypedSpec())
+
+	// The selector is sound, the machine does not fit it: refused, so that a claimant
+	// choosing among machines (Cluster API) goes on to the next.
+	disk, err := sel.Resolve(disks)
+	if err != nil {
+		return nil, disksel.Identity{}, refused(fmt.Sprintf("machine %q: %v", id, err))
+	}
+
+	identity, err := disksel.IdentityOf(disk, disks)
+	if err != nil {
+		return nil, disksel.Identity{}, refused(fmt.Sprintf("machine %q: install disk selector %q: %v", id, selector, err))
+	}
+
+	return &resources.InstallDisk{Selector: selector, Identity: identity.String(), Disk: disk.String()}, identity, nil
 }
 
 // detected are the official extensions the machine's hardware calls for at the Talos
@@ -203,12 +316,24 @@ func (s *Service) Deallocate(ctx context.Context, id string) (*resources.Machine
 			return refused(fmt.Sprintf("machine %q is not allocated", id))
 		}
 
-		spec.Allocation = nil
-		spec.WipeID = NewID()
-		spec.RebootID = NewID()
+		endAllocation(spec)
 
 		return nil
 	})
+}
+
+// endAllocation takes the machine back from its allocation: a wipe is owed, and a reboot
+// brings its agent back to do it. The disk the allocation installed to is the one the
+// install-disk wipe scope wipes, whatever the next allocation chooses.
+func endAllocation(spec *resources.MachineIntentSpec) {
+	spec.InstallDisk = ""
+	if spec.Allocation.InstallDisk != nil {
+		spec.InstallDisk = spec.Allocation.InstallDisk.Identity
+	}
+
+	spec.Allocation = nil
+	spec.WipeID = NewID()
+	spec.RebootID = NewID()
 }
 
 // Release takes back the claim owner holds on a machine, as Deallocate does. A machine
@@ -227,9 +352,7 @@ func (s *Service) Release(ctx context.Context, id, owner string) (*resources.Mac
 			return refused(fmt.Sprintf("machine %q is allocated to %s, not to %s", id, cmp.Or(spec.Allocation.Owner, "a person"), owner))
 		}
 
-		spec.Allocation = nil
-		spec.WipeID = NewID()
-		spec.RebootID = NewID()
+		endAllocation(spec)
 
 		return nil
 	}, zap.String("owner", owner))

@@ -56,6 +56,7 @@ func (s *Service) ApplyOmni(ctx context.Context, id string, o resources.OmniMach
 	if omniAllocates(o) && !sameAllocation(cur.Allocation, o) {
 		if alloc, err = s.newAllocation(ctx, id, AllocationRequest{
 			TalosVersion: o.ClusterTalosVersion, Extensions: o.Extensions, KernelArgs: strings.Fields(o.ExtraKernelArgs),
+			configChoosesDisk: true,
 		}); err != nil {
 			return nil, err
 		}

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
@@ -23,6 +24,21 @@ func (s *Service) SetWipeMode(ctx context.Context, id, mode string) (*resources.
 
 		return nil
 	})
+}
+
+// SetWipeScope sets which of this machine's disks its wipes touch: all, install-disk (the
+// disk it last installed to), or all-except the disks keep selects; empty follows the
+// provider's --wipe-scope. It applies to wipes ordered from now on.
+func (s *Service) SetWipeScope(ctx context.Context, id, scope, keep string) (*resources.MachineIntentSpec, error) {
+	if err := lifecycle.ValidWipeScope(scope, keep); err != nil {
+		return nil, invalid(err)
+	}
+
+	return s.transition(ctx, "wipe-scope", id, func(spec *resources.MachineIntentSpec) error {
+		spec.WipeScope, spec.WipeKeep = scope, keep
+
+		return nil
+	}, zap.String("scope", scope), zap.String("keep", keep))
 }
 
 // SetKexecMode sets how this machine is handed to Talos while its agent runs: auto

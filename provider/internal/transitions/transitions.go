@@ -71,6 +71,9 @@ type Options struct {
 	// AutoAcceptWithoutTPM lets auto-accept accept machines whose agent proved no EK
 	// (--auto-accept-without-tpm); by default it accepts only machines that did.
 	AutoAcceptWithoutTPM bool
+	// InstallDisk is the install disk selector of allocations that give none
+	// (--install-disk); "" leaves the disk to their config.
+	InstallDisk string
 	Logger               *zap.Logger
 	// Now stamps allocations; time.Now when nil.
 	Now func() time.Time
@@ -104,6 +107,8 @@ type core struct {
 	detectedExtensions bool
 	// requireTPM, autoAcceptWithoutTPM: Options'.
 	requireTPM, autoAcceptWithoutTPM bool
+	// defaultInstallDisk: Options.InstallDisk.
+	defaultInstallDisk string
 	logger                           *zap.Logger
 	now                              func() time.Time
 
@@ -137,7 +142,7 @@ func (c *core) lock(ctx context.Context) (state.State, func(), error) {
 func New(st state.State, opts Options) *Service {
 	c := &core{
 		st: st, recorder: opts.Recorder, schematicFor: opts.SchematicFor, detectedExtensions: opts.DetectedExtensions,
-		requireTPM: opts.RequireTPM, autoAcceptWithoutTPM: opts.AutoAcceptWithoutTPM,
+		requireTPM: opts.RequireTPM, autoAcceptWithoutTPM: opts.AutoAcceptWithoutTPM, defaultInstallDisk: opts.InstallDisk,
 		logger: opts.Logger, now: opts.Now, locker: opts.Locker,
 	}
 

@@ -199,6 +199,8 @@ type Claim struct {
 	KernelArgs   []string
 	// Config is the Talos machine configuration Anvil's metadata server serves it.
 	Config []byte
+	// InstallDisk selects the install disk among the machine's disks (a disk selector).
+	InstallDisk string
 }
 
 // Claim allocates the machine to the claim's owner; it returns the allocation ID.
@@ -210,7 +212,7 @@ func (c *Client) Claim(ctx context.Context, id string, cl Claim) (string, error)
 
 	resp, err := c.tr.Allocate(ctx, &controlv1.AllocateRequest{
 		MachineId: id, Owner: cl.Owner, TalosVersion: cl.TalosVersion, Extensions: cl.Extensions,
-		KernelArgs: cl.KernelArgs, Config: cl.Config,
+		KernelArgs: cl.KernelArgs, Config: cl.Config, InstallDisk: cl.InstallDisk,
 	})
 	if err != nil {
 		return "", classify(fmt.Errorf("error claiming machine %q: %w", id, err))
