@@ -32,7 +32,11 @@ type action struct {
 	confirm func(id string, form url.Values) string
 	// owned: Omni decides it in Omni mode, so the console does not offer it.
 	owned bool
-	run   func(ctx context.Context, t *transitions.Service, id string, form url.Values) (string, error)
+	// preview checks the action without applying it and says what it will do, for the
+	// confirmation page (the install disk an allocation resolves to); its error refuses
+	// the action before it is confirmed. nil: none.
+	preview func(ctx context.Context, t *transitions.Service, id string, form url.Values) (string, error)
+	run     func(ctx context.Context, t *transitions.Service, id string, form url.Values) (string, error)
 }
 
 var actions = map[string]action{
@@ -81,19 +85,32 @@ var actions = map[string]action{
 
 			return msg + ": it boots Talos, which installs to its disk."
 		},
-		run: func(ctx context.Context, t *transitions.Service, id string, form url.Values) (string, error) {
-			config, err := formConfig(form)
+		preview: func(ctx context.Context, t *transitions.Service, id string, form url.Values) (string, error) {
+			req, err := allocationRequest(form)
 			if err != nil {
-				return "", &transitions.Error{Code: transitions.CodeInvalid, Msg: err.Error()}
+				return "", err
 			}
 
-			_, err = t.Allocate(ctx, id, transitions.AllocationRequest{
-				TalosVersion:         strings.TrimSpace(form.Get("talos_version")),
-				Extensions:           splitList(form.Get("extensions")),
-				KernelArgs:           strings.Fields(form.Get("kernel_args")),
-				Config:               config,
-				NoDetectedExtensions: form.Get("no_detected_extensions") == "on",
-			})
+			req.DryRun = true
+
+			spec, err := t.Allocate(ctx, id, req)
+			if err != nil {
+				return "", err
+			}
+
+			if d := spec.Allocation.InstallDisk; d != nil {
+				return fmt.Sprintf("Talos installs to %s, named %s in its config (selector %q).", d.Disk, d.Identity, d.Selector), nil
+			}
+
+			return "Talos installs to the disk its machine config names.", nil
+		},
+		run: func(ctx context.Context, t *transitions.Service, id string, form url.Values) (string, error) {
+			req, err := allocationRequest(form)
+			if err != nil {
+				return "", err
+			}
+
+			_, err = t.Allocate(ctx, id, req)
 
 			return "allocated", err
 		},
@@ -171,6 +188,31 @@ var actions = map[string]action{
 			_, err := t.SetWipeMode(ctx, id, mode)
 
 			return "wipe mode set", err
+		},
+	},
+	"wipe-scope": {
+		title: "Set wipe scope",
+		confirm: func(id string, form url.Values) string {
+			switch scope, keep := form.Get("wipe_scope"), strings.TrimSpace(form.Get("wipe_keep")); scope {
+			case resources.WipeScopeAll:
+				return "Wipe every disk of machine " + id + " from its next wipe on."
+			case resources.WipeScopeInstallDisk:
+				return "Wipe only the disk machine " + id + " last installed to from its next wipe on; its other disks are kept."
+			case resources.WipeScopeAllExcept:
+				return "Keep the disks of machine " + id + " that match " + strconv.Quote(keep) + " from its next wipe on; the others are wiped."
+			default:
+				return "Wipe machine " + id + "'s disks as the provider's --wipe-scope says from its next wipe on."
+			}
+		},
+		run: func(ctx context.Context, t *transitions.Service, id string, form url.Values) (string, error) {
+			scope := form.Get("wipe_scope")
+			if scope == "default" {
+				scope = ""
+			}
+
+			_, err := t.SetWipeScope(ctx, id, scope, strings.TrimSpace(form.Get("wipe_keep")))
+
+			return "wipe scope set", err
 		},
 	},
 	"kexec": {
@@ -256,6 +298,19 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request, sess *session) {
 	}
 
 	if a.confirm != nil && form.Get("confirmed") != "yes" {
+		message := a.confirm(id, form)
+
+		if a.preview != nil {
+			what, err := a.preview(r.Context(), s.opts.Transitions, id, form)
+			if err != nil {
+				s.refused(w, r, sess, name, a.title, id, form, err)
+
+				return
+			}
+
+			message += " " + what
+		}
+
 		fields := url.Values{}
 
 		for k, v := range form {
@@ -266,7 +321,7 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request, sess *session) {
 
 		s.render(w, http.StatusOK, "confirm", confirmData{
 			pageData: s.page(sess, a.title+" "+id), ID: id, Action: name, Title: a.title,
-			Message: a.confirm(id, form), Fields: fields,
+			Message: message, Fields: fields,
 		})
 
 		return
@@ -274,15 +329,7 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request, sess *session) {
 
 	notice, err := a.run(r.Context(), s.opts.Transitions, id, form)
 	if err != nil {
-		status := statusOf(err)
-		if status == http.StatusInternalServerError {
-			s.logger.Error("console action failed", zap.String("action", name), zap.String("machine", id), zap.Error(err))
-		}
-
-		form.Del("password")
-		form.Del("csrf")
-		form.Del("confirmed")
-		s.renderMachine(w, r, sess, status, a.title+": "+err.Error(), "", form)
+		s.refused(w, r, sess, name, a.title, id, form, err)
 
 		return
 	}
@@ -291,6 +338,37 @@ func (s *Server) action(w http.ResponseWriter, r *http.Request, sess *session) {
 	s.opts.Trace.Note(id, fmt.Sprintf("%s from the console (%s)", notice, sess.who))
 
 	http.Redirect(w, r, "/ui/machines/"+url.PathEscape(id)+"?done="+url.QueryEscape(notice), http.StatusSeeOther)
+}
+
+// refused shows the machine's page with why the action was refused and the form as sent
+// (less its secrets and its CSRF token).
+func (s *Server) refused(w http.ResponseWriter, r *http.Request, sess *session, name, title, id string, form url.Values, err error) {
+	status := statusOf(err)
+	if status == http.StatusInternalServerError {
+		s.logger.Error("console action failed", zap.String("action", name), zap.String("machine", id), zap.Error(err))
+	}
+
+	form.Del("password")
+	form.Del("csrf")
+	form.Del("confirmed")
+	s.renderMachine(w, r, sess, status, title+": "+err.Error(), "", form)
+}
+
+// allocationRequest is the allocation the Allocate form asks for.
+func allocationRequest(form url.Values) (transitions.AllocationRequest, error) {
+	config, err := formConfig(form)
+	if err != nil {
+		return transitions.AllocationRequest{}, &transitions.Error{Code: transitions.CodeInvalid, Msg: err.Error()}
+	}
+
+	return transitions.AllocationRequest{
+		TalosVersion:         strings.TrimSpace(form.Get("talos_version")),
+		Extensions:           splitList(form.Get("extensions")),
+		KernelArgs:           strings.Fields(form.Get("kernel_args")),
+		Config:               config,
+		NoDetectedExtensions: form.Get("no_detected_extensions") == "on",
+		InstallDisk:          strings.TrimSpace(form.Get("install_disk")),
+	}, nil
 }
 
 type confirmData struct {

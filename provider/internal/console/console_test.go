@@ -565,3 +565,74 @@ func TestLiveMachine(t *testing.T) {
 
 	t.Fatal("the machine's change never reached its live page")
 }
+
+// TestInstallDiskAndWipeScope: the Allocate form's install disk is resolved on the
+// confirmation page, before anything is allocated, and an ambiguous one is refused with
+// the candidates; the machine's page shows the chosen disk, its wipe scope, and the disks
+// its last wipe kept.
+func TestInstallDiskAndWipeScope(t *testing.T) {
+	t.Parallel()
+
+	f := newFixture(t, "")
+	csrf := f.login(t)
+	path := "/ui/machines/" + machineID
+	ctx := t.Context()
+
+	inv := resources.NewMachineInventory(machineID)
+	inv.TypedSpec().Disks = []resources.DiskInventory{
+		{Name: "nvme0n1", Size: 960_197_124_096, Model: "SAMSUNG MZQL2960HCJR", Serial: "S64FNE0R801234", Transport: "nvme"},
+		{Name: "nvme1n1", Size: 3_840_755_982_336, Model: "SAMSUNG MZQL23T8HCLS", Serial: "S64HNE0T905678", Transport: "nvme"},
+		{Name: "sda", Size: 16_000_900_661_248, Model: "ST16000NM001G", Serial: "ZL2ABC01", Transport: "sas", Rotational: true},
+	}
+	require.NoError(t, f.st.Create(ctx, inv))
+
+	code, _, _ := f.post(t, path+"/accept", url.Values{"csrf": {csrf}, "confirmed": {"yes"}, "skip_wipe": {"on"}}, f.srv.URL)
+	require.Equal(t, http.StatusSeeOther, code)
+
+	// Ambiguous: refused before the confirmation, the candidates listed.
+	code, body, _ := f.post(t, path+"/allocate", url.Values{"csrf": {csrf}, "talos_version": {"v1.13.9"}, "install_disk": {"type=nvme"}}, f.srv.URL)
+	assert.Equal(t, http.StatusConflict, code)
+	assert.Contains(t, body, "matches 2 disks")
+	assert.Contains(t, body, "nvme0n1 (960 GB")
+	assert.Contains(t, body, "nvme1n1 (3.8 TB")
+	assert.Contains(t, body, `value="type=nvme"`, "the form comes back as sent")
+	assert.Nil(t, f.intent(t).Allocation)
+
+	// Resolved: the confirmation page names the disk; nothing is allocated yet.
+	form := url.Values{"csrf": {csrf}, "talos_version": {"v1.13.9"}, "install_disk": {"type=nvme,size>=400GB,pick=smallest"}}
+	code, body, _ = f.post(t, path+"/allocate", form, f.srv.URL)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, "Talos installs to nvme0n1 (960 GB, transport nvme, model SAMSUNG MZQL2960HCJR, serial S64FNE0R801234), named serial=S64FNE0R801234")
+	assert.Nil(t, f.intent(t).Allocation, "nothing allocated before the confirmation")
+
+	form.Set("confirmed", "yes")
+	code, _, _ = f.post(t, path+"/allocate", form, f.srv.URL)
+	require.Equal(t, http.StatusSeeOther, code)
+
+	alloc := f.intent(t).Allocation
+	require.NotNil(t, alloc)
+	require.NotNil(t, alloc.InstallDisk)
+	assert.Equal(t, "serial=S64FNE0R801234", alloc.InstallDisk.Identity)
+
+	// The wipe scope, and an erase report with a kept disk.
+	code, _, _ = f.post(t, path+"/wipe-scope", url.Values{"csrf": {csrf}, "confirmed": {"yes"}, "wipe_scope": {"all-except"}, "wipe_keep": {"model=ST16000*"}}, f.srv.URL)
+	require.Equal(t, http.StatusSeeOther, code)
+
+	code, body, _ = f.post(t, path+"/wipe-scope", url.Values{"csrf": {csrf}, "confirmed": {"yes"}, "wipe_scope": {"all-except"}}, f.srv.URL)
+	assert.Equal(t, http.StatusBadRequest, code)
+	assert.Contains(t, body, "needs a selector of the disks to keep")
+
+	ms := resources.NewMachineStatus(machineID)
+	ms.TypedSpec().LastWipe = &resources.WipeRecord{ID: "w1", Disks: []resources.DiskWiped{
+		{Device: "nvme0n1", Method: "discard, zeroed edges", Verified: "3 regions read back as zeroes"},
+		{Device: "sda", Skipped: "kept: matches the wipe's keep selector (model=ST16000*)", Kept: true},
+	}}
+	require.NoError(t, f.st.Create(ctx, ms))
+
+	code, body, _ = f.get(t, path)
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `id="install-disk">nvme0n1 (960 GB`)
+	assert.Contains(t, body, `id="wipe-scope">all-except, keeping <span class="mono">model=ST16000*</span>`)
+	assert.Contains(t, body, `<tr class="kept"><td>sda</td><td>kept</td>`)
+	assert.Contains(t, body, "kept: matches the wipe&#39;s keep selector (model=ST16000*)")
+}

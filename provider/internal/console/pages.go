@@ -176,6 +176,7 @@ type machineData struct {
 	// Owned says the actions Omni owns are not offered (Omni mode).
 	Owned      bool
 	WipeModes  []string
+	WipeScopes []string
 	KexecModes []string
 	// Form holds what a refused form had, to fill it again.
 	Form url.Values
@@ -198,7 +199,7 @@ func (s *Server) machineData(ctx context.Context, id string, form url.Values) (m
 
 	data := machineData{
 		Row: s.newRow(records[0]), Owned: s.opts.OmniURL != "", Form: form,
-		WipeModes: resources.WipeModes, KexecModes: resources.KexecModes,
+		WipeModes: resources.WipeModes, WipeScopes: resources.WipeScopes, KexecModes: resources.KexecModes,
 		LiveURL: "/ui/live?" + url.Values{"view": {"machine"}, "id": {id}}.Encode(),
 		Events:  s.opts.Trace.Events(id),
 	}
