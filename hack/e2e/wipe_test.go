@@ -24,6 +24,9 @@ import (
 const (
 	mib      = 1 << 20
 	wipeDisk = 2 << 30 // small: the zero wipe must end within the deadlines under TCG
+	// dataDisk is bios-0's second disk, which its wipe scope keeps.
+	dataDisk   = 256 * mib
+	dataSerial = "anvil-data"
 	// holdFor is how long a pending machine's disk must stay untouched.
 	holdFor = 60 * time.Second
 )
@@ -47,11 +50,14 @@ var marks = []struct {
 //   - Pending for 60 s: both disks are byte-identical to what they were.
 //   - bios-1 is rejected: no power, wipe or BMC call is ever made to it (its BMC's log),
 //     its disk stays as it was.
-//   - bios-0 is accepted: its initial (fast) wipe is verified on the host's disk image;
+//   - bios-0 is accepted: its initial (fast) wipe is verified on the host's disk image,
+//     and its data disk, which its wipe scope keeps (all-except serial=anvil-data), is
+//     byte-identical and reported kept; an install disk selector that matches both disks
+//     is refused with both listed, before anything is allocated;
 //     allocated, it boots the stand-in Talos; deallocated, the provider power-cycles it
 //     back to the agent, which wipes (zeroes) — killed mid-way with the provider, the wipe
 //     is not reported done, and after the restart it is done again, whole, and only then
-//     is the machine available.
+//     is the machine available; its data disk is still byte-identical.
 func TestWipeE2E(tt *testing.T) {
 	t := labtest.Recording(tt)
 
@@ -71,6 +77,7 @@ func TestWipeE2E(tt *testing.T) {
 	cfg.Machines, cfg.DiskSize = 2, "2G"
 	cfg.Firmware = []machine.Firmware{machine.BIOS}
 	cfg.BMC = []lab.PowerOwner{lab.OwnerAPI, lab.OwnerIPMI}
+	cfg.DataDisks = [][]machine.DataDisk{{{Serial: dataSerial, Size: "256M"}}, nil}
 
 	// The disks, with data on them, before anything boots; and a copy of each to compare.
 	names := []string{"bios-0", "bios-1"}
@@ -87,6 +94,17 @@ func TestWipeE2E(tt *testing.T) {
 		before[name] = filepath.Join(bin, name+"-before.qcow2")
 		labtest.Exec(t, "cp", "--sparse=always", disk, before[name])
 	}
+
+	// bios-0's data disk: a pattern at both ends and in the middle, which no wipe touches.
+	data := filepath.Join(dir, "machines", "bios-0", "data-0.qcow2")
+	labtest.NewDisk(t, data, dataDisk)
+
+	for _, off := range []int64{0, dataDisk / 2, dataDisk - mib} {
+		labtest.WritePattern(t, data, "0x5a", off, mib)
+	}
+
+	dataBefore := filepath.Join(bin, "data-before.qcow2")
+	labtest.Exec(t, "cp", "--sparse=always", data, dataBefore)
 
 	start := time.Now()
 	step := func(what string, since time.Time) {
@@ -139,7 +157,12 @@ func TestWipeE2E(tt *testing.T) {
 	out, err := ctl("machine", "reject", b.UUID)
 	require.NoError(t, err, out)
 
-	// 3. bios-0 is accepted: the initial wipe (fast) is verified on the host's image.
+	// 3. bios-0 is accepted, its data disk kept: the initial wipe (fast) is verified on
+	// the host's images.
+	out, err = ctl("machine", "wipe-scope", "all-except", a.UUID, "--keep", "serial="+dataSerial)
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "wipe scope all-except serial="+dataSerial)
+
 	t0 := time.Now()
 
 	out, err = ctl("machine", "accept", a.UUID)
@@ -149,6 +172,24 @@ func TestWipeE2E(tt *testing.T) {
 		return regexp.MustCompile(`(?s)lastWipe:.*device: vda.*method: discard, zeroed edges.*verified:`).MatchString(yamlOf(a))
 	}, stepDeadline, time.Second, "no fast wipe of vda reported")
 	step("accept → initial fast wipe reported", t0)
+
+	y := yamlOf(a)
+	assert.Regexp(t, `(?s)lastWipe:.*device: vdb\s+skipped: \W?kept: matches the wipe\W+s keep selector \(serial=`+dataSerial+`\)\W?\s+kept: true`, y,
+		"the data disk is reported kept")
+	assertSameDisk(t, dataBefore, data, "the kept data disk after the fast wipe")
+
+	// An install disk selector that matches both disks is refused, both listed, and
+	// nothing is allocated; a dry run names the disk one resolves to.
+	out, err = ctl("machine", "allocate", a.UUID, "--talos-version", talosVersion, "--install-disk", "transport=virtio", "--dry-run")
+	require.Error(t, err, out)
+	assert.Contains(t, out, `install disk selector "transport=virtio" matches 2 disks: vda (2.1 GB, transport virtio); vdb (268 MB, transport virtio, serial `+dataSerial+`)`)
+
+	out, err = ctl("machine", "allocate", a.UUID, "--talos-version", talosVersion, "--install-disk", "size<1GB", "--dry-run")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "dry run, nothing allocated")
+	assert.Contains(t, out, "installed to vdb (268 MB, transport virtio, serial "+dataSerial+"), named serial="+dataSerial)
+	assert.NotContains(t, yamlOf(a), "allocation:", "a dry run allocates nothing")
+	t.Logf("anvilctl machine allocate --install-disk transport=virtio: refused; --install-disk 'size<1GB' --dry-run: %s", strings.TrimSpace(out))
 
 	for _, m := range marks {
 		want := "0"
@@ -201,7 +242,7 @@ func TestWipeE2E(tt *testing.T) {
 
 	require.NoError(t, state.RestartProvider(t.Context(), cfg))
 
-	y := yamlOf(a)
+	y = yamlOf(a)
 	assert.False(t, labtest.HasField(y, "wipedID", owed), "an interrupted wipe is never reported done")
 
 	// The provider sees a machine that owes a wipe switched off: it powers it on (PXE
@@ -219,6 +260,8 @@ func TestWipeE2E(tt *testing.T) {
 	assert.Len(t, agentBoots(t, state.ProviderLog(), a.UUID), len(boots)+1, "one more agent boot: the one after the restart")
 
 	labtest.AssertPattern(t, a.Disk(), 0, wipeDisk, "0", "the whole disk after the zero wipe")
+	assertSameDisk(t, dataBefore, data, "the kept data disk after the zero wipe")
+	assert.Regexp(t, `(?s)id: `+owed+`.*device: vdb\s+skipped: 'kept: .*\s+kept: true`, y, "kept in the zero wipe's report too")
 
 	// 6. bios-1, rejected all along: no BMC session from the provider, no wipe, disk as
 	// it was.

@@ -40,6 +40,9 @@ type Config struct {
 	// TPM says, in turn like Firmware, which machines have a TPM 2.0 (swtpm, its state
 	// kept in the machine's directory: machine.Spec.TPM); empty: none has.
 	TPM []bool
+	// DataDisks are each machine's disks beside its boot disk, in turn like Firmware
+	// (machine.Spec.DataDisks); empty: none.
+	DataDisks [][]machine.DataDisk
 	// FullDHCP is a site without a DHCP server: the site namespace only advertises the
 	// IPv6 router, and the provider runs in full DHCP mode, handing out the addresses
 	// of labnet's range itself.

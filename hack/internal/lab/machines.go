@@ -34,6 +34,8 @@ type MachineConfig struct {
 	BMCElsewhere bool
 	// TPM gives it a TPM 2.0 (machine.Spec.TPM).
 	TPM bool
+	// DataDisks are its disks beside the boot disk (machine.Spec.DataDisks).
+	DataDisks []machine.DataDisk
 }
 
 // addMachines adds the machines cfg has more of than the lab, their firmware, ports and
@@ -41,10 +43,11 @@ type MachineConfig struct {
 func (s *State) addMachines(cfg Config) error {
 	for i := len(s.Machines); i < cfg.Machines; i++ {
 		mc := MachineConfig{
-			Firmware: inTurn(cfg.Firmware, i, machine.BIOS),
-			NICs:     inTurn(cfg.NICs, i, 1),
-			TPM:      inTurn(cfg.TPM, i, false),
-			MemoryMB: cfg.MemoryMB, DiskSize: cfg.DiskSize, CPUs: cfg.CPUs,
+			Firmware:  inTurn(cfg.Firmware, i, machine.BIOS),
+			NICs:      inTurn(cfg.NICs, i, 1),
+			TPM:       inTurn(cfg.TPM, i, false),
+			DataDisks: inTurn(cfg.DataDisks, i, nil),
+			MemoryMB:  cfg.MemoryMB, DiskSize: cfg.DiskSize, CPUs: cfg.CPUs,
 		}
 
 		mc.BMC = inTurn(cfg.BMC, i, OwnerNone)
@@ -108,6 +111,7 @@ func (s *State) appendMachine(i int, mc MachineConfig, kvm bool) (machine.Spec, 
 		Name: name, Index: i, Seed: s.Prefix, Firmware: mc.Firmware, NICs: nics,
 		Dir: filepath.Join(s.Dir, "machines", name), NetNS: s.ProviderNS, Tap: fmt.Sprintf("tap%d", i),
 		KVM: kvm, MemoryMB: mc.MemoryMB, CPUs: mc.CPUs, DiskSize: mc.DiskSize, IPv6: s.IPv6Only, TPM: mc.TPM,
+		DataDisks: mc.DataDisks,
 	}
 
 	b := &MachineBMC{Owner: mc.BMC, Elsewhere: mc.BMCElsewhere && mc.BMC != OwnerNone}

@@ -139,11 +139,25 @@ type Spec struct {
 	// the same TPM, and EK, across resets and power cycles; another Dir, another TPM.
 	TPM bool
 
+	// DataDisks are disks beside the boot disk (data-<i>.qcow2 in Dir), each with a
+	// serial, so that a selector can name them as it would a server's.
+	DataDisks []DataDisk
+
 	KVM      bool
 	MemoryMB int
 	CPUs     int
 	DiskSize string
 	QEMU     string
+}
+
+// DataDisk is one more disk of a machine.
+type DataDisk struct {
+	// Serial is the disk's serial (at most 20 characters: virtio-blk's limit).
+	Serial string
+	// Size is qemu-img's ("2G").
+	Size string
+	// NVMe puts it on an NVMe controller of its own; else virtio-blk.
+	NVMe bool
 }
 
 // Machine is a lab machine.
@@ -244,6 +258,11 @@ func (m *Machine) SerialLog() string { return filepath.Join(m.Dir, "serial.log")
 func (m *Machine) QMPSocket() string { return filepath.Join(m.Dir, "qmp.sock") }
 func (m *Machine) PIDFile() string   { return filepath.Join(m.Dir, "qemu.pid") }
 func (m *Machine) Disk() string      { return filepath.Join(m.Dir, "disk.qcow2") }
+
+// DataDisk is the image of the machine's data disk i (DataDisks).
+func (m *Machine) DataDisk(i int) string {
+	return filepath.Join(m.Dir, "data-"+strconv.Itoa(i)+".qcow2")
+}
 func (m *Machine) varsFile() string  { return filepath.Join(m.Dir, "OVMF_VARS.fd") }
 func (m *Machine) qemuLog() string   { return filepath.Join(m.Dir, "qemu.log") }
 
@@ -399,6 +418,17 @@ func (m *Machine) Args() []string {
 			m.Vendor.Manufacturer, m.Vendor.Product, m.Serial, m.UUID),
 	)
 
+	for i, d := range m.DataDisks {
+		id := "data" + strconv.Itoa(i)
+		args = append(args, "-drive", "file="+m.DataDisk(i)+",format=qcow2,if=none,id="+id)
+
+		if d.NVMe {
+			args = append(args, "-device", "nvme,drive="+id+",serial="+d.Serial)
+		} else {
+			args = append(args, "-device", "virtio-blk-pci,drive="+id+",serial="+d.Serial)
+		}
+	}
+
 	// Debian's qemu-system-aarch64 has no IPMI device (the lab powers arm64 machines
 	// through its power API instead).
 	if m.IPMIBMC != "" && m.Firmware != ARM64 {
@@ -516,10 +546,19 @@ func (m *Machine) prepare(ctx context.Context) error {
 		}
 	}
 
-	if _, err := os.Stat(m.Disk()); errors.Is(err, os.ErrNotExist) {
-		out, err := exec.CommandContext(ctx, "qemu-img", "create", "-q", "-f", "qcow2", m.Disk(), m.DiskSize).CombinedOutput()
+	disks := map[string]string{m.Disk(): m.DiskSize}
+	for i, d := range m.DataDisks {
+		disks[m.DataDisk(i)] = d.Size
+	}
+
+	for path, size := range disks {
+		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+
+		out, err := exec.CommandContext(ctx, "qemu-img", "create", "-q", "-f", "qcow2", path, size).CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("error creating the disk of %s: %w: %s", m.Name, err, out)
+			return fmt.Errorf("error creating the disk %s of %s: %w: %s", filepath.Base(path), m.Name, err, out)
 		}
 	}
 

@@ -281,3 +281,21 @@ func TestNetworkBootOnce(t *testing.T) {
 	require.NoError(t, m.Stop(ctx))
 	assert.False(t, m.Running())
 }
+
+// TestDataDisks: each data disk is a drive of its own image with the serial a selector
+// names it by, on virtio-blk or an NVMe controller; none boots.
+func TestDataDisks(t *testing.T) {
+	t.Parallel()
+
+	m := machine.New(machine.Spec{Name: "m", Seed: "t", Dir: "/lab/m", Tap: "tap0", DataDisks: []machine.DataDisk{
+		{Serial: "anvil-data", Size: "1G"}, {Serial: "anvil-nvme", Size: "2G", NVMe: true},
+	}})
+	args := m.Args()
+
+	assert.Contains(t, args, "file=/lab/m/data-0.qcow2,format=qcow2,if=none,id=data0")
+	assert.Contains(t, args, "virtio-blk-pci,drive=data0,serial=anvil-data")
+	assert.Contains(t, args, "file=/lab/m/data-1.qcow2,format=qcow2,if=none,id=data1")
+	assert.Contains(t, args, "nvme,drive=data1,serial=anvil-nvme")
+	assert.Equal(t, "/lab/m/data-1.qcow2", m.DataDisk(1))
+	assert.Contains(t, deviceArg(args, "virtio-blk-pci"), "drive=disk0,bootindex=", "the boot disk is still the first")
+}
