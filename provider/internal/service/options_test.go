@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/anvil-metal/anvil/provider/internal/lifecycle"
 )
 
 func TestParseLabels(t *testing.T) {
@@ -255,68 +257,60 @@ func TestOpenImageCache(t *testing.T) {
 	assert.Nil(t, cache, "0 turns the cache off")
 }
 
-func TestParseKexecPolicy(t *testing.T) {
+// TestParsePolicy: the flags of what happens to every machine, checked together.
+func TestParsePolicy(t *testing.T) {
 	t.Parallel()
+
+	kexec := func(t *testing.T, opts Options, p lifecycle.Policy) {
+		t.Helper()
+		assert.Equal(t, opts.Kexec, p.Kexec)
+		assert.Equal(t, opts.KexecTimeout, p.KexecTimeout)
+		assert.Equal(t, opts.KexecKeepWarm, p.KeepWarm)
+	}
+
+	wipeScope := func(t *testing.T, opts Options, p lifecycle.Policy) {
+		t.Helper()
+		assert.Equal(t, opts.WipeScope, p.WipeScope)
+		assert.Equal(t, opts.WipeKeep, p.WipeKeep)
+		assert.Equal(t, opts.InstallDisk, p.InstallDisk)
+	}
 
 	for _, tc := range []struct {
 		name    string
 		change  func(*Options)
 		wantErr string
+		check   func(*testing.T, Options, lifecycle.Policy)
 	}{
-		{name: "defaults", change: func(*Options) {}},
-		{name: "never", change: func(o *Options) { o.Kexec = "never" }},
-		{name: "keep warm", change: func(o *Options) { o.KexecKeepWarm = 15 * time.Minute }},
+		{name: "defaults", change: func(*Options) {}, check: kexec},
+		{name: "never", change: func(o *Options) { o.Kexec = "never" }, check: kexec},
+		{name: "keep warm", change: func(o *Options) { o.KexecKeepWarm = 15 * time.Minute }, check: kexec},
 		{name: "unknown mode", change: func(o *Options) { o.Kexec = "sometimes" }, wantErr: `unknown --kexec "sometimes" (want auto, always, never)`},
 		{name: "no timeout", change: func(o *Options) { o.KexecTimeout = 0 }, wantErr: "--kexec-timeout must be positive"},
 		{name: "negative keep warm", change: func(o *Options) { o.KexecKeepWarm = -time.Second }, wantErr: "--kexec-keep-warm must not be negative"},
-	} {
-		opts := DefaultOptions
-		tc.change(&opts)
-
-		p, err := parsePolicy(opts)
-		if tc.wantErr != "" {
-			assert.ErrorContains(t, err, tc.wantErr, tc.name)
-
-			continue
-		}
-
-		require.NoError(t, err, tc.name)
-		assert.Equal(t, opts.Kexec, p.Kexec, tc.name)
-		assert.Equal(t, opts.KexecTimeout, p.KexecTimeout, tc.name)
-		assert.Equal(t, opts.KexecKeepWarm, p.KeepWarm, tc.name)
-	}
-}
-
-func TestParseWipeScopePolicy(t *testing.T) {
-	t.Parallel()
-
-	for _, tc := range []struct {
-		name    string
-		change  func(*Options)
-		wantErr string
-	}{
-		{name: "defaults: all", change: func(*Options) {}},
-		{name: "all but data disks", change: func(o *Options) { o.WipeScope, o.WipeKeep = "all-except", "model=ST16000*" }},
-		{name: "the install disk", change: func(o *Options) { o.WipeScope, o.InstallDisk = "install-disk", "type=nvme,pick=smallest" }},
+		{name: "wipe scope: all by default", change: func(*Options) {}, check: wipeScope},
+		{name: "all but data disks", change: func(o *Options) { o.WipeScope, o.WipeKeep = "all-except", "model=ST16000*" }, check: wipeScope},
+		{name: "the install disk", change: func(o *Options) { o.WipeScope, o.InstallDisk = "install-disk", "type=nvme,pick=smallest" }, check: wipeScope},
 		{name: "all-except keeps something", change: func(o *Options) { o.WipeScope = "all-except" }, wantErr: "--wipe-scope: wipe scope all-except needs a selector"},
 		{name: "a keep selector without all-except", change: func(o *Options) { o.WipeKeep = "type=hdd" }, wantErr: "goes with the all-except scope"},
 		{name: "install-disk needs a default disk", change: func(o *Options) { o.WipeScope = "install-disk" }, wantErr: "--wipe-scope install-disk needs --install-disk"},
 		{name: "unknown scope", change: func(o *Options) { o.WipeScope = "most" }, wantErr: `wipe scope "most" is not one of`},
 		{name: "malformed install disk", change: func(o *Options) { o.InstallDisk = "biggest" }, wantErr: `--install-disk: disk selector "biggest"`},
 	} {
-		opts := DefaultOptions
-		tc.change(&opts)
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 
-		p, err := parsePolicy(opts)
-		if tc.wantErr != "" {
-			assert.ErrorContains(t, err, tc.wantErr, tc.name)
+			opts := DefaultOptions
+			tc.change(&opts)
 
-			continue
-		}
+			p, err := parsePolicy(opts)
+			if tc.wantErr != "" {
+				assert.ErrorContains(t, err, tc.wantErr)
 
-		require.NoError(t, err, tc.name)
-		assert.Equal(t, opts.WipeScope, p.WipeScope, tc.name)
-		assert.Equal(t, opts.WipeKeep, p.WipeKeep, tc.name)
-		assert.Equal(t, opts.InstallDisk, p.InstallDisk, tc.name)
+				return
+			}
+
+			require.NoError(t, err)
+			tc.check(t, opts, p)
+		})
 	}
 }
