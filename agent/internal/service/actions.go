@@ -205,6 +205,11 @@ func (a *machineActions) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.Wi
 		return nil, fmt.Errorf("error finding the disk the agent booted from: %w", err)
 	}
 
+	order, err := wipeOrder(w, mode, bootDisks)
+	if err != nil {
+		return nil, err
+	}
+
 	disks := make([]wipe.Disk, 0, len(found))
 	sizes := make(map[string]uint64, len(found))
 
@@ -218,13 +223,20 @@ func (a *machineActions) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.Wi
 			disk.Removable = why
 		}
 
+		if d.Spec.Size > 0 && !d.Spec.CDROM {
+			// What md arrays it belongs to decides whether a scope may keep it alone.
+			// Unreadable, it matters only where the scope keeps disks.
+			if disk.Members, err = wipe.Members(filepath.Join(a.devRoot, d.ID)); err != nil {
+				if order.Scope != wipe.ScopeAll {
+					return nil, err
+				}
+
+				a.logger.Warn("error reading a disk's RAID and LVM signatures", zap.String("disk", d.ID), zap.Error(err))
+			}
+		}
+
 		disks = append(disks, disk)
 		sizes[d.ID] = d.Spec.Size
-	}
-
-	order, err := wipeOrder(w, mode, bootDisks)
-	if err != nil {
-		return nil, err
 	}
 
 	steps, err := wipe.Plan(disks, order)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/anvil-metal/anvil/internal/disksel"
 )
@@ -46,6 +47,9 @@ type Disk struct {
 	// Removable says why the disk is removable media ("on USB"), "" when it is not
 	// (see Removable).
 	Removable string
+	// Members are the md arrays and LVM volume groups it (or a partition of it) is a
+	// member of (see Members).
+	Members []Member
 }
 
 // Order is what the provider asked for.
@@ -123,7 +127,56 @@ func Plan(disks []Disk, order Order) ([]Step, error) {
 		steps = append(steps, step)
 	}
 
+	if err := splitArrays(disks, steps); err != nil {
+		return nil, err
+	}
+
 	return steps, nil
+}
+
+// splitArrays refuses a plan that wipes some members of an md array and leaves others:
+// the array would be lost all the same, with the disks that were meant to keep it. Kept
+// or wiped, an array goes whole. (An LVM physical volume names itself only: its volume
+// group is not read, so this holds for md arrays.)
+func splitArrays(disks []Disk, steps []Step) error {
+	type side struct{ wiped, left []string }
+
+	arrays := map[string]*side{}
+	names := map[string]string{}
+
+	var order []string
+
+	for i, d := range disks {
+		for _, m := range d.Members {
+			if m.Kind != MemberMD || m.Set == "" {
+				continue
+			}
+
+			a := arrays[m.Set]
+			if a == nil {
+				a = &side{}
+				arrays[m.Set] = a
+				names[m.Set] = m.Name
+
+				order = append(order, m.Set)
+			}
+
+			if steps[i].Skip == "" {
+				a.wiped = append(a.wiped, d.Name)
+			} else {
+				a.left = append(a.left, d.Name+" ("+steps[i].Skip+")")
+			}
+		}
+	}
+
+	for _, set := range order {
+		if a := arrays[set]; len(a.wiped) > 0 && len(a.left) > 0 {
+			return fmt.Errorf("md array %s (%s) would be split: the wipe takes %s and leaves %s; keep all of its members or none",
+				names[set], set, strings.Join(a.wiped, ", "), strings.Join(a.left, ", "))
+		}
+	}
+
+	return nil
 }
 
 // keptByScope names the disks the order's scope keeps, with why.
