@@ -35,8 +35,8 @@ func mdMember(uuid [16]byte, name string) func(b []byte) {
 		binary.LittleEndian.PutUint32(sb[4:], 1)          // major version
 		copy(sb[16:32], uuid[:])
 		copy(sb[32:64], name)
-		binary.LittleEndian.PutUint32(sb[72:], 1)    // level: RAID1
-		binary.LittleEndian.PutUint32(sb[92:], 2)    // raid disks
+		binary.LittleEndian.PutUint32(sb[72:], 1)     // level: RAID1
+		binary.LittleEndian.PutUint32(sb[92:], 2)     // raid disks
 		binary.LittleEndian.PutUint64(sb[128:], 2048) // data offset
 		binary.LittleEndian.PutUint64(sb[144:], 8)    // super offset: sector 8
 	}
