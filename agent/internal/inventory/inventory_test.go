@@ -14,12 +14,14 @@ import (
 
 	"github.com/jsimonetti/rtnetlink/v2"
 	"github.com/siderolabs/go-smbios/smbios"
+	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/anvil-metal/anvil/agent/internal/inventory"
+	"github.com/anvil-metal/anvil/agent/internal/members/memberstest"
 )
 
 // emptyNetlink is a machine without network links.
@@ -353,4 +355,47 @@ func TestMissingSources(t *testing.T) {
 	assert.Empty(t, inv.Links)
 	assert.Equal(t, "anvil-test", inv.Hostname.TypedSpec().Hostname)
 	assert.Empty(t, inv.Hostname.TypedSpec().Domainname)
+}
+
+// TestVolumes: the md RAID and LVM members among the disks and their partitions are
+// reported as Talos' DiscoveredVolumes, read from the disks' metadata.
+func TestVolumes(t *testing.T) {
+	t.Parallel()
+
+	dev := t.TempDir()
+	array := [16]byte{0xa1, 0xa2, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}
+
+	memberstest.Write(t, filepath.Join(dev, "sda"), memberstest.MD(array, "lab:data"))
+	memberstest.Write(t, filepath.Join(dev, "sdb"), memberstest.MD(array, "lab:data"))
+	memberstest.Write(t, filepath.Join(dev, "nvme0n1"), memberstest.LVM("AbCdEfGhIjKlMnOpQrStUvWxYz012345"))
+	memberstest.Write(t, filepath.Join(dev, "vda"), nil)
+
+	src := testSources(t)
+	src.DevRoot = dev
+	src.Disks = func(context.Context, *zap.Logger) ([]inventory.Disk, error) {
+		var disks []inventory.Disk
+		for _, name := range []string{"sda", "sdb", "nvme0n1", "vda"} {
+			spec := block.DiskSpec{DevPath: "/dev/" + name}
+			spec.SetSize(memberstest.ImageSize)
+			disks = append(disks, inventory.Disk{ID: name, Spec: spec})
+		}
+
+		return disks, nil
+	}
+
+	inv := eventually(t, runInventory(t, src), func(inv *inventory.Inventory) bool { return len(inv.Volumes) == 3 })
+
+	got := map[string]block.DiscoveredVolumeSpec{}
+	for _, v := range inv.Volumes {
+		got[v.Metadata().ID()] = *v.TypedSpec()
+	}
+
+	assert.Equal(t, "linux_raid_member", got["sda"].Name)
+	assert.Equal(t, "a1a20001-0203-0405-0607-08090a0b0c0d", got["sda"].UUID)
+	assert.Equal(t, "lab:data", got["sda"].Label)
+	assert.Equal(t, "sda", got["sda"].Parent)
+	assert.Equal(t, got["sda"].UUID, got["sdb"].UUID, "members of one array")
+	assert.Equal(t, "lvm2-pv", got["nvme0n1"].Name)
+	assert.Equal(t, "AbCdEf-GhIj-KlMn-OpQr-StUv-WxYz-012345", got["nvme0n1"].Label)
+	assert.NotContains(t, got, "vda", "a disk with neither")
 }

@@ -22,6 +22,7 @@ type Inventory struct {
 	MemoryModules []*hardware.MemoryModule
 	PCIDevices    []*hardware.PCIDevice
 	Disks         []*block.Disk
+	Volumes       []*block.DiscoveredVolume // md and LVM members
 	Links         []*network.LinkStatus
 	Addresses     []*network.AddressStatus
 	Routes        []*network.RouteStatus
@@ -40,6 +41,7 @@ func (inv *Inventory) Resources() []resource.Resource {
 	out = appendAll(out, inv.MemoryModules)
 	out = appendAll(out, inv.PCIDevices)
 	out = appendAll(out, inv.Disks)
+	out = appendAll(out, inv.Volumes)
 	out = appendAll(out, inv.Links)
 	out = appendAll(out, inv.Addresses)
 	out = appendAll(out, inv.Routes)
@@ -87,6 +89,10 @@ func Snapshot(ctx context.Context, st state.State) (*Inventory, error) {
 	}
 
 	if inv.Disks, err = listAll[*block.Disk](ctx, st); err != nil {
+		return nil, err
+	}
+
+	if inv.Volumes, err = listAll[*block.DiscoveredVolume](ctx, st); err != nil {
 		return nil, err
 	}
 

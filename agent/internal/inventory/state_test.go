@@ -35,6 +35,7 @@ func TestDefinitions(t *testing.T) {
 		"Processors.hardware.talos.dev":         "hardware",
 		"MemoryModules.hardware.talos.dev":      "hardware",
 		"PCIDevices.hardware.talos.dev":         "hardware",
+		"DiscoveredVolumes.block.talos.dev":     "runtime",
 		"Disks.block.talos.dev":                 "runtime",
 		"LinkStatuses.net.talos.dev":            "network",
 		"AddressStatuses.net.talos.dev":         "network",

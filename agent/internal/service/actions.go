@@ -20,6 +20,7 @@ import (
 
 	"github.com/anvil-metal/anvil/agent/internal/bmc"
 	"github.com/anvil-metal/anvil/agent/internal/inventory"
+	"github.com/anvil-metal/anvil/agent/internal/members"
 	"github.com/anvil-metal/anvil/agent/internal/wipe"
 	agentv1 "github.com/anvil-metal/anvil/api/agent/v1"
 	"github.com/anvil-metal/anvil/internal/disksel"
@@ -226,7 +227,7 @@ func (a *machineActions) Wipe(ctx context.Context, w *agentv1.Wipe) (*agentv1.Wi
 		if d.Spec.Size > 0 && !d.Spec.CDROM {
 			// What md arrays it belongs to decides whether a scope may keep it alone.
 			// Unreadable, it matters only where the scope keeps disks.
-			if disk.Members, err = wipe.Members(filepath.Join(a.devRoot, d.ID)); err != nil {
+			if disk.Members, err = members.Read(filepath.Join(a.devRoot, d.ID)); err != nil {
 				if order.Scope != wipe.ScopeAll {
 					return nil, err
 				}

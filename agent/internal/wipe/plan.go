@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/anvil-metal/anvil/agent/internal/members"
 	"github.com/anvil-metal/anvil/internal/disksel"
 )
 
@@ -48,8 +49,8 @@ type Disk struct {
 	// (see Removable).
 	Removable string
 	// Members are the md arrays and LVM volume groups it (or a partition of it) is a
-	// member of (see Members).
-	Members []Member
+	// member of (members.Read).
+	Members []members.Member
 }
 
 // Order is what the provider asked for.
@@ -148,7 +149,7 @@ func splitArrays(disks []Disk, steps []Step) error {
 
 	for i, d := range disks {
 		for _, m := range d.Members {
-			if m.Kind != MemberMD || m.Set == "" {
+			if m.Kind != members.KindMD || m.Set == "" {
 				continue
 			}
 

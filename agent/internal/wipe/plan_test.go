@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/anvil-metal/anvil/agent/internal/members"
 	"github.com/anvil-metal/anvil/agent/internal/wipe"
 	"github.com/anvil-metal/anvil/internal/disksel"
 )
@@ -290,6 +291,62 @@ func TestPlanScopeRefuses(t *testing.T) {
 			steps, err := wipe.Plan(storageServer(t), wipe.Order{Mode: wipe.ModeFast, Scope: wipe.Scope(tc.scope), Select: sel})
 			assert.ErrorContains(t, err, tc.want)
 			assert.Empty(t, steps)
+		})
+	}
+}
+
+// TestPlanSplitArrays: an md array goes whole, kept or wiped; a wipe that would take some
+// of its members and leave others is refused before any disk is touched.
+func TestPlanSplitArrays(t *testing.T) {
+	t.Parallel()
+
+	member := func(name, serial string, set string) wipe.Disk {
+		return wipe.Disk{
+			Disk:    disksel.Disk{Name: name, Serial: serial, Size: 1 << 30, Transport: "sata"},
+			Members: []members.Member{{Kind: members.KindMD, Set: set, Name: "host:data"}},
+		}
+	}
+
+	disks := []wipe.Disk{
+		member("sda", "A1", "set-1"), member("sdb", "A2", "set-1"),
+		member("sdc", "C", "set-2"), member("sdd", "D", "set-2"),
+		{Disk: disksel.Disk{Name: "sde", Serial: "E", Size: 1 << 30, Transport: "sata"}, Members: []members.Member{{Kind: members.KindLVM, Set: "pv-1"}}},
+	}
+
+	sel := func(text string) disksel.Selector {
+		s, err := disksel.Parse(text)
+		require.NoError(t, err)
+
+		return s
+	}
+
+	for _, tc := range []struct {
+		name    string
+		order   wipe.Order
+		wantErr string
+	}{
+		{name: "every member wiped", order: wipe.Order{Mode: wipe.ModeFast}},
+		{name: "an array kept whole", order: wipe.Order{Mode: wipe.ModeFast, Scope: wipe.ScopeAllExcept, Select: sel("serial=A*")}},
+		{
+			name: "one member kept", order: wipe.Order{Mode: wipe.ModeFast, Scope: wipe.ScopeAllExcept, Select: sel("serial=C")},
+			wantErr: "md array host:data (set-2) would be split: the wipe takes sdd and leaves sdc (kept: matches the wipe's keep selector (serial=C))",
+		},
+		{name: "one member the install disk", order: wipe.Order{Mode: wipe.ModeFast, Scope: wipe.ScopeInstallDisk, Select: sel("serial=A2")}, wantErr: "set-1) would be split: the wipe takes sdb and leaves sda (kept: not the install disk"},
+		{name: "one member the boot disk", order: wipe.Order{Mode: wipe.ModeFast, BootDisks: map[string]bool{"sdc": true}}, wantErr: "set-2) would be split: the wipe takes sdd and leaves sdc (the agent booted from it)"},
+		{name: "an LVM volume alone", order: wipe.Order{Mode: wipe.ModeFast, Scope: wipe.ScopeAllExcept, Select: sel("serial=E")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+
+			steps, err := wipe.Plan(disks, tc.order)
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				assert.Empty(t, steps, "nothing planned")
+
+				return
+			}
+
+			require.NoError(t, err)
 		})
 	}
 }

@@ -584,6 +584,7 @@ func TestInstallDiskAndWipeScope(t *testing.T) {
 		{Name: "nvme1n1", Size: 3_840_755_982_336, Model: "SAMSUNG MZQL23T8HCLS", Serial: "S64HNE0T905678", Transport: "nvme"},
 		{Name: "sda", Size: 16_000_900_661_248, Model: "ST16000NM001G", Serial: "ZL2ABC01", Transport: "sas", Rotational: true},
 	}
+	inv.TypedSpec().Arrays = []resources.ArrayInventory{{Kind: "md", ID: "a1a20001-0203", Name: "host:data", Members: []string{"nvme1n1p2", "sda1"}}}
 	require.NoError(t, f.st.Create(ctx, inv))
 
 	code, _, _ := f.post(t, path+"/accept", url.Values{"csrf": {csrf}, "confirmed": {"yes"}, "skip_wipe": {"on"}}, f.srv.URL)
@@ -634,5 +635,6 @@ func TestInstallDiskAndWipeScope(t *testing.T) {
 	assert.Contains(t, body, `id="install-disk">nvme0n1 (960 GB`)
 	assert.Contains(t, body, `id="wipe-scope">all-except, keeping <span class="mono">model=ST16000*</span>`)
 	assert.Contains(t, body, `<tr class="kept"><td>sda</td><td>kept</td>`)
+	assert.Contains(t, body, `<td>md</td><td>host:data</td><td class="mono">a1a20001-0203</td><td>nvme1n1p2, sda1</td>`, "the arrays on its disks")
 	assert.Contains(t, body, "kept: matches the wipe&#39;s keep selector (model=ST16000*)")
 }

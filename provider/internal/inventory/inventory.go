@@ -19,8 +19,9 @@ import (
 // Summarize builds the inventory from the reported resources.
 func Summarize(reported []resource.Resource) resources.MachineInventorySpec {
 	var (
-		spec      resources.MachineInventorySpec
-		addresses = map[string][]string{}
+		spec       resources.MachineInventorySpec
+		addresses  = map[string][]string{}
+		arrayIndex = map[string]int{} // kind/ID: index in spec.Arrays
 	)
 
 	for _, r := range reported {
@@ -59,6 +60,8 @@ func Summarize(reported []resource.Resource) resources.MachineInventorySpec {
 				Name: r.Metadata().ID(), Size: s.Size, Model: s.Model, Serial: s.Serial, WWID: s.WWID,
 				Transport: s.Transport, Rotational: s.Rotational, Readonly: s.Readonly, CDROM: s.CDROM, BusPath: s.BusPath,
 			})
+		case *block.DiscoveredVolume:
+			spec.Arrays = addArrayMember(spec.Arrays, arrayIndex, r.Metadata().ID(), r.TypedSpec())
 		case *network.LinkStatus:
 			s := r.TypedSpec()
 			if !s.Physical() {
@@ -90,6 +93,11 @@ func Summarize(reported []resource.Resource) resources.MachineInventorySpec {
 	slices.SortFunc(spec.Disks, func(a, b resources.DiskInventory) int { return cmp.Compare(a.Name, b.Name) })
 	slices.SortFunc(spec.NICs, func(a, b resources.NICInventory) int { return cmp.Compare(a.Name, b.Name) })
 	slices.SortFunc(spec.PCIDevices, func(a, b resources.PCIInventory) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(spec.Arrays, func(a, b resources.ArrayInventory) int { return cmp.Compare(a.Kind+a.ID, b.Kind+b.ID) })
+
+	for i := range spec.Arrays {
+		slices.Sort(spec.Arrays[i].Members)
+	}
 
 	return spec
 }
@@ -106,4 +114,32 @@ func Disks(inv *resources.MachineInventorySpec) []disksel.Disk {
 	}
 
 	return disks
+}
+
+// arrayKinds are the volumes that are members of something, by their signature's name.
+var arrayKinds = map[string]string{"linux_raid_member": "md", "lvm2-pv": "lvm"}
+
+// addArrayMember adds device to the array the volume says it is a member of (index finds
+// it: a report holds thousands at most, each looked up once); other volumes are not arrays.
+func addArrayMember(arrays []resources.ArrayInventory, index map[string]int, device string, v *block.DiscoveredVolumeSpec) []resources.ArrayInventory {
+	kind, ok := arrayKinds[v.Name]
+	if !ok {
+		return arrays
+	}
+
+	id, name := v.UUID, v.Label
+	if kind == "lvm" {
+		id, name = v.Label, "" // blkid names an LVM PV by its UUID, as a label
+	}
+
+	key := kind + "/" + id
+	if i, ok := index[key]; ok && id != "" {
+		arrays[i].Members = append(arrays[i].Members, device)
+
+		return arrays
+	}
+
+	index[key] = len(arrays)
+
+	return append(arrays, resources.ArrayInventory{Kind: kind, ID: id, Name: name, Members: []string{device}})
 }

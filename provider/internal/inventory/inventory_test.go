@@ -100,3 +100,32 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 	_, err = resourcewire.Decode(make([][]byte, resourcewire.MaxResources+1))
 	assert.ErrorContains(t, err, "at most")
 }
+
+// TestArrays: the md and LVM members the agent reports (Talos' DiscoveredVolumes) are
+// grouped into the arrays they belong to, through the wire; other volumes are not arrays.
+func TestArrays(t *testing.T) {
+	t.Parallel()
+
+	volume := func(id, name, uuid, label string) resource.Resource {
+		v := block.NewDiscoveredVolume(block.NamespaceName, id)
+		v.TypedSpec().Name, v.TypedSpec().UUID, v.TypedSpec().Label = name, uuid, label
+
+		return v
+	}
+
+	raw, err := resourcewire.Encode([]resource.Resource{
+		volume("sdb1", "linux_raid_member", "a1a20001-0203-0405-0607-08090a0b0c0d", "host:data"),
+		volume("nvme0n1", "lvm2-pv", "", "AbCdEf-GhIj-KlMn-OpQr-StUv-WxYz-012345"),
+		volume("sda1", "linux_raid_member", "a1a20001-0203-0405-0607-08090a0b0c0d", "host:data"),
+		volume("sdc", "xfs", "5e1f0000-0000-0000-0000-000000000001", "data"),
+	})
+	require.NoError(t, err)
+
+	decoded, err := resourcewire.Decode(raw)
+	require.NoError(t, err)
+
+	assert.Equal(t, []resources.ArrayInventory{
+		{Kind: "lvm", ID: "AbCdEf-GhIj-KlMn-OpQr-StUv-WxYz-012345", Members: []string{"nvme0n1"}},
+		{Kind: "md", ID: "a1a20001-0203-0405-0607-08090a0b0c0d", Name: "host:data", Members: []string{"sda1", "sdb1"}},
+	}, inventory.Summarize(decoded).Arrays)
+}

@@ -85,6 +85,16 @@ func (o MachineInventorySpec) DeepCopy() MachineInventorySpec {
 		cp.BMC = new(BMCInventory)
 		*cp.BMC = *o.BMC
 	}
+	if o.Arrays != nil {
+		cp.Arrays = make([]ArrayInventory, len(o.Arrays))
+		copy(cp.Arrays, o.Arrays)
+		for i2 := range o.Arrays {
+			if o.Arrays[i2].Members != nil {
+				cp.Arrays[i2].Members = make([]string, len(o.Arrays[i2].Members))
+				copy(cp.Arrays[i2].Members, o.Arrays[i2].Members)
+			}
+		}
+	}
 	return cp
 }
 

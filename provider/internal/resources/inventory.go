@@ -34,6 +34,22 @@ type MachineInventorySpec struct {
 	BMC        *BMCInventory     `yaml:"bmc,omitempty" protobuf:"12"`
 	// KexecUnavailable is why the agent said it cannot kexec ("" when it can).
 	KexecUnavailable string `yaml:"kexecUnavailable,omitempty" protobuf:"13"`
+	// Arrays are the md RAID arrays and LVM physical volumes on the disks, as their
+	// metadata says (the agent assembles neither).
+	Arrays []ArrayInventory `yaml:"arrays,omitempty" protobuf:"14"`
+}
+
+// ArrayInventory is an md RAID array, or an LVM physical volume, and the devices that
+// hold it.
+type ArrayInventory struct {
+	// Kind is md or lvm.
+	Kind string `yaml:"kind" protobuf:"1"`
+	// ID is the md array's UUID (every member carries it), or the LVM PV's.
+	ID string `yaml:"id" protobuf:"2"`
+	// Name is the md array's name.
+	Name string `yaml:"name,omitempty" protobuf:"3"`
+	// Members are the devices holding it: disks or partitions (sda, sdb1).
+	Members []string `yaml:"members" protobuf:"4"`
 }
 
 // SystemInventory is the SMBIOS system information.

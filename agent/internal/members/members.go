@@ -1,4 +1,6 @@
-package wipe
+// Package members reads what md RAID arrays and LVM volume groups a disk belongs to from
+// the metadata on it (the agent never assembles either), opening it read-only.
+package members
 
 import (
 	"fmt"
@@ -10,7 +12,7 @@ import (
 // volume group, as the metadata on it says: the agent never assembles either, so it
 // reads them from the disks.
 type Member struct {
-	// Kind is MemberMD or MemberLVM.
+	// Kind is KindMD or KindLVM.
 	Kind string
 	// Set names what the member belongs to: an md array's UUID, which every member of
 	// the array carries; for LVM, the physical volume's own UUID.
@@ -23,16 +25,46 @@ type Member struct {
 
 // Member kinds, as blkid names the signatures.
 const (
-	MemberMD  = "md"
-	MemberLVM = "lvm"
+	KindMD  = "md"
+	KindLVM = "lvm"
+)
+
+// Signature names, as blkid (and Talos' DiscoveredVolume) name them.
+const (
+	SignatureMD  = "linux_raid_member"
+	SignatureLVM = "lvm2-pv"
 )
 
 // blkidKinds maps go-blockdevice's signature names to member kinds.
-var blkidKinds = map[string]string{"linux_raid_member": MemberMD, "lvm2-pv": MemberLVM}
+var blkidKinds = map[string]string{SignatureMD: KindMD, SignatureLVM: KindLVM}
 
-// Members reads the md and LVM metadata of the disk at path and of its partitions,
-// opening it read-only.
-func Members(path string) ([]Member, error) {
+// Signature is the blkid name of the member's signature.
+func (m Member) Signature() string {
+	if m.Kind == KindMD {
+		return SignatureMD
+	}
+
+	return SignatureLVM
+}
+
+// Device is the kernel name of the member's device: the disk's, or its partition's
+// ("sda1", "nvme0n1p1").
+func (m Member) Device(disk string) string {
+	if m.Partition == 0 {
+		return disk
+	}
+
+	sep := ""
+	if last := disk[len(disk)-1]; last >= '0' && last <= '9' {
+		sep = "p"
+	}
+
+	return fmt.Sprintf("%s%s%d", disk, sep, m.Partition)
+}
+
+// Read reads the md and LVM metadata of the disk at path and of its partitions, opening
+// it read-only.
+func Read(path string) ([]Member, error) {
 	info, err := blkid.ProbePath(path, blkid.WithSkipLocking(true))
 	if err != nil {
 		return nil, fmt.Errorf("error reading the signatures of %s: %w", path, err)
@@ -62,13 +94,13 @@ func memberOf(r blkid.ProbeResult, partition uint) (Member, bool) {
 	m := Member{Kind: kind, Partition: partition}
 
 	switch {
-	case kind == MemberMD && r.UUID != nil:
+	case kind == KindMD && r.UUID != nil:
 		m.Set = r.UUID.String()
-	case kind == MemberLVM && r.Label != nil:
+	case kind == KindLVM && r.Label != nil:
 		m.Set = *r.Label // the PV's UUID
 	}
 
-	if kind == MemberMD && r.Label != nil {
+	if kind == KindMD && r.Label != nil {
 		m.Name = *r.Label
 	}
 
