@@ -74,7 +74,7 @@ type Options struct {
 	// InstallDisk is the install disk selector of allocations that give none
 	// (--install-disk); "" leaves the disk to their config.
 	InstallDisk string
-	Logger               *zap.Logger
+	Logger      *zap.Logger
 	// Now stamps allocations; time.Now when nil.
 	Now func() time.Time
 	// Locker serializes transitions among every writer of the state — the replicas of a
@@ -109,8 +109,8 @@ type core struct {
 	requireTPM, autoAcceptWithoutTPM bool
 	// defaultInstallDisk: Options.InstallDisk.
 	defaultInstallDisk string
-	logger                           *zap.Logger
-	now                              func() time.Time
+	logger             *zap.Logger
+	now                func() time.Time
 
 	// mu serializes transitions: each reads the machine's state, decides, then writes,
 	// and two concurrent transitions on one machine must not both pass the check.
