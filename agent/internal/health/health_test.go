@@ -1,0 +1,98 @@
+package health_test
+
+import (
+	"encoding/hex"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/agent/internal/health"
+)
+
+// logPage reads a health log page from testdata (hex, as `nvme smart-log -b | xxd -p`
+// prints one).
+func logPage(t *testing.T, name string) []byte {
+	t.Helper()
+
+	text, err := os.ReadFile(filepath.Join("testdata", name+".hex"))
+	require.NoError(t, err)
+
+	b, err := hex.DecodeString(strings.Join(strings.Fields(string(text)), ""))
+	require.NoError(t, err)
+
+	return b
+}
+
+// TestCheckNVMe: media errors, wear and spare cannot be injected into QEMU's NVMe
+// controller (only its critical warning can), so they are judged on log pages.
+func TestCheckNVMe(t *testing.T) {
+	t.Parallel()
+
+	for _, tc := range []struct {
+		page        string
+		th          health.Thresholds
+		want        health.Status
+		wantReasons []string
+		wantFacts   []string
+	}{
+		{
+			page: "pm9a3-healthy", th: health.DefaultThresholds, want: health.Passed,
+			wantFacts: []string{"3% used", "spare 100% (threshold 10%)", "0 media errors", "37 °C", "14203 power-on hours"},
+		},
+		{
+			page: "worn-out", th: health.DefaultThresholds, want: health.Failed,
+			wantReasons: []string{"critical warning: available spare below its threshold", "104% of its life used (at most 90% passes)"},
+		},
+		{
+			page: "media-errors", th: health.DefaultThresholds, want: health.Failed,
+			wantReasons: []string{"critical warning: reliability degraded by media or internal errors", "12 media errors (at most 0 pass)"},
+		},
+		{page: "media-errors", th: health.Thresholds{MaxPercentUsed: 90, MaxMediaErrors: 20}, want: health.Failed, wantReasons: []string{"critical warning: reliability degraded"}},
+		{page: "qemu-temperature-warning", th: health.DefaultThresholds, want: health.Failed, wantReasons: []string{"critical warning: temperature beyond a threshold"}},
+		{page: "counter-overflow", th: health.Thresholds{MaxPercentUsed: 90, MaxMediaErrors: math.MaxUint64 - 1}, want: health.Failed, wantReasons: []string{"18446744073709551615 media errors"}},
+	} {
+		t.Run(tc.page, func(t *testing.T) {
+			t.Parallel()
+
+			log, err := health.ParseNVMeLog(logPage(t, tc.page))
+			require.NoError(t, err)
+
+			c := health.CheckNVMe("disk nvme0n1", log, tc.th)
+			assert.Equal(t, tc.want, c.Status, c.String())
+
+			for i, want := range tc.wantReasons {
+				require.Greater(t, len(c.Reasons), i, c.String())
+				assert.Contains(t, c.Reasons[i], want)
+			}
+
+			if tc.want == health.Passed {
+				assert.Empty(t, c.Reasons)
+			}
+
+			for _, f := range tc.wantFacts {
+				assert.Contains(t, c.Facts, f)
+			}
+		})
+	}
+
+	_, err := health.ParseNVMeLog(make([]byte, 100))
+	assert.ErrorContains(t, err, "NVMe health log is 100 bytes, want 512")
+}
+
+func TestOverall(t *testing.T) {
+	t.Parallel()
+
+	passed := health.Check{Status: health.Passed}
+	failed := health.Check{Status: health.Failed}
+
+	assert.Equal(t, health.Passed, health.Overall([]health.Check{passed, passed}))
+	assert.Equal(t, health.Failed, health.Overall([]health.Check{passed, health.NoSMART("disk vda", "virtio"), failed}))
+	assert.Equal(t, health.Unknown, health.Overall([]health.Check{passed, health.NoSMART("disk vda", "virtio")}), "a disk without SMART is not a pass")
+	assert.Equal(t, health.Unknown, health.Overall(nil), "nothing checked is not a pass")
+	assert.Equal(t, "disk vda: SMART unknown (a virtio disk offers no SMART or NVMe health log)", health.NoSMART("disk vda", "virtio").String())
+}
