@@ -7,6 +7,8 @@ import (
 	"os"
 	"runtime"
 	"time"
+
+	"github.com/anvil-metal/anvil/agent/internal/ioctl"
 )
 
 // ATA commands (ACS-3) sent through SCSI ATA PASS-THROUGH(16) (SAT-3).
@@ -380,15 +382,15 @@ func (s *sgFile) do(tf taskfile, data []byte, timeout time.Duration) error {
 		DxferDirection: sgDxferNone,
 		CmdLen:         uint8(len(cdb)),
 		MxSbLen:        uint8(len(sense)), //nolint:gosec // the 32-byte sense buffer above
-		Cmdp:           uintptr(unsafePointer(&cdb[0])),
-		Sbp:            uintptr(unsafePointer(&sense[0])),
+		Cmdp:           uintptr(ioctl.Pointer(&cdb[0])),
+		Sbp:            uintptr(ioctl.Pointer(&sense[0])),
 		Timeout:        uint32(timeout / time.Millisecond), //nolint:gosec // ATA's longest erase time and the margin: under 2^32 ms
 	}
 
 	if len(data) > 0 {
 		pin.Pin(&data[0])
 		hdr.DxferLen = uint32(len(data)) //nolint:gosec // a sector or an identify page
-		hdr.Dxferp = uintptr(unsafePointer(&data[0]))
+		hdr.Dxferp = uintptr(ioctl.Pointer(&data[0]))
 		hdr.DxferDirection = sgDxferToDev
 
 		if tf.protocol == ataPIOIn {
@@ -396,7 +398,7 @@ func (s *sgFile) do(tf taskfile, data []byte, timeout time.Duration) error {
 		}
 	}
 
-	_, err := ioctl(s.f.Fd(), sgIO, unsafePointer(&hdr))
+	_, err := ioctl.Ptr(s.f.Fd(), sgIO, ioctl.Pointer(&hdr))
 
 	if err != nil {
 		return fmt.Errorf("SG_IO: %w", err)

@@ -4,36 +4,28 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
-	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/anvil-metal/anvil/agent/internal/nvme"
 )
-
-func TestNVMeCommandLayout(t *testing.T) {
-	t.Parallel()
-
-	// struct nvme_passthru_cmd is 72 bytes; the ioctl number encodes that size.
-	assert.Equal(t, uintptr(72), unsafe.Sizeof(nvmeCommand{}))
-	assert.Equal(t, uintptr(72), uintptr(nvmeIoctlAdminCmd>>16&0x3fff))
-	assert.Equal(t, uintptr(60), unsafe.Offsetof(nvmeCommand{}.CDW15))
-}
 
 func TestFormatCDW10(t *testing.T) {
 	t.Parallel()
 
 	for _, tc := range []struct {
 		name string
-		ns   nvmeNamespace
+		ns   nvme.Namespace
 		ses  uint8
 		want uint32
 	}{
-		{"format 0, user data erase", nvmeNamespace{}, nvmeSESUserData, 1 << 9},
-		{"format 0, crypto erase", nvmeNamespace{}, nvmeSESCrypto, 2 << 9},
-		{"format 3 kept", nvmeNamespace{flbas: 3}, nvmeSESUserData, 3 | 1<<9},
-		{"extended metadata kept", nvmeNamespace{flbas: 1 | 1<<4}, nvmeSESUserData, 1 | 1<<4 | 1<<9},
-		{"protection type 2, first bytes", nvmeNamespace{dps: 2 | 1<<3}, nvmeSESCrypto, 2<<5 | 1<<8 | 2<<9},
-		{"format 17: upper bits", nvmeNamespace{flbas: 1 | 1<<5}, nvmeSESUserData, 1 | 1<<9 | 1<<12},
+		{"format 0, user data erase", nvme.Namespace{}, nvmeSESUserData, 1 << 9},
+		{"format 0, crypto erase", nvme.Namespace{}, nvmeSESCrypto, 2 << 9},
+		{"format 3 kept", nvme.Namespace{FLBAS: 3}, nvmeSESUserData, 3 | 1<<9},
+		{"extended metadata kept", nvme.Namespace{FLBAS: 1 | 1<<4}, nvmeSESUserData, 1 | 1<<4 | 1<<9},
+		{"protection type 2, first bytes", nvme.Namespace{DPS: 2 | 1<<3}, nvmeSESCrypto, 2<<5 | 1<<8 | 2<<9},
+		{"format 17: upper bits", nvme.Namespace{FLBAS: 1 | 1<<5}, nvmeSESUserData, 1 | 1<<9 | 1<<12},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -47,27 +39,27 @@ type fakeNVMe struct {
 	nsid       uint32
 	ctrl, ns   []byte
 	formatErr  error
-	sent       []nvmeCommand
+	sent       []nvme.Command
 	identifies int
 }
 
-func (f *fakeNVMe) namespaceID() (uint32, error) { return f.nsid, nil }
+func (f *fakeNVMe) NamespaceID() (uint32, error) { return f.nsid, nil }
 
-func (f *fakeNVMe) admin(cmd *nvmeCommand, data []byte) error {
+func (f *fakeNVMe) Admin(cmd *nvme.Command, data []byte) error {
 	f.sent = append(f.sent, *cmd)
 
 	switch cmd.Opcode {
-	case nvmeOpIdentify:
+	case nvme.OpIdentify:
 		f.identifies++
 
-		if cmd.CDW10 == nvmeCNSController {
+		if cmd.CDW10 == nvme.CNSController {
 			copy(data, f.ctrl)
 		} else {
 			copy(data, f.ns)
 		}
 
 		return nil
-	case nvmeOpFormatNVM:
+	case nvme.OpFormatNVM:
 		return f.formatErr
 	}
 
@@ -75,7 +67,7 @@ func (f *fakeNVMe) admin(cmd *nvmeCommand, data []byte) error {
 }
 
 func identifyPages(oacs uint16, fna, flbas, dlfeat uint8) (ctrl, ns []byte) {
-	ctrl, ns = make([]byte, nvmeIdentifySize), make([]byte, nvmeIdentifySize)
+	ctrl, ns = make([]byte, nvme.IdentifySize), make([]byte, nvme.IdentifySize)
 	copy(ctrl[24:64], "QEMU NVMe Ctrl                          ")
 	binary.LittleEndian.PutUint16(ctrl[256:], oacs)
 	ctrl[524] = fna
@@ -101,9 +93,9 @@ func TestEraseNVMe(t *testing.T) {
 		{name: "crypto erase where supported", oacs: nvmeOACSFormat | 1<<3, fna: nvmeFNACryptoSupports, flbas: 4,
 			wantMethod: "NVMe Format NVM, cryptographic erase", wantCDW10: 4 | 2<<9},
 		{name: "no Format NVM", oacs: 1 << 3, wantErr: `secure erase not supported by /dev/nvme0n1: controller "QEMU NVMe Ctrl" does not support Format NVM`, unsupported: true},
-		{name: "erase refused", oacs: nvmeOACSFormat, formatErr: &nvmeStatusError{op: "Format NVM", status: 0x4002},
+		{name: "erase refused", oacs: nvmeOACSFormat, formatErr: &nvme.StatusError{Op: "Format NVM", Status: 0x4002},
 			wantErr: "refused the erase", unsupported: true},
-		{name: "format failed", oacs: nvmeOACSFormat, formatErr: &nvmeStatusError{op: "Format NVM", status: 0x0106},
+		{name: "format failed", oacs: nvmeOACSFormat, formatErr: &nvme.StatusError{Op: "Format NVM", Status: 0x0106},
 			wantErr: "error formatting /dev/nvme0n1: NVMe Format NVM failed with status type 0x1 code 0x6"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -126,20 +118,11 @@ func TestEraseNVMe(t *testing.T) {
 			assert.Contains(t, res.note, "deallocated blocks read as zeroes")
 
 			format := dev.sent[len(dev.sent)-1]
-			assert.Equal(t, uint8(nvmeOpFormatNVM), format.Opcode)
+			assert.Equal(t, uint8(nvme.OpFormatNVM), format.Opcode)
 			assert.Equal(t, uint32(1), format.NSID)
 			assert.Equal(t, tc.wantCDW10, format.CDW10)
 			assert.Equal(t, uint32(4*3600*1000), format.TimeoutMs)
 			assert.Equal(t, 2, dev.identifies)
 		})
 	}
-}
-
-func TestNVMeStatusError(t *testing.T) {
-	t.Parallel()
-
-	assert.Equal(t, "NVMe Format NVM failed with status type 0x0 code 0x2: invalid field in command",
-		(&nvmeStatusError{op: "Format NVM", status: 0x4002}).Error())
-	assert.Equal(t, "NVMe Format NVM failed with status type 0x1 code 0xa: invalid format",
-		(&nvmeStatusError{op: "Format NVM", status: 0x010a}).Error())
 }

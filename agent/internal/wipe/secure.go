@@ -10,6 +10,9 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/anvil-metal/anvil/agent/internal/ioctl"
+	"github.com/anvil-metal/anvil/agent/internal/nvme"
 )
 
 // ErrSecureEraseUnsupported is matched (errors.Is) by the error of a secure erase the
@@ -121,7 +124,7 @@ func secureErase(ctx context.Context, f *os.File, path string, size uint64) (Rep
 
 	switch kind {
 	case kindNVMe:
-		res, err = eraseNVMe(ctx, &nvmeFile{f: f}, path)
+		res, err = eraseNVMe(ctx, &nvme.File{F: f}, path)
 	case kindATA:
 		res, err = eraseATA(ctx, &sgFile{f: f}, path)
 	}
@@ -131,7 +134,7 @@ func secureErase(ctx context.Context, f *os.File, path string, size uint64) (Rep
 	}
 
 	// The page cache may still hold what the samples read before the erase.
-	if _, err = ioctlInt(f.Fd(), unix.BLKFLSBUF, 0); err != nil {
+	if _, err = ioctl.Int(f.Fd(), unix.BLKFLSBUF, 0); err != nil {
 		return Report{}, fmt.Errorf("error dropping the cached pages of %s: %w", path, err)
 	}
 

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/anvil-metal/anvil/agent/internal/ioctl"
 )
 
 // Fast wipe regions: GPT and its backup, MBR, MD superblocks (0.90/1.0 at the end, 1.1/1.2
@@ -314,7 +316,7 @@ func discard(f *os.File, off, n uint64) error {
 
 	r := [2]uint64{off, n}
 
-	_, err = ioctl(f.Fd(), unix.BLKDISCARD, unsafePointer(&r))
+	_, err = ioctl.Ptr(f.Fd(), unix.BLKDISCARD, ioctl.Pointer(&r))
 
 	return err
 }
@@ -330,7 +332,7 @@ func deviceSize(f *os.File) (uint64, error) {
 	}
 
 	var size uint64
-	if _, err = ioctl(f.Fd(), unix.BLKGETSIZE64, unsafePointer(&size)); err != nil {
+	if _, err = ioctl.Ptr(f.Fd(), unix.BLKGETSIZE64, ioctl.Pointer(&size)); err != nil {
 		return 0, err
 	}
 
