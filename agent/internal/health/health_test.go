@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/anvil-metal/anvil/agent/internal/health"
+	"github.com/anvil-metal/anvil/agent/internal/nvme"
 )
 
 // logPage reads a health log page from testdata (hex, as `nvme smart-log -b | xxd -p`
@@ -95,4 +96,41 @@ func TestOverall(t *testing.T) {
 	assert.Equal(t, health.Unknown, health.Overall([]health.Check{passed, health.NoSMART("disk vda", "virtio")}), "a disk without SMART is not a pass")
 	assert.Equal(t, health.Unknown, health.Overall(nil), "nothing checked is not a pass")
 	assert.Equal(t, "disk vda: SMART unknown (a virtio disk offers no SMART or NVMe health log)", health.NoSMART("disk vda", "virtio").String())
+}
+
+// pageDevice answers Get Log Page with a captured page.
+type pageDevice struct {
+	page []byte
+	err  error
+}
+
+func (d *pageDevice) NamespaceID() (uint32, error) { return 1, nil }
+
+func (d *pageDevice) Admin(cmd *nvme.Command, data []byte) error {
+	if d.err != nil {
+		return d.err
+	}
+
+	if cmd.Opcode != nvme.OpGetLogPage || cmd.CDW10&0xff != 0x02 || cmd.NSID != nvme.GlobalNSID {
+		return &nvme.StatusError{Op: "?", Status: 0x0002}
+	}
+
+	copy(data, d.page)
+
+	return nil
+}
+
+func TestReadNVMeLog(t *testing.T) {
+	t.Parallel()
+
+	log, err := health.ReadNVMeLog(&pageDevice{page: logPage(t, "media-errors")})
+	require.NoError(t, err)
+	assert.Equal(t, uint64(12), log.MediaErrors)
+	assert.Equal(t, uint8(41), log.PercentUsed)
+
+	_, err = health.ReadNVMeLog(&pageDevice{err: &nvme.StatusError{Op: "Get Log Page", Status: 0x0109}})
+	assert.ErrorContains(t, err, "error reading the NVMe health log: NVMe Get Log Page failed")
+
+	c := health.CheckNVMeDevice("disk nvme9n1", filepath.Join(t.TempDir(), "nvme9n1"), health.DefaultThresholds)
+	assert.Equal(t, health.Unknown, c.Status, "a log that cannot be read is not a pass")
 }

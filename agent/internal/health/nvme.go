@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"os"
+
+	"github.com/anvil-metal/anvil/agent/internal/nvme"
 )
 
 // NVMeLogSize is the size of the SMART / Health Information log page (log identifier
@@ -135,4 +138,35 @@ func NoSMART(component, transport string) Check {
 		Component: component, Name: "SMART", Status: Unknown,
 		Reasons: []string{fmt.Sprintf("a %s disk offers no SMART or NVMe health log", transport)},
 	}
+}
+
+// logHealth is the SMART / Health Information log's identifier.
+const logHealth = 0x02
+
+// ReadNVMeLog asks the controller for its health log (for the whole controller).
+func ReadNVMeLog(dev nvme.Device) (NVMeLog, error) {
+	b, err := nvme.GetLogPage(dev, logHealth, nvme.GlobalNSID, NVMeLogSize)
+	if err != nil {
+		return NVMeLog{}, fmt.Errorf("error reading the NVMe health log: %w", err)
+	}
+
+	return ParseNVMeLog(b)
+}
+
+// CheckNVMeDevice checks the NVMe namespace at path: its controller's health log,
+// judged; unknown where the log cannot be read.
+func CheckNVMeDevice(component, path string, th Thresholds) Check {
+	f, err := os.Open(path)
+	if err != nil {
+		return Check{Component: component, Name: "NVMe health log", Status: Unknown, Reasons: []string{err.Error()}}
+	}
+
+	defer f.Close()
+
+	log, err := ReadNVMeLog(&nvme.File{F: f})
+	if err != nil {
+		return Check{Component: component, Name: "NVMe health log", Status: Unknown, Reasons: []string{err.Error()}}
+	}
+
+	return CheckNVMe(component, log, th)
 }
