@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 
 	"golang.org/x/sys/unix"
 )
@@ -55,4 +57,24 @@ func (Finit) Load(m Module) error {
 	}
 
 	return nil
+}
+
+// LoadDir loads every module in dir (*.ko) in name order with l, a module already loaded
+// being fine, and returns the files it loaded: the tiny initramfs of a test names its
+// modules so that name order is load order.
+func LoadDir(l Loader, dir string) ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.ko"))
+	if err != nil {
+		return nil, fmt.Errorf("error listing modules: %w", err)
+	}
+
+	slices.Sort(files)
+
+	for _, f := range files {
+		if err := l.Load(Module{File: f}); err != nil && !errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("error loading module %s: %w", f, err)
+		}
+	}
+
+	return files, nil
 }

@@ -8,18 +8,14 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"slices"
 	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"golang.org/x/sys/unix"
 
 	"github.com/anvil-metal/anvil/agent/internal/wipe"
 	"github.com/anvil-metal/anvil/internal/initsys"
@@ -45,9 +41,12 @@ func runPID1() {
 	pid1 := initsys.Start(zapcore.InfoLevel)
 
 	err := initsys.Guard(pid1.Logger, func() error {
-		if err := loadModules(pid1.Logger, modulesDir); err != nil {
+		loaded, err := modules.LoadDir(modules.Finit{}, modulesDir)
+		if err != nil {
 			return err
 		}
+
+		pid1.Logger.Info("loaded kernel modules", zap.Strings("files", loaded))
 
 		return run(context.Background(), pid1.Out, os.Args[1:])
 	})
@@ -88,27 +87,6 @@ func run(ctx context.Context, out io.Writer, args []string) error {
 		}
 
 		fmt.Fprintln(out, "WIPE-REPORT", string(b))
-	}
-
-	return nil
-}
-
-// loadModules loads every module in dir in name order; one already loaded is fine.
-func loadModules(logger *zap.Logger, dir string) error {
-	files, err := filepath.Glob(filepath.Join(dir, "*.ko"))
-	if err != nil {
-		return fmt.Errorf("error listing modules: %w", err)
-	}
-
-	slices.Sort(files)
-
-	for _, f := range files {
-		err := modules.Finit{}.Load(modules.Module{File: f})
-		if err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("error loading module %s: %w", f, err)
-		}
-
-		logger.Info("loaded kernel module", zap.String("file", f))
 	}
 
 	return nil
