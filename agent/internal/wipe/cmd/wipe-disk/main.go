@@ -11,51 +11,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"time"
-
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/anvil-metal/anvil/agent/internal/wipe"
 	"github.com/anvil-metal/anvil/internal/initsys"
-	"github.com/anvil-metal/anvil/internal/modules"
 )
 
-// modulesDir holds the modules PID 1 loads, named so that name order is load order.
-const modulesDir = "/modules"
-
-func main() {
-	if initsys.IsPID1() {
-		runPID1()
-	}
-
-	if err := run(context.Background(), os.Stdout, os.Args[1:]); err != nil {
-		fmt.Println("WIPE-ERROR", err)
-		os.Exit(1)
-	}
-}
-
-// runPID1 never returns: PID 1 exiting panics the kernel.
-func runPID1() {
-	pid1 := initsys.Start(zapcore.InfoLevel)
-
-	err := initsys.Guard(pid1.Logger, func() error {
-		loaded, err := modules.LoadDir(modules.Finit{}, modulesDir)
-		if err != nil {
-			return err
-		}
-
-		pid1.Logger.Info("loaded kernel modules", zap.Strings("files", loaded))
-
-		return run(context.Background(), pid1.Out, os.Args[1:])
-	})
-	if err != nil {
-		fmt.Fprintln(pid1.Out, "WIPE-ERROR", err)
-	}
-
-	initsys.Halt(pid1.Logger, initsys.PowerOff)
-}
+func main() { initsys.RunTool("WIPE", run) }
 
 func run(ctx context.Context, out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("wipe-disk", flag.ContinueOnError)
