@@ -1,11 +1,13 @@
 package controllers
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"strconv"
 	"strings"
 
+	"github.com/anvil-metal/anvil/internal/disksel"
 	"github.com/anvil-metal/anvil/provider/internal/identity"
 	"github.com/anvil-metal/anvil/provider/internal/inventory"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
@@ -28,7 +30,39 @@ const (
 	// LabelIdentity says how the machine proves who it is: tpm (its agent proved a TPM's
 	// EK, recorded on the machine) or none (its agent showed no TPM).
 	LabelIdentity = resources.LabelPrefix + "identity"
+	// LabelInstallDisk says whether the provider's --install-disk resolves on the
+	// machine's disks: resolved (to one disk with a serial or WWID of its own), ambiguous
+	// (several) or none; a selector (a machine class in Omni, a MetalMachine's) can ask
+	// for machines it resolves on.
+	LabelInstallDisk = resources.LabelPrefix + "install-disk"
 )
+
+// InstallDiskLabel is LabelInstallDisk's value for the machine's inventory ("" without a
+// selector or an inventory).
+func InstallDiskLabel(sel disksel.Selector, inv *resources.MachineInventorySpec) string {
+	if sel.IsZero() || inv == nil {
+		return ""
+	}
+
+	disks := inventory.Disks(inv)
+
+	disk, err := sel.Resolve(disks)
+
+	var selErr *disksel.Error
+
+	switch {
+	case errors.As(err, &selErr) && len(selErr.Matches) > 1:
+		return "ambiguous"
+	case err != nil:
+		return "none"
+	}
+
+	if _, err = disksel.IdentityOf(disk, disks); err != nil {
+		return "ambiguous" // the disk cannot be told from another in Talos' config
+	}
+
+	return "resolved"
+}
 
 // placeholders are what firmware writes where a vendor left a field empty: a label
 // saying "to-be-filled-by-o.e.m" would group unrelated machines.

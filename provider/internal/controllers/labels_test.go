@@ -4,7 +4,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
+	"github.com/anvil-metal/anvil/internal/disksel"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
@@ -145,4 +147,36 @@ func TestMemoryClass(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, controllers.MemoryClass(tc.mib), "%d MiB", tc.mib)
 	}
+}
+
+// TestInstallDiskLabel: whether the provider's install disk selector resolves on a
+// machine, for a selector (a machine class, a MetalMachine's) to ask for the machines it
+// does.
+func TestInstallDiskLabel(t *testing.T) {
+	t.Parallel()
+
+	inv := &resources.MachineInventorySpec{Disks: []resources.DiskInventory{
+		{Name: "nvme0n1", Size: 960e9, Serial: "S1", Transport: "nvme"},
+		{Name: "nvme1n1", Size: 3840e9, Serial: "S2", Transport: "nvme"},
+		{Name: "vda", Size: 10e9, Transport: "virtio"},
+		{Name: "vdb", Size: 10e9, Transport: "virtio"},
+	}}
+
+	for _, tc := range []struct{ selector, want string }{
+		{"type=nvme,pick=smallest", "resolved"},
+		{"type=nvme", "ambiguous"},
+		{"transport=virtio,pick=largest", "ambiguous"}, // a tie
+		{"name=vda", "ambiguous"},                      // no serial or WWID to name it by
+		{"type=nvme,size>=8TB", "none"},
+		{"", ""},
+	} {
+		sel, err := disksel.Parse(tc.selector)
+		require.NoError(t, err)
+
+		assert.Equal(t, tc.want, controllers.InstallDiskLabel(sel, inv), tc.selector)
+	}
+
+	sel, err := disksel.Parse("type=nvme")
+	require.NoError(t, err)
+	assert.Empty(t, controllers.InstallDiskLabel(sel, nil), "no inventory, no label")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/state"
 	"go.uber.org/zap"
 
+	"github.com/anvil-metal/anvil/internal/disksel"
 	"github.com/anvil-metal/anvil/provider/internal/resources"
 )
 
@@ -25,6 +26,9 @@ import (
 type MachineLabelsController struct {
 	// Static labels are set on every machine (--machine-labels); validated by the wiring.
 	Static map[string]string
+	// InstallDisk is the provider's default install disk selector (--install-disk): each
+	// machine gets LabelInstallDisk, whether it resolves there. Zero: no such label.
+	InstallDisk disksel.Selector
 }
 
 // Name implements controller.QController.
@@ -90,9 +94,14 @@ func (ctrl *MachineLabelsController) Reconcile(ctx context.Context, _ *zap.Logge
 		user = intent.TypedSpec().Labels
 	}
 
+	derived := DeriveLabels(m.TypedSpec(), invSpec)
+	if v := InstallDiskLabel(ctrl.InstallDisk, invSpec); v != "" {
+		derived[LabelInstallDisk] = v
+	}
+
 	spec := resources.MachineLabelsSpec{
 		Static:        nonEmpty(ctrl.Static),
-		Derived:       nonEmpty(DeriveLabels(m.TypedSpec(), invSpec)),
+		Derived:       nonEmpty(derived),
 		User:          nonEmpty(user),
 		FromInventory: invSpec != nil,
 	}

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/anvil-metal/anvil/internal/disksel"
 	"github.com/anvil-metal/anvil/provider/internal/controllers"
 	"github.com/anvil-metal/anvil/provider/internal/power"
 )
@@ -39,6 +40,11 @@ func (env *environment) controllers(factory *factoryclient.Client, labels map[st
 		return nil, nil, err
 	}
 
+	installDisk, err := disksel.Parse(env.opts.InstallDisk)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--install-disk: %w", err)
+	}
+
 	if env.site != nil {
 		// A BMC cannot check who leads: the leader stops calling them before its lease
 		// can have expired.
@@ -54,7 +60,7 @@ func (env *environment) controllers(factory *factoryclient.Client, labels map[st
 	leading = []any{
 		powerCtrl,
 		&controllers.SchematicController{Factory: factory, SchematicFor: env.scripts.Schematic},
-		&controllers.MachineLabelsController{Static: labels},
+		&controllers.MachineLabelsController{Static: labels, InstallDisk: installDisk},
 	}
 
 	if autoAccept {
