@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -133,4 +134,33 @@ func TestReadNVMeLog(t *testing.T) {
 
 	c := health.CheckNVMeDevice("disk nvme9n1", filepath.Join(t.TempDir(), "nvme9n1"), health.DefaultThresholds)
 	assert.Equal(t, health.Unknown, c.Status, "a log that cannot be read is not a pass")
+}
+
+func TestReadTest(t *testing.T) {
+	t.Parallel()
+
+	disk := filepath.Join(t.TempDir(), "disk")
+	require.NoError(t, os.WriteFile(disk, nil, 0o600))
+	require.NoError(t, os.Truncate(disk, 64<<20))
+
+	budget := health.ReadBudget{Samples: 16, SampleSize: 1 << 20, Timeout: time.Minute}
+
+	c := health.ReadTest(t.Context(), "disk vdb", disk, 64<<20, budget)
+	assert.Equal(t, health.Passed, c.Status, c.String())
+	assert.Contains(t, c.Facts[0], "16 of 16 samples of 1024 KiB read")
+
+	// A directory fails every read: the reads' errors fail the check, a few listed.
+	c = health.ReadTest(t.Context(), "disk vdc", t.TempDir(), 64<<20, budget)
+	assert.Equal(t, health.Failed, c.Status)
+	assert.Len(t, c.Reasons, 8, "it stops after a few errors")
+	assert.Contains(t, c.Reasons[0], "read error at byte 0")
+
+	// No time at all: nothing covered, which is not a pass.
+	budget.Timeout = 0
+	c = health.ReadTest(t.Context(), "disk vdb", disk, 64<<20, budget)
+	assert.Equal(t, health.Unknown, c.Status)
+	assert.Contains(t, c.Reasons[0], "only 0 of 16 samples read")
+
+	c = health.ReadTest(t.Context(), "disk vdd", filepath.Join(t.TempDir(), "gone"), 1<<20, health.DefaultReadBudget)
+	assert.Equal(t, health.Unknown, c.Status)
 }

@@ -11,7 +11,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,13 +49,35 @@ func run(ctx context.Context, out io.Writer, args []string) error {
 			check = health.CheckNVMeDevice(component, dev, health.DefaultThresholds)
 		}
 
-		b, err := json.Marshal(check)
+		size, err := sysfsSize(name)
 		if err != nil {
-			return fmt.Errorf("error encoding the check: %w", err)
+			return err
 		}
 
-		fmt.Fprintln(out, "HEALTH-CHECK", string(b))
+		for _, c := range []health.Check{check, health.ReadTest(ctx, component, dev, size, health.DefaultReadBudget)} {
+			b, err := json.Marshal(c)
+			if err != nil {
+				return fmt.Errorf("error encoding the check: %w", err)
+			}
+
+			fmt.Fprintln(out, "HEALTH-CHECK", string(b))
+		}
 	}
 
 	return nil
+}
+
+// sysfsSize is the disk's size in bytes, as sysfs counts it (512-byte sectors).
+func sysfsSize(name string) (uint64, error) {
+	b, err := os.ReadFile(filepath.Join("/sys/block", name, "size"))
+	if err != nil {
+		return 0, fmt.Errorf("error reading the size of %s: %w", name, err)
+	}
+
+	sectors, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("error reading the size of %s: %w", name, err)
+	}
+
+	return sectors * 512, nil
 }
