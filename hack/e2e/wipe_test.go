@@ -182,6 +182,7 @@ func TestWipeE2E(tt *testing.T) {
 	// nothing is allocated; a dry run names the disk one resolves to.
 	out, err = ctl("machine", "allocate", a.UUID, "--talos-version", talosVersion, "--install-disk", "transport=virtio", "--dry-run")
 	require.Error(t, err, out)
+	t.Logf("anvilctl machine allocate --install-disk transport=virtio --dry-run: %s", strings.TrimSpace(out))
 	assert.Contains(t, out, `install disk selector "transport=virtio" matches 2 disks: vda (2.1 GB, transport virtio); vdb (268 MB, transport virtio, serial `+dataSerial+`)`)
 
 	out, err = ctl("machine", "allocate", a.UUID, "--talos-version", talosVersion, "--install-disk", "size<1GB", "--dry-run")
@@ -189,7 +190,7 @@ func TestWipeE2E(tt *testing.T) {
 	assert.Contains(t, out, "dry run, nothing allocated")
 	assert.Contains(t, out, "installed to vdb (268 MB, transport virtio, serial "+dataSerial+"), named serial="+dataSerial)
 	assert.NotContains(t, yamlOf(a), "allocation:", "a dry run allocates nothing")
-	t.Logf("anvilctl machine allocate --install-disk transport=virtio: refused; --install-disk 'size<1GB' --dry-run: %s", strings.TrimSpace(out))
+	t.Logf("anvilctl machine allocate --install-disk 'size<1GB' --dry-run: %s", strings.TrimSpace(out))
 
 	for _, m := range marks {
 		want := "0"
@@ -262,6 +263,10 @@ func TestWipeE2E(tt *testing.T) {
 	labtest.AssertPattern(t, a.Disk(), 0, wipeDisk, "0", "the whole disk after the zero wipe")
 	assertSameDisk(t, dataBefore, data, "the kept data disk after the zero wipe")
 	assert.Regexp(t, `(?s)id: `+owed+`.*device: vdb\s+skipped: 'kept: .*\s+kept: true`, y, "kept in the zero wipe's report too")
+
+	if _, report, ok := strings.Cut(y, "lastWipe:"); ok {
+		t.Logf("bios-0's erase report:\nlastWipe:%s", report)
+	}
 
 	// 6. bios-1, rejected all along: no BMC session from the provider, no wipe, disk as
 	// it was.
