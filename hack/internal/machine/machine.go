@@ -258,13 +258,13 @@ func (m *Machine) SerialLog() string { return filepath.Join(m.Dir, "serial.log")
 func (m *Machine) QMPSocket() string { return filepath.Join(m.Dir, "qmp.sock") }
 func (m *Machine) PIDFile() string   { return filepath.Join(m.Dir, "qemu.pid") }
 func (m *Machine) Disk() string      { return filepath.Join(m.Dir, "disk.qcow2") }
+func (m *Machine) varsFile() string  { return filepath.Join(m.Dir, "OVMF_VARS.fd") }
+func (m *Machine) qemuLog() string   { return filepath.Join(m.Dir, "qemu.log") }
 
 // DataDisk is the image of the machine's data disk i (DataDisks).
 func (m *Machine) DataDisk(i int) string {
 	return filepath.Join(m.Dir, "data-"+strconv.Itoa(i)+".qcow2")
 }
-func (m *Machine) varsFile() string  { return filepath.Join(m.Dir, "OVMF_VARS.fd") }
-func (m *Machine) qemuLog() string   { return filepath.Join(m.Dir, "qemu.log") }
 
 // nextBootNetworkFile marks a pending one-shot network boot. A file, not a field: the
 // lab's commands and its BMC services are separate processes acting on one machine.
