@@ -5,7 +5,9 @@ package hostile
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"strings"
 	"sync"
@@ -225,10 +227,12 @@ func hello(ctx context.Context, conn *grpc.ClientConn, machineID, tok string) er
 		return err
 	}
 
+	// A Send that finds the stream ended (io.EOF: the provider refused the session before
+	// the hello went) leaves the reason to Recv, read next as for any hello.
 	err = stream.Send(&agentv1.AgentMessage{Message: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{
 		MachineId: machineID, Token: tok, BootId: "rogue", AgentVersion: "rogue",
 	}}})
-	if err != nil {
+	if err != nil && !errors.Is(err, io.EOF) {
 		return err
 	}
 
