@@ -399,3 +399,19 @@ func IdentityOf(d Disk, disks []Disk) (Identity, error) {
 
 	return Identity{}, fmt.Errorf("disk %s has no serial or WWID of its own to name it by in Talos' config", d)
 }
+
+// ResolveIdentity is Resolve, then IdentityOf the disk: the one disk the selector means,
+// and how Talos' config names it. Zero or several matches are an *Error.
+func (s Selector) ResolveIdentity(disks []Disk) (Disk, Identity, error) {
+	disk, err := s.Resolve(disks)
+	if err != nil {
+		return Disk{}, Identity{}, err
+	}
+
+	id, err := IdentityOf(disk, disks)
+	if err != nil {
+		return Disk{}, Identity{}, fmt.Errorf("install disk selector %q: %w", s.text, err)
+	}
+
+	return disk, id, nil
+}

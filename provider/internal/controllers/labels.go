@@ -44,21 +44,15 @@ func InstallDiskLabel(sel disksel.Selector, inv *resources.MachineInventorySpec)
 		return ""
 	}
 
-	disks := inventory.Disks(inv)
-
-	disk, err := sel.Resolve(disks)
+	_, _, err := sel.ResolveIdentity(inventory.Disks(inv))
 
 	var selErr *disksel.Error
 
 	switch {
-	case errors.As(err, &selErr) && len(selErr.Matches) > 1:
-		return "ambiguous"
-	case err != nil:
+	case errors.As(err, &selErr) && len(selErr.Matches) == 0:
 		return "none"
-	}
-
-	if _, err = disksel.IdentityOf(disk, disks); err != nil {
-		return "ambiguous" // the disk cannot be told from another in Talos' config
+	case err != nil:
+		return "ambiguous" // several disks, or one Talos' config cannot tell from another
 	}
 
 	return "resolved"

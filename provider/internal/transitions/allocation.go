@@ -258,18 +258,11 @@ func (s *Service) installDisk(ctx context.Context, id, selector string) (*resour
 		return nil, disksel.Identity{}, &Error{Code: CodeUnavailable, Msg: fmt.Sprintf("error reading the inventory of machine %q: %v", id, err)}
 	}
 
-	disks := inventory.Disks(inv.TypedSpec())
-
 	// The selector is sound, the machine does not fit it: refused, so that a claimant
 	// choosing among machines (Cluster API) goes on to the next.
-	disk, err := sel.Resolve(disks)
+	disk, identity, err := sel.ResolveIdentity(inventory.Disks(inv.TypedSpec()))
 	if err != nil {
 		return nil, disksel.Identity{}, refused(fmt.Sprintf("machine %q: %v", id, err))
-	}
-
-	identity, err := disksel.IdentityOf(disk, disks)
-	if err != nil {
-		return nil, disksel.Identity{}, refused(fmt.Sprintf("machine %q: install disk selector %q: %v", id, selector, err))
 	}
 
 	return &resources.InstallDisk{Selector: selector, Identity: identity.String(), Disk: disk.String()}, identity, nil
